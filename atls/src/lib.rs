@@ -1,0 +1,1 @@
+//! Attested TLS (aTLS): per-connection nonce in the CertificateRequest, attestation in the client certificate.

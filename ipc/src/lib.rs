@@ -1,0 +1,10 @@
+//! Plumbing shared by the three service processes.
+//!
+//! Inside the pod the processes talk over Unix sockets on a shared in-memory volume. A socket
+//! file's permissions are one fence; the second is here: every listener checks the peer
+//! credentials (`SO_PEERCRED`) of each connecting process and drops any whose uid is not the one
+//! intended peer's. attest-proxy → join-core and join-core → token-issuer both go through this.
+
+pub mod identity;
+pub mod shutdown;
+pub mod unix;

@@ -1,0 +1,169 @@
+//! Unix-socket listeners that admit one peer uid, and gRPC channels over Unix sockets.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use futures::Stream;
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tonic::transport::{Channel, Endpoint};
+
+/// Errors setting up a Unix socket.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The socket path could not be bound.
+    #[error("cannot bind unix socket {path}")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Which connecting processes a listener admits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerPolicy {
+    allowed_uids: Vec<u32>,
+}
+
+impl PeerPolicy {
+    /// Admit only processes running as one of these uids.
+    pub fn uids(allowed_uids: impl Into<Vec<u32>>) -> Self {
+        Self {
+            allowed_uids: allowed_uids.into(),
+        }
+    }
+
+    /// Checks one accepted connection's peer credentials.
+    pub fn check(&self, stream: &UnixStream) -> Result<u32, PeerRefused> {
+        let cred = stream.peer_cred().map_err(PeerRefused::NoCredentials)?;
+        let uid = cred.uid();
+        if self.allowed_uids.contains(&uid) {
+            Ok(uid)
+        } else {
+            Err(PeerRefused::Uid {
+                uid,
+                pid: cred.pid(),
+                allowed: self.allowed_uids.clone(),
+            })
+        }
+    }
+}
+
+/// Why a connecting process was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerRefused {
+    /// The kernel gave no credentials for the peer.
+    #[error("cannot read peer credentials")]
+    NoCredentials(#[source] io::Error),
+    /// The peer runs as a uid this socket does not serve.
+    #[error("peer uid {uid} (pid {pid:?}) is not allowed; this socket serves uid {allowed:?}")]
+    Uid {
+        uid: u32,
+        pid: Option<i32>,
+        allowed: Vec<u32>,
+    },
+}
+
+/// Binds a Unix socket at `path`, replacing a stale socket file left by an earlier run.
+pub fn bind(path: &Path) -> Result<UnixListener, Error> {
+    let bind_err = |source| Error::Bind {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(bind_err)?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(bind_err(e)),
+    }
+    UnixListener::bind(path).map_err(bind_err)
+}
+
+/// The stream of accepted connections whose peer passes `policy`; refused peers are logged and
+/// dropped (the kernel closes the connection), and accept errors do not end the stream.
+///
+/// Suitable for `tonic::transport::Server::serve_with_incoming*`.
+pub fn incoming(
+    listener: UnixListener,
+    policy: PeerPolicy,
+) -> impl Stream<Item = io::Result<UnixStream>> {
+    futures::stream::unfold((listener, policy), |(listener, policy)| async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => match policy.check(&stream) {
+                    Ok(_) => return Some((Ok(stream), (listener, policy))),
+                    Err(refused) => tracing::warn!(error = %refused, "refused unix socket peer"),
+                },
+                Err(error) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tracing::warn!(%error, "unix socket accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    })
+}
+
+/// A lazily connecting gRPC channel to a server on a Unix socket. The channel reconnects on
+/// its own when the server restarts, so one channel serves a process's whole life.
+pub fn channel(path: impl Into<PathBuf>) -> Channel {
+    let path = path.into();
+    // The URI is required by the API but unused: the connector below decides where to dial.
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(
+        move |_| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn own_uid() -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        // The uid owning a file we just made is ours; avoids libc for getuid().
+        let dir = std::env::temp_dir().join(format!("ipc-uid-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let uid = std::fs::metadata(&dir).unwrap().uid();
+        std::fs::remove_dir(&dir).unwrap();
+        uid
+    }
+
+    #[tokio::test]
+    async fn admits_allowed_uid_and_drops_others() {
+        let dir = std::env::temp_dir().join(format!("ipc-test-{}", std::process::id()));
+        let path = dir.join("s.sock");
+        let me = own_uid();
+
+        let listener = bind(&path).unwrap();
+        let mut admitted = Box::pin(incoming(listener, PeerPolicy::uids([me])));
+        let _client = UnixStream::connect(&path).await.unwrap();
+        let stream = admitted.next().await.unwrap().unwrap();
+        assert_eq!(stream.peer_cred().unwrap().uid(), me);
+
+        // Same socket path, now serving somebody else: our connection must be dropped.
+        let listener = bind(&path).unwrap();
+        let mut refused = Box::pin(incoming(
+            listener,
+            PeerPolicy::uids([me.wrapping_add(4242)]),
+        ));
+        let mut client = UnixStream::connect(&path).await.unwrap();
+        let next =
+            tokio::time::timeout(std::time::Duration::from_millis(300), refused.next()).await;
+        assert!(next.is_err(), "a refused peer must never be yielded");
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1];
+        assert_eq!(
+            client.read(&mut buf).await.unwrap(),
+            0,
+            "refused peer sees EOF"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

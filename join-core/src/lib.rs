@@ -1,0 +1,1 @@
+//! Join ticket logic: disk keys from the KMS, Kubernetes credentials from token-issuer.

@@ -1,0 +1,33 @@
+//! gRPC definitions for the join service.
+//!
+//! - [`join`]: the public join API nodes call through attest-proxy (Constellation's `join.API`).
+//! - [`kms`]: the key service API join-core calls (Constellation's `kms.API`).
+//! - [`tokenissuer`]: the internal API between join-core and token-issuer.
+//! - [`components`]: Kubernetes component descriptors carried in join tickets.
+//!
+//! Package names, message names and field numbers match Constellation's, so the wire bytes do too.
+
+#![allow(missing_debug_implementations)]
+
+/// Constellation's `components` package.
+pub mod components {
+    tonic::include_proto!("components");
+}
+
+/// Constellation's public join API, `package join`.
+pub mod join {
+    tonic::include_proto!("join");
+}
+
+/// Constellation's key service API, `package kms`.
+pub mod kms {
+    tonic::include_proto!("kms");
+}
+
+/// The internal join-core ↔ token-issuer API.
+pub mod tokenissuer {
+    tonic::include_proto!("tokenissuer.v1");
+}
+
+/// Full gRPC method paths of the public join API, as attest-proxy's allowlist names them.
+pub const JOIN_API_METHODS: &[&str] = &["/join.API/IssueJoinTicket", "/join.API/IssueRejoinTicket"];

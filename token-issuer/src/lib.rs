@@ -1,0 +1,1 @@
+//! The only process with a Kubernetes credential: bootstrap tokens and kubelet certificates.

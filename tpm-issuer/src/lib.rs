@@ -1,0 +1,1 @@
+//! Node-side vTPM attestation: quotes from a real TPM (device or swtpm) through the TSS.
