@@ -1,1 +1,5 @@
-//! Test and local-run support: key service and Kubernetes API stand-ins, swtpm and process harness.
+//! Test and local-run support: a real swtpm per test, and a harness that starts the whole system
+//! as real processes over real Unix sockets.
+
+pub mod harness;
+pub mod swtpm;

@@ -128,7 +128,7 @@ mod tests {
     fn own_uid() -> u32 {
         use std::os::unix::fs::MetadataExt;
         // The uid owning a file we just made is ours; avoids libc for getuid().
-        let dir = std::env::temp_dir().join(format!("ipc-uid-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("plumbing-uid-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let uid = std::fs::metadata(&dir).unwrap().uid();
         std::fs::remove_dir(&dir).unwrap();
@@ -137,7 +137,7 @@ mod tests {
 
     #[tokio::test]
     async fn admits_allowed_uid_and_drops_others() {
-        let dir = std::env::temp_dir().join(format!("ipc-test-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("plumbing-test-{}", std::process::id()));
         let path = dir.join("s.sock");
         let me = own_uid();
 
