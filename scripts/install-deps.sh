@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# System packages the build, the tests and the local run need (Debian). Idempotent.
+#   swtpm, swtpm-tools  a real TPM 2.0 emulator the node client attests with
+#   libtss2-dev         the TPM software stack (TSS) tss-esapi links against (node side only)
+#   tpm2-tools          handy for inspecting the emulated TPM
+#   openssl             the openssl CLI as a foreign TLS client in tests (no library is linked)
+#   procps              kill(1), used by tests to send SIGTERM
+#   pkg-config          finds libtss2 at build time
+set -euo pipefail
+packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps pkg-config)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
+echo "installing: ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
