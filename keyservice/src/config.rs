@@ -62,9 +62,9 @@ pub struct Config {
     )]
     pub master_salt_hex: Option<HexBytes>,
 
-    /// Seconds in-flight requests get to finish after SIGTERM. Keep it below the pod's
-    /// terminationGracePeriodSeconds.
-    #[arg(long, env = "KEYSERVICE_DRAIN_TIMEOUT", default_value = "20", value_parser = parse_seconds)]
+    /// How long in-flight requests get to finish after SIGTERM (e.g. `20s`). Keep it below the
+    /// pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "KEYSERVICE_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
 
     /// Log line format.
@@ -143,14 +143,6 @@ impl std::str::FromStr for HexBytes {
     }
 }
 
-/// Parses a duration given in (possibly fractional) seconds.
-fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?} is not a valid duration: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +159,7 @@ mod tests {
             "--master-salt-hex",
             "ff",
             "--drain-timeout",
-            "0.5",
+            "500ms",
         ])
         .unwrap();
         assert_eq!(config.drain_timeout, Duration::from_millis(500));
