@@ -7,9 +7,14 @@
 //! hash of the certificate's public key).
 
 pub mod error;
+pub mod policy;
+pub mod tpm;
 pub mod variant;
+pub mod vtpm;
 
 pub use error::Error;
+pub use policy::{Measurement, Policy, PolicyError};
+pub use vtpm::QemuVtpmValidator;
 
 pub use variant::Variant;
 

@@ -1,0 +1,261 @@
+//! The vTPM attestation variant (qemu-vtpm): a TPM quote per PCR bank, signed by an attestation
+//! key, bound to the verifier's nonce and the node's user data.
+//!
+//! [`document`] holds the wire types shared with the node-side issuer; [`QemuVtpmValidator`]
+//! checks a document. The order of checks follows the trust chain: parse within limits, trust
+//! the key, verify each quote's signature, then what the signature covers (magic, tag, nonce
+//! binding, PCR selection and digest), then the event log, and only then compare the verified
+//! PCR values with the measurement policy.
+
+pub mod document;
+pub mod eventlog;
+mod signature;
+
+use std::collections::BTreeMap;
+
+use subtle::ConstantTimeEq;
+
+use crate::policy::Policy;
+use crate::tpm::{self, HashAlg, ParseError};
+use crate::{Error, Validator, Variant, Verified};
+
+pub use document::{Attestation, AttestationDocument, Pcrs, Quote};
+
+/// The largest document accepted. A real one is a few kilobytes plus the event log (tens of
+/// kilobytes, a third more in base64); aTLS carries it in a certificate, which TLS bounds too.
+pub const MAX_DOCUMENT_SIZE: usize = 1 << 20;
+
+/// The most quotes a document may carry: one per bank, and TPMs implement at most a handful.
+pub const MAX_QUOTES: usize = 8;
+
+/// `extraData` of Constellation's vTPM documents: SHA-256(UserData ‖ nonce).
+pub fn make_extra_data(user_data: &[u8], nonce: &[u8]) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(user_data);
+    ctx.update(nonce);
+    to_array(ctx.finish())
+}
+
+/// The TPM quote's qualifying data: SHA-256(InstanceInfo ‖ extraData). Hashing the instance
+/// info in binds it to the quote as well (it is empty for qemu-vtpm).
+pub fn make_qualifying_data(instance_info: &[u8], extra_data: &[u8]) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(instance_info);
+    ctx.update(extra_data);
+    to_array(ctx.finish())
+}
+
+fn to_array(d: ring::digest::Digest) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+/// The PCR values of one verified quote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedQuote {
+    pub bank: HashAlg,
+    pub pcrs: BTreeMap<u32, Vec<u8>>,
+}
+
+/// Validates qemu-vtpm documents against a measurement policy.
+///
+/// The attestation key is trusted as presented: QEMU's vTPM has no endorsement certificate, so
+/// for this variant the quote proves freshness and consistency, and the policy the PCR values.
+#[derive(Clone, Debug)]
+pub struct QemuVtpmValidator {
+    policy: Policy,
+}
+
+impl QemuVtpmValidator {
+    pub fn new(policy: Policy) -> Self {
+        QemuVtpmValidator { policy }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl Validator for QemuVtpmValidator {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+
+    fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
+        let (doc, quotes) = verify_document(document, nonce)?;
+        // The policy's value size names the bank it was written for; an empty policy still
+        // needs a verified SHA-256 quote so there is something trustworthy to report.
+        let bank = self
+            .policy
+            .digest_len()
+            .and_then(HashAlg::from_digest_len)
+            .unwrap_or(HashAlg::Sha256);
+        let quote = quotes
+            .iter()
+            .find(|q| q.bank == bank)
+            .ok_or(Error::MissingBank(bank))?;
+        let (enforced, warnings) = self.policy.compare(&quote.pcrs);
+        if !enforced.is_empty() {
+            return Err(Error::Measurements(enforced));
+        }
+        Ok(Verified {
+            variant: Variant::QemuVtpm,
+            user_data: doc.user_data.unwrap_or_default(),
+            warnings,
+        })
+    }
+}
+
+/// Everything but the policy: parses `document`, verifies every non-SHA-1 quote against the
+/// attestation key presented in it and the binding to `nonce`, replays the event log if there
+/// is one, and returns the document with the verified PCR values per bank.
+pub fn verify_document(
+    document: &[u8],
+    nonce: &[u8],
+) -> Result<(AttestationDocument, Vec<VerifiedQuote>), Error> {
+    if document.len() > MAX_DOCUMENT_SIZE {
+        return Err(Error::TooLarge {
+            size: document.len(),
+            limit: MAX_DOCUMENT_SIZE,
+        });
+    }
+    let doc: AttestationDocument = serde_json::from_slice(document).map_err(Error::Json)?;
+    let att = doc.attestation.as_ref().ok_or(Error::Missing(
+        "the \"Attestation\" field is absent or null",
+    ))?;
+    if att.quotes.is_empty() {
+        return Err(Error::Missing("the attestation has no quotes"));
+    }
+    if att.quotes.len() > MAX_QUOTES {
+        return Err(Error::Malformed(format!(
+            "{} quotes, more than the maximum of {MAX_QUOTES}",
+            att.quotes.len()
+        )));
+    }
+    if att.ak_pub.is_empty() {
+        return Err(Error::Missing(
+            "the attestation has no attestation key (ak_pub)",
+        ));
+    }
+    let ak_public = tpm::Public::parse(&att.ak_pub).map_err(Error::AkPublic)?;
+    let ak = signature::AkKey::from_public(&ak_public)?;
+
+    let extra_data = make_extra_data(doc.user_data.as_deref().unwrap_or_default(), nonce);
+    let qualifying = make_qualifying_data(
+        doc.instance_info.as_deref().unwrap_or_default(),
+        &extra_data,
+    );
+
+    let mut verified: Vec<VerifiedQuote> = Vec::new();
+    let mut saw_sha1 = false;
+    for (index, quote) in att.quotes.iter().enumerate() {
+        let pcrs = quote
+            .pcrs
+            .as_ref()
+            .ok_or(Error::Missing("a quote has no PCR values"))?;
+        let bank = u16::try_from(pcrs.hash)
+            .ok()
+            .and_then(HashAlg::from_id)
+            .ok_or(Error::UnsupportedBank {
+                index,
+                hash: i64::from(pcrs.hash),
+            })?;
+        if bank == HashAlg::Sha1 {
+            // Never verified and never used: a SHA-1 bank can be forged by collision.
+            saw_sha1 = true;
+            continue;
+        }
+        if verified.iter().any(|v| v.bank == bank) {
+            return Err(Error::DuplicateBank(bank));
+        }
+        verify_quote(index, bank, quote, pcrs, &ak, &qualifying)?;
+        verified.push(VerifiedQuote {
+            bank,
+            pcrs: pcrs.pcrs.clone(),
+        });
+    }
+    if verified.is_empty() {
+        return Err(if saw_sha1 {
+            Error::Sha1Only
+        } else {
+            Error::Missing("the attestation has no quotes")
+        });
+    }
+    if !att.event_log.is_empty() {
+        for quote in &verified {
+            eventlog::check_against_quote(&att.event_log, quote.bank, &quote.pcrs)?;
+        }
+    }
+    Ok((doc, verified))
+}
+
+fn verify_quote(
+    index: usize,
+    bank: HashAlg,
+    quote: &Quote,
+    pcrs: &Pcrs,
+    ak: &signature::AkKey,
+    qualifying: &[u8; 32],
+) -> Result<(), Error> {
+    // Signature first: nothing in an unsigned TPMS_ATTEST deserves a specific error message
+    // beyond "malformed", but parsing it first gives the operator the most precise one.
+    let attest = tpm::Attest::parse(&quote.quote).map_err(|source| match source {
+        ParseError::BadMagic(magic) => Error::NotTpmGenerated { index, magic },
+        ParseError::NotAQuote(tag) => Error::NotAQuote { index, tag },
+        source => Error::Quote { index, source },
+    })?;
+    let sig = tpm::Signature::parse(&quote.raw_sig)
+        .map_err(|source| Error::SignatureFormat { index, source })?;
+    let sig_hash = ak.verify(index, bank, &sig, &quote.quote)?;
+
+    // Constant time, so a forger learns nothing from timing about how close a guess came.
+    if !bool::from(attest.extra_data.as_slice().ct_eq(qualifying.as_slice())) {
+        return Err(Error::NonceMismatch { index, bank });
+    }
+
+    let selection_error = |reason: String| Error::PcrSelection {
+        index,
+        bank,
+        reason,
+    };
+    let [selection] = attest.quote.pcr_select.as_slice() else {
+        return Err(selection_error(format!(
+            "the quote selects {} banks, expected exactly one",
+            attest.quote.pcr_select.len()
+        )));
+    };
+    if selection.hash != bank.id() {
+        return Err(selection_error(format!(
+            "the quote selects bank 0x{:04x}, the PCR values claim {bank}",
+            selection.hash
+        )));
+    }
+    let indices = selection.indices();
+    if indices.is_empty() {
+        return Err(selection_error("the quote selects no PCRs".to_owned()));
+    }
+    let supplied: Vec<u32> = pcrs.pcrs.keys().copied().collect();
+    if supplied != indices {
+        return Err(selection_error(format!(
+            "quoted PCRs {indices:?}, supplied PCRs {supplied:?}"
+        )));
+    }
+    // The TPM digests the selected values in selection order with the signing scheme's hash
+    // (TPM2_Quote uses inScheme's hash, which may differ from the bank's).
+    let mut ctx = ring::digest::Context::new(sig_hash.ring_algorithm());
+    for value in pcrs.pcrs.values() {
+        if value.len() != bank.digest_len() {
+            return Err(selection_error(format!(
+                "a PCR value has {} bytes, the {bank} bank has {}",
+                value.len(),
+                bank.digest_len()
+            )));
+        }
+        ctx.update(value);
+    }
+    if ctx.finish().as_ref() != attest.quote.pcr_digest.as_slice() {
+        return Err(Error::PcrDigest { index, bank });
+    }
+    Ok(())
+}
