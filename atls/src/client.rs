@@ -1,0 +1,263 @@
+//! Client side: dial an aTLS server and attest to it.
+
+use std::fmt;
+use std::hash::Hasher;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+
+use attestation::Issuer;
+use rustls::client::danger::{HandshakeSignatureValid, ServerIdentity, ServerVerifier};
+use rustls::client::{ClientConfig, ClientCredentialResolver, CredentialRequest, Resumption};
+use rustls::crypto::{
+    CertificateIdentity, Credentials, CryptoProvider, Identity, SelectedCredential,
+    SignatureScheme, VerifiedIdentity,
+};
+use rustls::enums::{ApplicationProtocol, CertificateType};
+use rustls::error::{Error, PeerIncompatible};
+use rustls::server::danger::SignatureVerificationInput;
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::error::HandshakeError;
+use crate::extension::{AttestedCertificate, attested_certificate};
+use crate::nonce;
+use crate::signature::{self, Version};
+use crate::stream::TlsStream;
+use crate::{ALPN_H2, ALPN_HTTP1, provider};
+
+/// Produces the attested certificate once the server's nonce is known.
+type MakeCertificate = dyn Fn(&[u8]) -> Result<AttestedCertificate, HandshakeError> + Send + Sync;
+
+/// Where the credential callback leaves its error: rustls' callback can only say "no
+/// certificate", and the caller deserves the real reason.
+type FailureSlot = Arc<Mutex<Option<HandshakeError>>>;
+
+/// Dials aTLS servers, presenting a certificate with a fresh attestation for each connection.
+pub struct Connector {
+    provider: Arc<CryptoProvider>,
+    make_certificate: Arc<MakeCertificate>,
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector").finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    /// A connector whose certificates carry documents from `issuer`.
+    pub fn new(issuer: Arc<dyn Issuer>) -> Self {
+        Self::with_certificate_maker(Arc::new(move |nonce: &[u8]| {
+            attested_certificate(issuer.as_ref(), nonce)
+        }))
+    }
+
+    /// Tests present deliberately broken certificates through this.
+    pub(crate) fn with_certificate_maker(make_certificate: Arc<MakeCertificate>) -> Self {
+        Self {
+            provider: provider(),
+            make_certificate,
+        }
+    }
+
+    /// Runs the aTLS handshake on `io`.
+    ///
+    /// Offers ALPN `h2` then `http/1.1` (as Constellation's client), TLS 1.2 and 1.3, never
+    /// resumes a session, and sends no SNI.
+    ///
+    /// **The server is not authenticated.** Its certificate is accepted without any check
+    /// beyond the TLS signature proving it holds the certificate's key; this matches
+    /// Constellation's join flow, where only the client is attested. Do not send anything over
+    /// this stream that an impostor server must not see.
+    ///
+    /// **This blocks.** When the server's CertificateRequest arrives, the issuer runs inside
+    /// the TLS state machine (a TPM quote can take a second or more). On a multi-thread tokio
+    /// runtime that runs under `block_in_place`, so other tasks keep running on other workers;
+    /// on a current-thread runtime it stalls the runtime for that long.
+    ///
+    /// Like any handshake, wrap it in a timeout.
+    pub async fn connect<IO>(&self, io: IO) -> Result<TlsStream<IO>, HandshakeError>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let failure = FailureSlot::default();
+        let config = Arc::new(
+            self.config(failure.clone())
+                .map_err(HandshakeError::Config)?,
+        );
+        connect_with(config, io, &failure).await
+    }
+
+    /// The per-connection config: its credential callback reports to `failure`.
+    pub(crate) fn config(&self, failure: FailureSlot) -> Result<ClientConfig, Error> {
+        let resolver = Arc::new(AttestingResolver {
+            provider: self.provider.clone(),
+            make_certificate: self.make_certificate.clone(),
+            failure,
+        });
+        let mut config = ClientConfig::builder(self.provider.clone())
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(UnauthenticatedServer {
+                provider: self.provider.clone(),
+            }))
+            .with_client_credential_resolver(resolver)?;
+        config.alpn_protocols = vec![
+            ApplicationProtocol::from(ALPN_H2),
+            ApplicationProtocol::from(ALPN_HTTP1),
+        ];
+        // A resumed session would carry no certificate and so no attestation; the server
+        // refuses resumption anyway, this just avoids offering it.
+        config.resumption = Resumption::disabled();
+        config.enable_early_data = false;
+        Ok(config)
+    }
+}
+
+/// Runs a client handshake with `config`; errors from the credential callback take precedence
+/// over the TLS failure they cause.
+pub(crate) async fn connect_with<IO>(
+    config: Arc<ClientConfig>,
+    io: IO,
+    failure: &FailureSlot,
+) -> Result<TlsStream<IO>, HandshakeError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    // An IP name makes rustls send no SNI (Go's server accepts that; its nonce-in-SNI is only
+    // used for server attestation, which the join flow does not do). The server certificate is
+    // not checked against any name, so the address itself is inert.
+    let name = ServerName::from(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let mut client_hello = Vec::new();
+    let conn = config
+        .connect(name)
+        .build(&mut client_hello)
+        .map_err(HandshakeError::Config)?;
+    let mut stream = TlsStream::new_client(io, conn, client_hello);
+    let result = stream.handshake(true).await;
+    // In TLS 1.3 the client finishes its side even after sending an empty Certificate, so the
+    // callback's failure must be checked even when the handshake "succeeded".
+    if let Some(error) = take_failure(failure) {
+        return Err(error);
+    }
+    result?;
+    Ok(stream)
+}
+
+fn take_failure(failure: &FailureSlot) -> Option<HandshakeError> {
+    failure
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take()
+}
+
+/// Answers the server's CertificateRequest with a freshly attested certificate.
+struct AttestingResolver {
+    provider: Arc<CryptoProvider>,
+    make_certificate: Arc<MakeCertificate>,
+    failure: FailureSlot,
+}
+
+impl fmt::Debug for AttestingResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttestingResolver").finish_non_exhaustive()
+    }
+}
+
+impl AttestingResolver {
+    fn try_resolve(
+        &self,
+        request: &CredentialRequest<'_>,
+    ) -> Result<SelectedCredential, HandshakeError> {
+        let nonce = nonce::decode_from_hints(request.root_hint_subjects())?;
+        let made = (self.make_certificate)(&nonce)?;
+        let key = self
+            .provider
+            .key_provider
+            .load_private_key(made.private_key)
+            .map_err(HandshakeError::ClientKey)?;
+        let identity = Identity::X509(CertificateIdentity::new(made.certificate, Vec::new()));
+        // The key was generated for this certificate a moment ago; the checked constructor
+        // would only repeat that (and needs rustls' webpki feature).
+        Credentials::new_unchecked(Arc::new(identity), key)
+            .signer(request.signature_schemes())
+            .ok_or_else(|| {
+                HandshakeError::ClientKey(PeerIncompatible::NoSignatureSchemesInCommon.into())
+            })
+    }
+}
+
+impl ClientCredentialResolver for AttestingResolver {
+    fn resolve(&self, request: &CredentialRequest<'_>) -> Option<SelectedCredential> {
+        match self.try_resolve(request) {
+            Ok(credential) => Some(credential),
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot answer the aTLS certificate request");
+                *self
+                    .failure
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(error);
+                None
+            }
+        }
+    }
+
+    fn supported_certificate_types(&self) -> &'static [CertificateType] {
+        &[CertificateType::X509]
+    }
+
+    fn hash_config(&self, _h: &mut dyn Hasher) {
+        // Only feeds session-cache keys; resumption is disabled.
+    }
+}
+
+/// Accepts any server certificate, but still checks the handshake signature against it so the
+/// TLS key schedule is bound to the key the server showed.
+#[derive(Debug)]
+struct UnauthenticatedServer {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerVerifier for UnauthenticatedServer {
+    fn verify_identity<'a>(
+        &self,
+        identity: &ServerIdentity<'a, '_>,
+    ) -> Result<VerifiedIdentity<'a>, Error> {
+        Ok(VerifiedIdentity::assertion(identity.identity.clone()))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        input: &SignatureVerificationInput<'_>,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        signature::verify(
+            input,
+            &self.provider.signature_verification_algorithms,
+            Version::Tls12,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        input: &SignatureVerificationInput<'_>,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        signature::verify(
+            input,
+            &self.provider.signature_verification_algorithms,
+            Version::Tls13,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+
+    fn request_ocsp_response(&self) -> bool {
+        false
+    }
+
+    fn hash_config(&self, _h: &mut dyn Hasher) {
+        // Only feeds session-cache keys; resumption is disabled.
+    }
+}

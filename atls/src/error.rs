@@ -1,0 +1,119 @@
+//! Errors, one enum per layer: setting up an endpoint, the TLS handshake, verifying the peer's
+//! evidence after the handshake.
+
+use attestation::Variant;
+
+/// An [`Acceptor`](crate::Acceptor) could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The server's self-signed certificate could not be generated.
+    #[error("cannot generate the aTLS server certificate")]
+    Certificate(#[source] rcgen::Error),
+    /// rustls refused the generated key.
+    #[error("cannot load the aTLS server key")]
+    Key(#[source] rustls::Error),
+}
+
+/// A TLS handshake did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// Reading from or writing to the transport failed.
+    #[error("I/O error during the aTLS handshake")]
+    Io(#[source] std::io::Error),
+    /// The peer closed the transport before the handshake finished.
+    #[error("the peer closed the connection during the aTLS handshake")]
+    UnexpectedEof,
+    /// The TLS protocol failed (bad message, alert from the peer, bad signature, ...).
+    #[error("TLS handshake failed")]
+    Tls(#[source] rustls::Error),
+    /// The per-connection TLS configuration could not be built.
+    #[error("cannot build the per-connection TLS configuration")]
+    Config(#[source] rustls::Error),
+    /// The system random number generator failed while drawing a nonce.
+    #[error("the system random number generator failed")]
+    Random,
+    /// Client: the server's CertificateRequest did not carry an aTLS nonce the way
+    /// Constellation encodes it (one acceptable-CA name whose CommonName is base64).
+    #[error("the server sent no usable aTLS nonce: {0}")]
+    NoNonce(String),
+    /// Client: the attestation issuer failed.
+    #[error("cannot produce the attestation document")]
+    Issue(#[source] attestation::IssueError),
+    /// Client: the attested certificate could not be generated.
+    #[error("cannot generate the attested client certificate")]
+    Certificate(#[source] rcgen::Error),
+    /// Client: rustls refused the generated key or no signature scheme fits it.
+    #[error("cannot use the generated client key")]
+    ClientKey(#[source] rustls::Error),
+    /// Server: the handshake finished without a client certificate (rustls requires one, so
+    /// this means a bug rather than a misbehaving peer).
+    #[error("the client presented no certificate")]
+    NoClientCertificate,
+}
+
+/// The peer's certificate or attestation was rejected after the handshake. Each variant names
+/// the one check that failed, in words an operator can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The certificate is larger than any legitimate aTLS certificate.
+    #[error("client certificate of {size} bytes exceeds the limit of {limit} bytes")]
+    CertificateTooLarge { size: usize, limit: usize },
+    /// The certificate is not well-formed X.509 DER.
+    #[error("client certificate is not valid X.509")]
+    MalformedCertificate(#[source] x509_parser::error::X509Error),
+    /// The certificate's validity period does not include the current time.
+    #[error(
+        "client certificate is not valid now (valid from {not_before} to {not_after}); check the node's clock"
+    )]
+    NotValidNow {
+        not_before: String,
+        not_after: String,
+    },
+    /// The certificate is signed with an algorithm we do not accept (e.g. SHA-1).
+    #[error("client certificate is signed with the unaccepted algorithm {algorithm}")]
+    WeakSelfSignature { algorithm: String },
+    /// The certificate's self-signature does not verify with its own key.
+    #[error("client certificate's self-signature does not verify")]
+    BadSelfSignature(#[source] x509_parser::error::X509Error),
+    /// The certificate carries no attestation of the expected variant.
+    #[error(
+        "client certificate carries no {expected} attestation (extension {}); {}",
+        expected.oid_string(),
+        describe_present(present)
+    )]
+    MissingAttestation {
+        expected: Variant,
+        /// The attestation extensions the certificate does carry, as dotted OIDs.
+        present: Vec<String>,
+    },
+    /// The validator rejected the attestation document.
+    #[error("{variant} attestation document rejected")]
+    Attestation {
+        variant: Variant,
+        #[source]
+        source: attestation::Error,
+    },
+    /// The validator reported a variant other than its own (a validator bug).
+    #[error("validator for {expected} returned a result for {actual}")]
+    VariantMismatch { expected: Variant, actual: Variant },
+    /// The document is genuine but binds another key than the certificate's: it was made for
+    /// a different certificate (a copied document).
+    #[error(
+        "attestation user data does not match the hash of the certificate's public key (document made for another key)"
+    )]
+    UserDataMismatch,
+}
+
+fn describe_present(present: &[String]) -> String {
+    if present.is_empty() {
+        return "it carries no attestation extension at all".to_owned();
+    }
+    let named: Vec<String> = present
+        .iter()
+        .map(|oid| match Variant::from_oid_string(oid) {
+            Some(v) => format!("{v} ({oid})"),
+            None => oid.clone(),
+        })
+        .collect();
+    format!("it carries: {}", named.join(", "))
+}
