@@ -1,1 +1,163 @@
-//! Join ticket logic: disk keys from the KMS, Kubernetes credentials from token-issuer.
+//! join-core: the ticket logic of the join service.
+//!
+//! ```text
+//! node ─aTLS─▶ attest-proxy ─Unix socket─▶ join-core ──GetDataKey──▶ key service
+//!                                             └──IssueNodeCredentials (Unix socket)──▶ token-issuer
+//! ```
+//!
+//! join-core serves `join.API` on a Unix socket that admits attest-proxy's uid alone, so the
+//! identity headers the proxy adds ([`plumbing::identity`]) can be believed; a request without
+//! them is refused. For a join it checks the request ([`request`]), fetches the node's state
+//! disk key and the measurement secret from the key service ([`keys`]) and only then asks
+//! token-issuer for Kubernetes credentials ([`credentials`]), so a key service failure creates
+//! nothing in Kubernetes. It holds no Kubernetes credential and no key at rest; the measurement
+//! salt is its only configuration secret-ish input. [`error`] sorts failures by layer and maps
+//! them to gRPC statuses in one place.
+//!
+//! [`run`] serves until shutdown; [`JoinCore::bind`] then [`JoinCore::serve`] does the same in
+//! two steps, so a test knows the socket is listening before it connects.
+
+#![forbid(unsafe_code)]
+
+mod call;
+pub mod config;
+pub mod credentials;
+pub mod error;
+pub mod keys;
+pub mod request;
+pub mod ticket;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use plumbing::shutdown::Shutdown;
+use plumbing::unix::PeerPolicy;
+use proto::join::api_server::ApiServer;
+use tokio::net::UnixListener;
+
+pub use config::Config;
+pub use error::Error;
+
+use credentials::CredentialsClient;
+use keys::KeyClient;
+use ticket::TicketService;
+
+/// Size of the measurement salt, as Constellation generates it.
+pub const MEASUREMENT_SALT_LEN: usize = 32;
+/// Largest join.API request decoded. Far above any honest request (a CSR is capped at
+/// [`request::MAX_CSR_LEN`]), far below tonic's 4 MiB default.
+pub const MAX_REQUEST_LEN: usize = 64 * 1024;
+
+/// A bound, not yet serving join-core.
+#[derive(Debug)]
+pub struct JoinCore {
+    listener: UnixListener,
+    socket: PathBuf,
+    policy: PeerPolicy,
+    service: TicketService,
+    drain_timeout: Duration,
+}
+
+impl JoinCore {
+    /// Reads the measurement salt, sets up the backend channels (they connect on first use)
+    /// and binds the socket. Must run inside a tokio runtime.
+    pub async fn bind(config: Config) -> Result<Self, Error> {
+        let measurement_salt = read_measurement_salt(&config.measurement_salt_file)?;
+        let service = TicketService::new(
+            KeyClient::new(config.kms_endpoint, config.kms_timeout),
+            CredentialsClient::new(config.token_issuer_socket, config.token_issuer_timeout),
+            measurement_salt,
+        );
+        let listener = plumbing::unix::bind(&config.socket).map_err(Error::Socket)?;
+        std::fs::set_permissions(
+            &config.socket,
+            std::fs::Permissions::from_mode(config.socket_mode),
+        )
+        .map_err(|source| Error::SocketMode {
+            path: config.socket.clone(),
+            source,
+        })?;
+        Ok(Self {
+            listener,
+            socket: config.socket,
+            policy: PeerPolicy::uids([config.proxy_uid]),
+            service,
+            drain_timeout: config.drain_timeout,
+        })
+    }
+
+    /// The socket join.API is served on.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Serves join.API until `shutdown` fires, then gives in-flight requests the drain timeout
+    /// to finish and removes the socket file.
+    pub async fn serve(self, shutdown: Shutdown) -> Result<(), Error> {
+        tracing::info!(socket = %self.socket.display(), policy = ?self.policy, "join-core listening");
+        let api = ApiServer::new(self.service).max_decoding_message_size(MAX_REQUEST_LEN);
+        let serve = tonic::transport::Server::builder()
+            .add_service(api)
+            .serve_with_incoming_shutdown(
+                plumbing::unix::incoming(self.listener, self.policy),
+                shutdown.clone().wait(),
+            );
+        let drain_timeout = self.drain_timeout;
+        let result = tokio::select! {
+            served = serve => served.map_err(Error::Serve),
+            () = async { shutdown.wait().await; tokio::time::sleep(drain_timeout).await } => {
+                tracing::warn!(?drain_timeout, "drain timeout passed; dropping open connections");
+                Ok(())
+            }
+        };
+        if let Err(error) = std::fs::remove_file(&self.socket) {
+            tracing::debug!(%error, "socket file not removed");
+        }
+        result
+    }
+}
+
+/// Binds and serves until `shutdown` fires.
+pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
+    JoinCore::bind(config).await?.serve(shutdown).await
+}
+
+fn read_measurement_salt(path: &Path) -> Result<Vec<u8>, Error> {
+    let salt = std::fs::read(path).map_err(|source| Error::ReadSalt {
+        path: path.to_owned(),
+        source,
+    })?;
+    // Refused rather than trimmed or hashed: any other size means a wrong file, and nodes
+    // would otherwise measure with a salt no other node uses.
+    if salt.len() != MEASUREMENT_SALT_LEN {
+        return Err(Error::SaltLength {
+            path: path.to_owned(),
+            len: salt.len(),
+            expected: MEASUREMENT_SALT_LEN,
+        });
+    }
+    Ok(salt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measurement_salt_must_be_32_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("measurementSalt");
+        std::fs::write(&path, [1u8; 32]).unwrap();
+        assert_eq!(read_measurement_salt(&path).unwrap(), vec![1u8; 32]);
+        std::fs::write(&path, [1u8; 33]).unwrap();
+        assert!(matches!(
+            read_measurement_salt(&path),
+            Err(Error::SaltLength { len: 33, .. })
+        ));
+        assert!(matches!(
+            read_measurement_salt(&dir.path().join("missing")),
+            Err(Error::ReadSalt { .. })
+        ));
+    }
+}

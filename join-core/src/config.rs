@@ -1,0 +1,144 @@
+//! join-core configuration: flags with environment fallbacks. Tests build [`Config`] directly.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plumbing::telemetry::LogFormat;
+use tonic::transport::Uri;
+
+/// How join-core is started.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(
+    name = "join-core",
+    version,
+    about = "Join ticket logic behind attest-proxy"
+)]
+pub struct Config {
+    /// Unix socket to serve join.API on; attest-proxy connects here.
+    #[arg(
+        long,
+        env = "JOIN_CORE_SOCKET",
+        default_value = "/run/joinservice/join-core.sock"
+    )]
+    pub socket: PathBuf,
+
+    /// Permission bits of the socket file, octal. The proxy runs as another uid, so it needs
+    /// write access through a group both containers share (the pod's fsGroup); the peer uid
+    /// check stays the real fence.
+    #[arg(long, env = "JOIN_CORE_SOCKET_MODE", default_value = "660", value_parser = parse_octal)]
+    pub socket_mode: u32,
+
+    /// The uid attest-proxy runs as: the only peer admitted on the socket.
+    #[arg(long, env = "JOIN_CORE_PROXY_UID")]
+    pub proxy_uid: u32,
+
+    /// The key service (kms.API, plaintext gRPC), e.g. `http://key-service.kube-system:9000`.
+    #[arg(long, env = "JOIN_CORE_KMS_ENDPOINT", value_parser = parse_http_uri)]
+    pub kms_endpoint: Uri,
+
+    /// Deadline for each key service call. A key fetch that misses it is answered `Unavailable`
+    /// (fetching a key changes nothing, so the node may simply retry).
+    #[arg(long, env = "JOIN_CORE_KMS_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub kms_timeout: Duration,
+
+    /// token-issuer's Unix socket.
+    #[arg(
+        long,
+        env = "JOIN_CORE_TOKEN_ISSUER_SOCKET",
+        default_value = "/run/joinservice/token-issuer.sock"
+    )]
+    pub token_issuer_socket: PathBuf,
+
+    /// Deadline for each token-issuer call. A call that misses it is answered `DeadlineExceeded`:
+    /// token-issuer may already have created the bootstrap token.
+    #[arg(long, env = "JOIN_CORE_TOKEN_ISSUER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub token_issuer_timeout: Duration,
+
+    /// The cluster's measurement salt: exactly 32 raw bytes (Constellation's `join-config`
+    /// ConfigMap, key `measurementSalt`, mounted as a file). Read once at startup: the salt is
+    /// fixed when the cluster is created.
+    #[arg(
+        long,
+        env = "JOIN_CORE_MEASUREMENT_SALT_FILE",
+        default_value = "/var/config/measurementSalt"
+    )]
+    pub measurement_salt_file: PathBuf,
+
+    /// How long in-flight requests get to finish after SIGTERM. Keep it below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long, env = "JOIN_CORE_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Log line format.
+    #[arg(long, env = "JOIN_CORE_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: LogFormat,
+}
+
+fn parse_octal(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| format!("{s:?} is not an octal permission mode such as 660"))
+}
+
+/// Only plaintext `http://host:port`: the key service speaks plaintext gRPC inside the cluster,
+/// and this build carries no TLS client for it.
+fn parse_http_uri(s: &str) -> Result<Uri, String> {
+    let uri: Uri = s.parse().map_err(|e| format!("{s:?} is not a URI: {e}"))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(format!("{s:?} must look like http://host:port"));
+    }
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn defaults_and_required_flags() {
+        let config = Config::try_parse_from([
+            "join-core",
+            "--proxy-uid",
+            "10001",
+            "--kms-endpoint",
+            "http://key-service:9000",
+        ])
+        .unwrap();
+        assert_eq!(config.proxy_uid, 10001);
+        assert_eq!(config.socket_mode, 0o660);
+        assert_eq!(config.kms_timeout, Duration::from_secs(5));
+        assert_eq!(
+            config.socket,
+            PathBuf::from("/run/joinservice/join-core.sock")
+        );
+
+        assert!(Config::try_parse_from(["join-core", "--kms-endpoint", "http://k:9000"]).is_err());
+        assert!(Config::try_parse_from(["join-core", "--proxy-uid", "1"]).is_err());
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let with = |flag: &str, value: &str| {
+            Config::try_parse_from([
+                "join-core",
+                "--proxy-uid",
+                "1",
+                "--kms-endpoint",
+                "http://k:9000",
+                flag,
+                value,
+            ])
+        };
+        assert!(with("--kms-endpoint", "key-service:9000").is_err());
+        assert!(with("--kms-endpoint", "https://k:9000").is_err());
+        assert!(with("--socket-mode", "999").is_err());
+        assert!(with("--socket-mode", "1777").is_err());
+        assert!(with("--kms-timeout", "soon").is_err());
+        assert_eq!(
+            with("--kms-timeout", "250ms").unwrap().kms_timeout,
+            Duration::from_millis(250)
+        );
+    }
+}

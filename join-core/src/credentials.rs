@@ -1,0 +1,68 @@
+//! The token-issuer client: Kubernetes credentials for a joining node.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use proto::tokenissuer::token_issuer_client::TokenIssuerClient;
+use proto::tokenissuer::{IssueNodeCredentialsRequest, IssueNodeCredentialsResponse};
+use tonic::transport::Channel;
+
+use crate::call;
+use crate::error::{TicketError, TokenIssuerError};
+
+/// Asks token-issuer over its Unix socket, on one channel for the life of the process.
+#[derive(Clone, Debug)]
+pub struct CredentialsClient {
+    client: TokenIssuerClient<Channel>,
+    deadline: Duration,
+}
+
+impl CredentialsClient {
+    /// A client for token-issuer at `socket`; connects on first use and reconnects by itself.
+    pub fn new(socket: impl Into<PathBuf>, deadline: Duration) -> Self {
+        Self {
+            client: TokenIssuerClient::new(plumbing::unix::channel(socket)),
+            deadline,
+        }
+    }
+
+    /// A bootstrap token and a kubelet certificate for the node that sent `certificate_request`.
+    pub async fn issue(
+        &self,
+        certificate_request: Vec<u8>,
+        is_control_plane: bool,
+        peer_addr: SocketAddr,
+    ) -> Result<IssueNodeCredentialsResponse, TicketError> {
+        let fail = TicketError::TokenIssuer;
+        let message = IssueNodeCredentialsRequest {
+            certificate_request,
+            is_control_plane,
+            peer_address: peer_addr.to_string(),
+        };
+        let mut client = self.client.clone();
+        let response = call::with_deadline(
+            self.deadline,
+            client.issue_node_credentials(call::request(message, self.deadline)),
+        )
+        .await
+        .map_err(|e| fail(e.into()))?;
+
+        let required = [
+            ("token", response.token.is_empty()),
+            ("kubelet_cert", response.kubelet_cert.is_empty()),
+            (
+                "api_server_endpoint",
+                response.api_server_endpoint.is_empty(),
+            ),
+            (
+                "discovery_token_ca_cert_hash",
+                response.discovery_token_ca_cert_hash.is_empty(),
+            ),
+        ];
+        if let Some((field, _)) = required.into_iter().find(|(_, empty)| *empty) {
+            return Err(fail(TokenIssuerError::Incomplete { field }));
+        }
+        Ok(response)
+    }
+}

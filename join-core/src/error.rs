@@ -1,0 +1,313 @@
+//! Errors by layer, and the one place they become gRPC statuses for the node.
+//!
+//! - [`RequestError`]: the request itself is refused, before any backend is asked.
+//! - [`CallError`]: one call to a backend (key service or token-issuer) failed.
+//! - [`KmsError`], [`TokenIssuerError`]: a backend's answer was unusable.
+//! - [`TicketError`]: what a join or rejoin failed on, naming the step.
+//!
+//! [`TicketError::to_status`] chooses the code the node sees.
+
+use std::error::Error as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tonic::{Code, Status};
+
+/// A request refused on its own merits, before the key service or token-issuer is asked.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// An identity header attest-proxy always sets is missing: the request did not come
+    /// through the proxy's verified path.
+    #[error("not forwarded by attest-proxy: no {header} header")]
+    NotForwarded { header: &'static str },
+    /// An identity header is present but unreadable.
+    #[error("not forwarded by attest-proxy: malformed {header} header")]
+    MalformedIdentity { header: &'static str },
+    /// The disk UUID cannot name a state disk key.
+    #[error("invalid disk_uuid: {reason}")]
+    DiskUuid { reason: String },
+    /// The kubelet CSR is missing or cannot be one.
+    #[error("invalid certificate_request: {reason}")]
+    CertificateRequest { reason: String },
+}
+
+/// One call to a backend failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No answer could be had: the connection failed or broke (the status was made locally).
+    #[error("unreachable")]
+    Unreachable(#[source] Status),
+    /// The per-call deadline passed first.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The backend answered with an error status.
+    #[error("answered with an error")]
+    Refused(#[source] Status),
+}
+
+impl CallError {
+    /// Sorts a client-side status by where it came from.
+    pub(crate) fn from_status(status: Status, deadline: Duration) -> Self {
+        if matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled) {
+            // We send our deadline as grpc-timeout; tonic's client enforces it locally
+            // (Cancelled, "Timeout expired") and a server that gives up first answers like
+            // this. join-core never cancels a backend call otherwise.
+            CallError::Timeout(deadline)
+        } else if status.source().is_some() {
+            // tonic attaches the underlying error to statuses it makes itself (connect
+            // failures, broken connections); statuses the server sent carry none.
+            CallError::Unreachable(status)
+        } else {
+            CallError::Refused(status)
+        }
+    }
+}
+
+/// Which key join-core was fetching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyName {
+    /// The node's state disk key (key id = disk UUID).
+    StateDiskKey,
+    /// The cluster's measurement secret (key id `measurementSecret`).
+    MeasurementSecret,
+}
+
+impl std::fmt::Display for KeyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KeyName::StateDiskKey => "state disk key",
+            KeyName::MeasurementSecret => "measurement secret",
+        })
+    }
+}
+
+/// The key service's answer was unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum KmsError {
+    /// The call failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The key service returned a key of the wrong size.
+    #[error("returned {got} bytes instead of {expected}")]
+    WrongLength { expected: usize, got: usize },
+}
+
+/// token-issuer's answer was unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenIssuerError {
+    /// The call failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// A field every ticket needs came back empty.
+    #[error("answered without {field}")]
+    Incomplete { field: &'static str },
+}
+
+/// Why a join or rejoin ticket was not issued.
+#[derive(Debug, thiserror::Error)]
+pub enum TicketError {
+    /// The request was refused before any backend was asked.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// Fetching a key from the key service failed.
+    #[error("key service GetDataKey ({key})")]
+    Kms {
+        key: KeyName,
+        #[source]
+        source: KmsError,
+    },
+    /// Getting Kubernetes credentials from token-issuer failed.
+    #[error("token-issuer IssueNodeCredentials")]
+    TokenIssuer(#[source] TokenIssuerError),
+}
+
+impl TicketError {
+    /// The status the node sees. The only place a [`TicketError`] becomes a [`Status`].
+    ///
+    /// Messages name the failed step but not internal addresses; the log line has the detail.
+    pub fn to_status(&self) -> Status {
+        match self {
+            TicketError::Request(
+                e @ (RequestError::NotForwarded { .. } | RequestError::MalformedIdentity { .. }),
+            ) => Status::unauthenticated(e.to_string()),
+            TicketError::Request(
+                e @ (RequestError::DiskUuid { .. } | RequestError::CertificateRequest { .. }),
+            ) => Status::invalid_argument(e.to_string()),
+
+            // Key fetches change nothing, so every failure the node can wait out is Unavailable,
+            // including a missed deadline: retrying is safe and the right move.
+            TicketError::Kms { key, source } => match source {
+                KmsError::Call(CallError::Unreachable(_)) => {
+                    Status::unavailable(format!("key service unreachable while fetching the {key}"))
+                }
+                KmsError::Call(CallError::Timeout(after)) => Status::unavailable(format!(
+                    "key service did not answer within {after:?} while fetching the {key}"
+                )),
+                KmsError::Call(CallError::Refused(status))
+                    if status.code() == Code::Unavailable =>
+                {
+                    Status::unavailable(format!(
+                        "key service unavailable while fetching the {key}: {}",
+                        status.message()
+                    ))
+                }
+                // join-core's key requests are fixed; a refusal is a server-side fault.
+                KmsError::Call(CallError::Refused(status)) => Status::internal(format!(
+                    "key service refused the {key} request ({:?})",
+                    status.code()
+                )),
+                KmsError::WrongLength { .. } => {
+                    Status::internal(format!("key service returned a malformed {key}"))
+                }
+            },
+
+            TicketError::TokenIssuer(source) => match source {
+                TokenIssuerError::Call(CallError::Unreachable(_)) => {
+                    Status::unavailable("token-issuer unreachable (IssueNodeCredentials)")
+                }
+                // Not Unavailable: token-issuer may have created the bootstrap token before the
+                // deadline passed, so the outcome is unknown, which is what DeadlineExceeded says.
+                TokenIssuerError::Call(CallError::Timeout(after)) => Status::deadline_exceeded(
+                    format!("token-issuer IssueNodeCredentials did not answer within {after:?}"),
+                ),
+                // token-issuer validates the CSR itself; its verdict and code reach the node.
+                TokenIssuerError::Call(CallError::Refused(status)) => Status::new(
+                    status.code(),
+                    format!("token-issuer IssueNodeCredentials: {}", status.message()),
+                ),
+                TokenIssuerError::Incomplete { field } => Status::internal(format!(
+                    "token-issuer IssueNodeCredentials answered without {field}"
+                )),
+            },
+        }
+    }
+}
+
+/// Why join-core could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The measurement salt file could not be read.
+    #[error("cannot read the measurement salt from {path}")]
+    ReadSalt {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The measurement salt has the wrong size.
+    #[error("the measurement salt in {path} is {len} bytes; it must be {expected}")]
+    SaltLength {
+        path: PathBuf,
+        len: usize,
+        expected: usize,
+    },
+    /// The join.API socket could not be set up.
+    #[error("cannot serve on the join-core socket")]
+    Socket(#[source] plumbing::unix::Error),
+    /// The socket's permissions could not be set.
+    #[error("cannot set the permissions of {path}")]
+    SocketMode {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("join.API server failed")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+/// An error and its sources on one line, for logs. A [`Status`] prints its own source.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut next = if error.is::<Status>() {
+        None
+    } else {
+        error.source()
+    };
+    while let Some(cause) = next {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        next = if cause.is::<Status>() {
+            None
+        } else {
+            cause.source()
+        };
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_chosen_per_layer() {
+        let kms = |source| TicketError::Kms {
+            key: KeyName::StateDiskKey,
+            source,
+        };
+        let local = Status::from_error("connection refused".into());
+        assert!(local.source().is_some());
+        let cases = [
+            (
+                TicketError::Request(RequestError::NotForwarded { header: "x" }),
+                Code::Unauthenticated,
+            ),
+            (
+                TicketError::Request(RequestError::DiskUuid { reason: "r".into() }),
+                Code::InvalidArgument,
+            ),
+            (
+                kms(CallError::from_status(local, Duration::ZERO).into()),
+                Code::Unavailable,
+            ),
+            (
+                kms(CallError::Timeout(Duration::ZERO).into()),
+                Code::Unavailable,
+            ),
+            (
+                kms(CallError::from_status(Status::invalid_argument("x"), Duration::ZERO).into()),
+                Code::Internal,
+            ),
+            (
+                kms(KmsError::WrongLength {
+                    expected: 32,
+                    got: 1,
+                }),
+                Code::Internal,
+            ),
+            (
+                TicketError::TokenIssuer(CallError::Timeout(Duration::ZERO).into()),
+                Code::DeadlineExceeded,
+            ),
+            (
+                TicketError::TokenIssuer(
+                    CallError::from_status(Status::permission_denied("no"), Duration::ZERO).into(),
+                ),
+                Code::PermissionDenied,
+            ),
+            (
+                TicketError::TokenIssuer(
+                    CallError::from_status(Status::deadline_exceeded("late"), Duration::ZERO)
+                        .into(),
+                ),
+                Code::DeadlineExceeded,
+            ),
+        ];
+        for (error, code) in cases {
+            assert_eq!(error.to_status().code(), code, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn chain_names_every_layer_once() {
+        let error = TicketError::Kms {
+            key: KeyName::MeasurementSecret,
+            source: CallError::Refused(Status::not_found("gone")).into(),
+        };
+        assert_eq!(
+            chain(&error),
+            "key service GetDataKey (measurement secret): answered with an error: \
+             code: 'Some requested entity was not found', message: \"gone\""
+        );
+    }
+}
