@@ -6,13 +6,11 @@ use std::time::Duration;
 use plumbing::telemetry::LogFormat;
 use tonic::transport::Uri;
 
-/// How join-core is started.
+/// join-core: the join ticket logic behind attest-proxy. Serves join.API on a Unix socket that
+/// admits attest-proxy's uid alone; fetches keys from the key service and Kubernetes
+/// credentials from token-issuer.
 #[derive(Clone, Debug, clap::Parser)]
-#[command(
-    name = "join-core",
-    version,
-    about = "Join ticket logic behind attest-proxy"
-)]
+#[command(name = "join-core", version)]
 pub struct Config {
     /// Unix socket to serve join.API on; attest-proxy connects here.
     #[arg(

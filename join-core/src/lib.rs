@@ -10,9 +10,8 @@
 //! them is refused. For a join it checks the request ([`request`]), fetches the node's state
 //! disk key and the measurement secret from the key service ([`keys`]) and only then asks
 //! token-issuer for Kubernetes credentials ([`credentials`]), so a key service failure creates
-//! nothing in Kubernetes. It holds no Kubernetes credential and no key at rest; the measurement
-//! salt is its only configuration secret-ish input. [`error`] sorts failures by layer and maps
-//! them to gRPC statuses in one place.
+//! nothing in Kubernetes. It holds no Kubernetes credential, and keys only for the request that
+//! fetched them. [`error`] sorts failures by layer and maps them to gRPC statuses in one place.
 //!
 //! [`run`] serves until shutdown; [`JoinCore::bind`] then [`JoinCore::serve`] does the same in
 //! two steps, so a test knows the socket is listening before it connects.

@@ -10,7 +10,8 @@ use zeroize::Zeroizing;
 use crate::Error;
 use crate::derive::MasterSecret;
 
-/// How the key service is started.
+/// Constellation-compatible key service: serves kms.API (plaintext gRPC) in
+/// Constellation-managed mode.
 ///
 /// The master secret and salt come from files (in a cluster: the keys `mastersecret` and `salt`
 /// of Constellation's `constellation-mastersecret` Secret, mounted as files) holding the raw
