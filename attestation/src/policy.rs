@@ -289,7 +289,8 @@ mod tests {
 
     #[test]
     fn other_malformed_configs_are_refused() {
-        let cases: [(&str, fn(&PolicyError) -> bool); 5] = [
+        type Check = fn(&PolicyError) -> bool;
+        let cases: [(&str, Check); 5] = [
             (r#"{"measurements": {"x": "00"}}"#, |e| {
                 matches!(e, PolicyError::BadIndex(_))
             }),

@@ -1,1 +1,200 @@
 //! A real TPM 2.0 emulator (swtpm) per test, on free ports.
+//!
+//! Tests of the issuer and validator talk to a real TPM rather than a mock, so that the quotes,
+//! signatures and PCR banks they check are what a TPM actually produces. Each [`Swtpm`] owns its
+//! process and state directory; dropping it kills the process and removes the state.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The swtpm binary (Debian package `swtpm`).
+pub const SWTPM_BIN: &str = "swtpm";
+/// tpm2-tools' PCR extend command (Debian package `tpm2-tools`).
+pub const PCREXTEND_BIN: &str = "tpm2_pcrextend";
+
+const START_ATTEMPTS: usize = 10;
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a swtpm could not be started or driven.
+#[derive(Debug, thiserror::Error)]
+pub enum SwtpmError {
+    #[error("cannot create the swtpm state directory")]
+    StateDir(#[source] io::Error),
+    #[error("cannot find free loopback ports")]
+    Ports(#[source] io::Error),
+    #[error("cannot run {0}")]
+    Spawn(&'static str, #[source] io::Error),
+    #[error("swtpm did not start after {START_ATTEMPTS} attempts: {0}")]
+    NotStarted(String),
+    #[error("PCR index {0} is out of range (0..=23)")]
+    BadIndex(u32),
+    #[error("tpm2_pcrextend failed: {0}")]
+    Extend(String),
+}
+
+/// A running `swtpm socket --tpm2`, already started up (TPM2_Startup done).
+#[derive(Debug)]
+pub struct Swtpm {
+    child: Child,
+    port: u16,
+    state: tempfile::TempDir,
+}
+
+impl Swtpm {
+    /// Starts a fresh TPM with its state in a temporary directory. The server port P and the
+    /// control port P+1 (the layout the swtpm TCTI expects) are picked free; if another process
+    /// takes one of them between the pick and swtpm's bind, it starts over on new ports.
+    pub fn start() -> Result<Swtpm, SwtpmError> {
+        let state = tempfile::tempdir().map_err(SwtpmError::StateDir)?;
+        let mut last_failure = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port_pair().map_err(SwtpmError::Ports)?;
+            let mut child = Command::new(SWTPM_BIN)
+                .arg("socket")
+                .arg("--tpm2")
+                .arg("--tpmstate")
+                .arg(format!("dir={}", state.path().display()))
+                .arg("--server")
+                .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
+                .arg("--ctrl")
+                .arg(format!(
+                    "type=tcp,port={},bindaddr=127.0.0.1",
+                    port.saturating_add(1)
+                ))
+                // Power on and run TPM2_Startup(CLEAR) ourselves, so clients can use it at once.
+                .arg("--flags")
+                .arg("not-need-init,startup-clear")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| SwtpmError::Spawn(SWTPM_BIN, e))?;
+            match wait_ready(&mut child, port) {
+                Ok(()) => {
+                    return Ok(Swtpm { child, port, state });
+                }
+                Err(failure) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    last_failure = failure;
+                }
+            }
+        }
+        Err(SwtpmError::NotStarted(last_failure))
+    }
+
+    /// The TCTI configuration string for tss-esapi and tpm2-tools.
+    pub fn tcti(&self) -> String {
+        format!("swtpm:host=127.0.0.1,port={}", self.port)
+    }
+
+    /// The server port (the control port is one above).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Extends SHA-256 PCR `index` with `digest`, as firmware measuring a component would.
+    pub fn extend_pcr(&self, index: u32, sha256_digest: &[u8; 32]) -> Result<(), SwtpmError> {
+        if index > 23 {
+            return Err(SwtpmError::BadIndex(index));
+        }
+        let hex: String = sha256_digest.iter().map(|b| format!("{b:02x}")).collect();
+        let out = Command::new(PCREXTEND_BIN)
+            .arg("-T")
+            .arg(self.tcti())
+            .arg(format!("{index}:sha256={hex}"))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| SwtpmError::Spawn(PCREXTEND_BIN, e))?;
+        if !out.status.success() {
+            return Err(SwtpmError::Extend(
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The state directory (for tests that inspect or preserve it).
+    pub fn state_dir(&self) -> PathBuf {
+        self.state.path().to_path_buf()
+    }
+}
+
+impl Drop for Swtpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port P such that P and P+1 were both free on loopback a moment ago.
+fn free_port_pair() -> io::Result<u16> {
+    for _ in 0..100 {
+        let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let port = first.local_addr()?.port();
+        let Some(next) = port.checked_add(1) else {
+            continue;
+        };
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, next)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "no two adjacent free ports found",
+    ))
+}
+
+/// Waits until swtpm accepts connections on its server port, or reports why it did not.
+fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = io::Read::read_to_string(&mut pipe, &mut stderr);
+            }
+            return Err(format!("swtpm exited with {status}: {}", stderr.trim()));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            && TcpStream::connect_timeout(
+                &SocketAddr::from((Ipv4Addr::LOCALHOST, port.saturating_add(1))),
+                Duration::from_millis(200),
+            )
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "swtpm did not listen on port {port} within {READY_TIMEOUT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starts_extends_and_stops() {
+        let a = Swtpm::start().unwrap();
+        let b = Swtpm::start().unwrap();
+        assert_ne!(a.port(), b.port());
+        assert!(a.tcti().starts_with("swtpm:host=127.0.0.1,port="));
+        a.extend_pcr(16, &[7; 32]).unwrap();
+        assert!(matches!(
+            a.extend_pcr(24, &[0; 32]),
+            Err(SwtpmError::BadIndex(24))
+        ));
+        let dir = a.state_dir();
+        drop(a);
+        assert!(!dir.exists());
+    }
+}
