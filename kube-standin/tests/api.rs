@@ -1,5 +1,7 @@
 //! The stand-in answers like kube-apiserver: through a kube-rs client and raw HTTP (h1 and h2).
 
+#![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns; a panic is the failure report.
+
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full};

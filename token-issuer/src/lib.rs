@@ -1,1 +1,129 @@
-//! The only process with a Kubernetes credential: bootstrap tokens and kubelet certificates.
+//! token-issuer: the only process in the join-service pod with a Kubernetes credential.
+//!
+//! join-core asks it, over a Unix socket that admits join-core's uid only, for a node's
+//! Kubernetes credentials: a bootstrap token ([`bootstrap`]), the kubelet certificate signed by
+//! the cluster CA ([`ca`]) and the discovery hash. The node's CSR is validated first ([`csr`]);
+//! a refused request touches nothing in Kubernetes. [`service`] orders the steps and maps
+//! errors to gRPC codes in one place.
+
+#![forbid(unsafe_code)]
+
+pub mod bootstrap;
+pub mod ca;
+mod config;
+pub mod csr;
+pub mod service;
+
+use std::path::PathBuf;
+
+use plumbing::shutdown::Shutdown;
+use plumbing::unix::{self, PeerPolicy};
+use proto::tokenissuer::token_issuer_server::TokenIssuerServer;
+
+pub use config::Config;
+
+/// Why token-issuer could not start or keep serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configured endpoint is not `host:port`.
+    #[error("api server endpoint {0:?} is not host:port")]
+    Endpoint(String),
+    /// The cluster CA could not be loaded.
+    #[error("loading the cluster CA")]
+    Ca(#[source] ca::LoadError),
+    /// The kubeconfig file could not be read.
+    #[error("reading kubeconfig {path}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No Kubernetes client configuration could be inferred.
+    #[error("inferring the Kubernetes client configuration (in-cluster or KUBECONFIG)")]
+    InferConfig(#[source] kube::config::InferConfigError),
+    /// The Kubernetes client could not be built.
+    #[error("building the Kubernetes client")]
+    Client(#[source] kube::Error),
+    /// The socket could not be bound.
+    #[error("binding the TokenIssuer socket")]
+    Bind(#[source] unix::Error),
+    /// The gRPC server failed.
+    #[error("serving TokenIssuer")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+fn valid_endpoint(endpoint: &str) -> bool {
+    match endpoint.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0),
+        None => false,
+    }
+}
+
+async fn kube_client(config: &Config) -> Result<kube::Client, Error> {
+    let mut kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kc_err = |source| Error::Kubeconfig {
+                path: path.clone(),
+                source,
+            };
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(kc_err)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(kc_err)?
+        }
+        None => kube::Config::infer().await.map_err(Error::InferConfig)?,
+    };
+    kube_config.connect_timeout = Some(config.kube_timeout);
+    kube_config.read_timeout = Some(config.kube_timeout);
+    kube::Client::try_from(kube_config).map_err(Error::Client)
+}
+
+/// Serves TokenIssuer on `config.socket` until `shutdown` fires, then lets in-flight requests
+/// finish for at most `config.grace_period`.
+pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
+    // kube-rs builds its rustls config from the process default provider; ours is ring.
+    let _ = rustls23::crypto::ring::default_provider().install_default();
+    if !valid_endpoint(&config.api_server_endpoint) {
+        return Err(Error::Endpoint(config.api_server_endpoint.clone()));
+    }
+    let ca = ca::ClusterCa::load(&config.ca_cert, &config.ca_key).map_err(Error::Ca)?;
+    let client = kube_client(&config).await?;
+    let service = service::Service::new(
+        ca,
+        bootstrap::TokenStore::new(client, config.kube_timeout),
+        config.api_server_endpoint.clone(),
+    );
+
+    let listener = unix::bind(&config.socket).map_err(Error::Bind)?;
+    let incoming = unix::incoming(listener, PeerPolicy::uids([config.peer_uid]));
+    tracing::info!(socket = %config.socket.display(), peer_uid = config.peer_uid, "token-issuer serving");
+    let server = tonic::transport::Server::builder()
+        .add_service(TokenIssuerServer::new(service))
+        .serve_with_incoming_shutdown(incoming, shutdown.clone().wait());
+    tokio::pin!(server);
+    let grace = config.grace_period;
+    let result = tokio::select! {
+        result = &mut server => result.map_err(Error::Serve),
+        () = async { shutdown.wait().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(?grace, "grace period over; abandoning in-flight requests");
+            Ok(())
+        }
+    };
+    let _ = std::fs::remove_file(&config.socket);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn endpoints() {
+        assert!(super::valid_endpoint("10.0.0.1:6443"));
+        assert!(super::valid_endpoint("[fd00::1]:6443"));
+        assert!(super::valid_endpoint("api.example.com:443"));
+        assert!(!super::valid_endpoint("10.0.0.1"));
+        assert!(!super::valid_endpoint(":6443"));
+        assert!(!super::valid_endpoint("h:0"));
+    }
+}

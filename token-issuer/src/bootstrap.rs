@@ -1,0 +1,228 @@
+//! Bootstrap tokens: generating them and storing them as the Secret kubeadm's bootstrap
+//! authenticator reads (`bootstrap-token-<id>` in `kube-system`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use rand::Rng;
+
+/// Namespace of bootstrap token Secrets.
+pub const NAMESPACE: &str = "kube-system";
+/// Secret type the bootstrap authenticator looks for.
+pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+/// Group the token authenticates into besides `system:bootstrappers`; kubeadm's default RBAC
+/// lets it create node CSRs.
+pub const EXTRA_GROUPS: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// Constellation's token lifetime.
+pub const TOKEN_TTL: time::Duration = time::Duration::minutes(15);
+
+const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// A bootstrap token, `<id>.<secret>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapToken {
+    /// `[a-z0-9]{6}`, public (it names the Secret).
+    pub id: String,
+    /// `[a-z0-9]{16}`, the credential.
+    pub secret: String,
+}
+
+impl std::fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapToken")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn random_chars(n: usize) -> String {
+    // ThreadRng is a CSPRNG seeded from the OS; random_range is unbiased.
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
+}
+
+impl BootstrapToken {
+    /// A fresh random token.
+    pub fn generate() -> Self {
+        Self {
+            id: random_chars(6),
+            secret: random_chars(16),
+        }
+    }
+
+    /// The token as the node presents it.
+    pub fn token_string(&self) -> String {
+        format!("{}.{}", self.id, self.secret)
+    }
+
+    /// The Secret's name.
+    pub fn secret_name(&self) -> String {
+        format!("bootstrap-token-{}", self.id)
+    }
+
+    /// The Secret kubeadm would create for this token, expiring at `expiration`.
+    pub fn to_secret(&self, node_name: &str, expiration: time::OffsetDateTime) -> Secret {
+        let expiration = rfc3339_seconds(expiration);
+        let data: BTreeMap<String, ByteString> = [
+            ("token-id", self.id.clone()),
+            ("token-secret", self.secret.clone()),
+            ("expiration", expiration),
+            ("usage-bootstrap-authentication", "true".to_owned()),
+            ("usage-bootstrap-signing", "true".to_owned()),
+            ("auth-extra-groups", EXTRA_GROUPS.to_owned()),
+            (
+                "description",
+                format!("Bootstrap token for node {node_name}, issued by the join service"),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
+        .collect();
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(self.secret_name()),
+                namespace: Some(NAMESPACE.to_owned()),
+                ..ObjectMeta::default()
+            },
+            type_: Some(SECRET_TYPE.to_owned()),
+            data: Some(data),
+            ..Secret::default()
+        }
+    }
+}
+
+/// RFC 3339 in UTC with whole seconds, as Go's `time.RFC3339` formats it.
+fn rfc3339_seconds(t: time::OffsetDateTime) -> String {
+    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    let t = t.to_offset(time::UtcOffset::UTC);
+    // Formatting a valid UTC date with this description cannot fail; fall back to the
+    // well-known formatter rather than panicking all the same.
+    t.format(&f)
+        .or_else(|_| t.format(&time::format_description::well_known::Rfc3339))
+        .unwrap_or_default()
+}
+
+/// How a Kubernetes call failed, sorted by what the caller can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// The API server answered with a failure `Status`.
+    #[error("Kubernetes API answered {code} {reason}: {message}")]
+    Api {
+        /// HTTP status.
+        code: u16,
+        /// `Status.reason`.
+        reason: String,
+        /// `Status.message`.
+        message: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer: connection, TLS or protocol failure.
+    #[error("Kubernetes API unreachable")]
+    Transport(#[source] kube::Error),
+    /// No answer within the deadline.
+    #[error("Kubernetes API did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl KubeError {
+    fn from_kube(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(ref s) => Self::Api {
+                code: s.code,
+                reason: s.reason.clone(),
+                message: s.message.clone(),
+                source: e,
+            },
+            other => Self::Transport(other),
+        }
+    }
+
+    /// Whether the request may have been carried out although it reported failure, so the
+    /// caller cannot know whether the object exists.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            Self::Api { code, .. } => *code >= 500,
+            Self::Transport(_) | Self::Timeout(_) => true,
+        }
+    }
+}
+
+/// The Secrets API as token-issuer uses it: create, and delete for rollback.
+#[derive(Clone, Debug)]
+pub struct TokenStore {
+    api: Api<Secret>,
+    timeout: Duration,
+}
+
+impl TokenStore {
+    /// Secrets in [`NAMESPACE`] through `client`, each call bounded by `timeout` (kube-rs
+    /// retries throttling answers on its own; the deadline bounds those retries too).
+    pub fn new(client: kube::Client, timeout: Duration) -> Self {
+        Self {
+            api: Api::namespaced(client, NAMESPACE),
+            timeout,
+        }
+    }
+
+    /// Creates the token's Secret.
+    pub async fn create(&self, secret: &Secret) -> Result<(), KubeError> {
+        match tokio::time::timeout(
+            self.timeout,
+            self.api.create(&PostParams::default(), secret),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(KubeError::from_kube(e)),
+            Err(_) => Err(KubeError::Timeout(self.timeout)),
+        }
+    }
+
+    /// Deletes a Secret; absent counts as deleted.
+    pub async fn delete(&self, name: &str) -> Result<(), KubeError> {
+        match tokio::time::timeout(
+            self.timeout,
+            self.api.delete(name, &DeleteParams::default()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+            Ok(Err(e)) => Err(KubeError::from_kube(e)),
+            Err(_) => Err(KubeError::Timeout(self.timeout)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_shape() {
+        let t = BootstrapToken::generate();
+        assert_eq!(t.id.len(), 6);
+        assert_eq!(t.secret.len(), 16);
+        assert!(
+            t.token_string()
+                .bytes()
+                .all(|c| c == b'.' || ALPHABET.contains(&c))
+        );
+        assert!(!format!("{t:?}").contains(&t.secret));
+    }
+
+    #[test]
+    fn expiration_is_rfc3339_seconds() {
+        let t = time::macros::datetime!(2025-01-02 03:04:05.678 UTC);
+        assert_eq!(rfc3339_seconds(t), "2025-01-02T03:04:05Z");
+    }
+}

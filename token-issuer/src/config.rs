@@ -1,0 +1,85 @@
+//! token-issuer's configuration: flags with environment fallbacks.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plumbing::telemetry::LogFormat;
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|e| format!("expected whole seconds: {e}"))
+}
+
+/// How to run token-issuer. Tests build this directly.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(
+    version,
+    about = "Issues bootstrap tokens and kubelet certificates to join-core"
+)]
+pub struct Config {
+    /// Unix socket to serve the TokenIssuer API on.
+    #[arg(
+        long,
+        env = "TOKEN_ISSUER_SOCKET",
+        default_value = "/run/join/token-issuer.sock"
+    )]
+    pub socket: PathBuf,
+    /// The only uid allowed to connect (join-core's).
+    #[arg(long, env = "TOKEN_ISSUER_PEER_UID")]
+    pub peer_uid: u32,
+    /// Cluster CA certificate (PEM).
+    #[arg(
+        long,
+        env = "TOKEN_ISSUER_CA_CERT",
+        default_value = "/etc/kubernetes/pki/ca.crt"
+    )]
+    pub ca_cert: PathBuf,
+    /// Cluster CA private key (PEM: PKCS#1 RSA, PKCS#8, or SEC1 EC).
+    #[arg(
+        long,
+        env = "TOKEN_ISSUER_CA_KEY",
+        default_value = "/etc/kubernetes/pki/ca.key"
+    )]
+    pub ca_key: PathBuf,
+    /// The API server endpoint nodes join through, `host:port`.
+    #[arg(long, env = "TOKEN_ISSUER_API_SERVER_ENDPOINT")]
+    pub api_server_endpoint: String,
+    /// Kubeconfig for the Kubernetes API; default: in-cluster service account, else KUBECONFIG.
+    #[arg(long, env = "TOKEN_ISSUER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Deadline for each Kubernetes API call, retries included (seconds).
+    #[arg(long = "kube-timeout-secs", env = "TOKEN_ISSUER_KUBE_TIMEOUT_SECS", value_parser = seconds, default_value = "10")]
+    pub kube_timeout: Duration,
+    /// How long in-flight requests may finish after SIGTERM (seconds); keep it below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long = "grace-period-secs", env = "TOKEN_ISSUER_GRACE_PERIOD_SECS", value_parser = seconds, default_value = "20")]
+    pub grace_period: Duration,
+    /// Log format.
+    #[arg(long, env = "TOKEN_ISSUER_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: LogFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn flags_parse() {
+        let c = Config::try_parse_from([
+            "token-issuer",
+            "--peer-uid",
+            "1001",
+            "--api-server-endpoint",
+            "10.0.0.1:6443",
+            "--kube-timeout-secs",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(c.peer_uid, 1001);
+        assert_eq!(c.kube_timeout, Duration::from_secs(3));
+        assert_eq!(c.ca_key, PathBuf::from("/etc/kubernetes/pki/ca.key"));
+    }
+}
