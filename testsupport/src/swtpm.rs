@@ -98,14 +98,30 @@ impl Swtpm {
 
     /// Extends SHA-256 PCR `index` with `digest`, as firmware measuring a component would.
     pub fn extend_pcr(&self, index: u32, sha256_digest: &[u8; 32]) -> Result<(), SwtpmError> {
+        self.extend_pcr_banks(index, &[("sha256", sha256_digest)])
+    }
+
+    /// Extends PCR `index` in several banks at once, e.g. `[("sha256", d1), ("sha384", d2)]`
+    /// (bank names as tpm2-tools spells them), as firmware writing a crypto-agile log does.
+    pub fn extend_pcr_banks(
+        &self,
+        index: u32,
+        digests: &[(&str, &[u8])],
+    ) -> Result<(), SwtpmError> {
         if index > 23 {
             return Err(SwtpmError::BadIndex(index));
         }
-        let hex: String = sha256_digest.iter().map(|b| format!("{b:02x}")).collect();
+        let values: Vec<String> = digests
+            .iter()
+            .map(|(bank, digest)| {
+                let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{bank}={hex}")
+            })
+            .collect();
         let out = Command::new(PCREXTEND_BIN)
             .arg("-T")
             .arg(self.tcti())
-            .arg(format!("{index}:sha256={hex}"))
+            .arg(format!("{index}:{}", values.join(",")))
             .stdin(Stdio::null())
             .output()
             .map_err(|e| SwtpmError::Spawn(PCREXTEND_BIN, e))?;

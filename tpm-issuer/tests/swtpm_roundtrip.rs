@@ -293,3 +293,95 @@ fn tampered_and_replayed_documents_are_rejected() {
         Err(Error::TooLarge { .. })
     ));
 }
+
+/// A crypto-agile event log (SHA-256/384/512) whose events are also extended into the swtpm,
+/// as firmware does while booting.
+fn measure_boot(tpm: &Swtpm) -> Vec<u8> {
+    fn push_u32(out: &mut Vec<u8>, v: u32) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    let algs: [(u16, &'static ring::digest::Algorithm, &str); 3] = [
+        (0x0b, &ring::digest::SHA256, "sha256"),
+        (0x0c, &ring::digest::SHA384, "sha384"),
+        (0x0d, &ring::digest::SHA512, "sha512"),
+    ];
+    let mut log = Vec::new();
+    // Header: a legacy-format EV_NO_ACTION event carrying the Spec ID structure.
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    push_u32(&mut spec, 0); // platform class
+    spec.extend_from_slice(&[0, 2, 0, 2]); // version minor, major, errata, uintn size
+    push_u32(&mut spec, algs.len() as u32);
+    for (id, alg, _) in &algs {
+        spec.extend_from_slice(&id.to_le_bytes());
+        spec.extend_from_slice(&(alg.output_len() as u16).to_le_bytes());
+    }
+    spec.push(0); // vendor info size
+    push_u32(&mut log, 0);
+    push_u32(&mut log, 3);
+    log.extend_from_slice(&[0; 20]);
+    push_u32(&mut log, spec.len() as u32);
+    log.extend_from_slice(&spec);
+
+    for (pcr, data) in [(8u32, &b"grub.cfg"[..]), (9, b"vmlinuz"), (8, b"cmdline")] {
+        push_u32(&mut log, pcr);
+        push_u32(&mut log, 0x0d); // EV_IPL
+        push_u32(&mut log, algs.len() as u32);
+        let mut extend: Vec<(&str, Vec<u8>)> = Vec::new();
+        for (id, alg, name) in &algs {
+            let digest = ring::digest::digest(alg, data).as_ref().to_vec();
+            log.extend_from_slice(&id.to_le_bytes());
+            log.extend_from_slice(&digest);
+            extend.push((name, digest));
+        }
+        push_u32(&mut log, data.len() as u32);
+        log.extend_from_slice(data);
+        let banks: Vec<(&str, &[u8])> = extend.iter().map(|(n, d)| (*n, d.as_slice())).collect();
+        tpm.extend_pcr_banks(pcr, &banks).unwrap();
+    }
+    log
+}
+
+#[test]
+fn event_log_must_replay_to_the_quoted_pcrs() {
+    let tpm = Swtpm::start().unwrap();
+    let log = measure_boot(&tpm);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("binary_bios_measurements");
+    std::fs::write(&path, &log).unwrap();
+
+    let mut config = TpmIssuerConfig::new(tpm.tcti());
+    config.event_log = Some(path.clone());
+    let issuer = TpmIssuer::open(&config).unwrap();
+    let doc = issuer.issue_document(&USER_DATA, &NONCE).unwrap();
+    let validator = QemuVtpmValidator::new(policy_from(&doc, &[8, 9], &[]));
+    validator.validate(&doc, &NONCE).unwrap();
+
+    // A log whose last event was swapped for another measurement tells a different story.
+    let mut parsed = parse(&doc);
+    let n = parsed.attestation.as_ref().unwrap().event_log.len();
+    parsed.attestation.as_mut().unwrap().event_log[n - 1] ^= 1; // event data only: digests still replay, so this passes
+    validator.validate(&reencode(&parsed), &NONCE).unwrap();
+    // The last event's SHA-256 digest: before it come data (7), size (4), SHA-512 (2 + 64) and
+    // SHA-384 (2 + 48) entries.
+    let sha256_offset = n - 7 - 4 - 64 - 2 - 48 - 2 - 32;
+    parsed.attestation.as_mut().unwrap().event_log[sha256_offset] ^= 1;
+    assert!(matches!(
+        validator.validate(&reencode(&parsed), &NONCE),
+        Err(Error::EventLogMismatch {
+            bank: HashAlg::Sha256,
+            index: 8
+        })
+    ));
+    // A truncated log is a parse error.
+    let mut parsed = parse(&doc);
+    parsed
+        .attestation
+        .as_mut()
+        .unwrap()
+        .event_log
+        .truncate(n - 3);
+    assert!(matches!(
+        validator.validate(&reencode(&parsed), &NONCE),
+        Err(Error::EventLog(_))
+    ));
+}

@@ -198,8 +198,8 @@ fn verify_quote(
     ak: &signature::AkKey,
     qualifying: &[u8; 32],
 ) -> Result<(), Error> {
-    // Signature first: nothing in an unsigned TPMS_ATTEST deserves a specific error message
-    // beyond "malformed", but parsing it first gives the operator the most precise one.
+    // Parsing before the signature check only decides which error the operator sees (a wrong
+    // magic or tag is named as such); nothing parsed is trusted until the signature verifies.
     let attest = tpm::Attest::parse(&quote.quote).map_err(|source| match source {
         ParseError::BadMagic(magic) => Error::NotTpmGenerated { index, magic },
         ParseError::NotAQuote(tag) => Error::NotAQuote { index, tag },
