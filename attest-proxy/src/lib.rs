@@ -1,1 +1,137 @@
-//! aTLS-terminating proxy: verifies node attestation, forwards the join API to join-core over a Unix socket.
+//! attest-proxy: the only part of the join service a node talks to.
+//!
+//! ```text
+//! node ──aTLS/TCP──▶ attest-proxy ──HTTP/2 over a Unix socket──▶ join-core
+//! ```
+//!
+//! It terminates attested TLS (crate `atls`), verifies the node's attestation document against
+//! the measurement policy on a bounded thread pool, and forwards only the allowed gRPC methods to
+//! join-core, replacing any identity headers the client sent with the ones it verified. It holds
+//! no key and no cluster credential: compromising it yields nothing to steal, and what it forwards
+//! still goes through join-core's own checks.
+
+pub mod config;
+
+mod allowlist;
+mod connection;
+mod identity;
+mod policy;
+mod status;
+mod upstream;
+mod verify_pool;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use plumbing::shutdown::Shutdown;
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+
+pub use config::Config;
+pub use policy::PolicyError;
+
+/// Why the proxy could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The measurement policy could not be loaded.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The aTLS server could not be set up.
+    #[error("cannot set up aTLS")]
+    Atls(#[source] atls::SetupError),
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The verification threads could not be started.
+    #[error("cannot start verification threads")]
+    Threads(#[source] std::io::Error),
+}
+
+/// A bound proxy, ready to serve.
+#[derive(Debug)]
+pub struct Proxy {
+    listener: TcpListener,
+    shared: Arc<connection::Shared>,
+    drain_timeout: std::time::Duration,
+}
+
+impl Proxy {
+    /// Loads the policy, prepares aTLS and binds the listening socket.
+    pub async fn bind(config: Config) -> Result<Self, Error> {
+        let active = policy::load(config.variant, &config.attestation_config)?;
+        tracing::info!(variant = %config.variant, policy = %active.digest, "measurement policy loaded");
+        let shared = connection::Shared {
+            acceptor: atls::Acceptor::new().map_err(Error::Atls)?,
+            policy: policy::Current::new(active),
+            pool: verify_pool::VerifyPool::new(config.verify_threads, config.verify_queue)
+                .map_err(Error::Threads)?,
+            allowlist: allowlist::AllowlistLayer::new(config.allowed_methods.clone()),
+            upstream: upstream::Upstream::new(&config.upstream_socket),
+            handshake_timeout: config.handshake_timeout,
+        };
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        Ok(Self {
+            listener,
+            shared: Arc::new(shared),
+            drain_timeout: config.drain_timeout,
+        })
+    }
+
+    /// The address nodes connect to (tests bind port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts nodes until `shutdown`, then drains open connections for at most the drain timeout.
+    pub async fn serve(self, shutdown: Shutdown) -> Result<(), Error> {
+        let addr = self.local_addr().map_err(|source| Error::Listen {
+            addr: ([0, 0, 0, 0], 0).into(),
+            source,
+        })?;
+        tracing::info!(%addr, "attest-proxy listening");
+        let tracker = TaskTracker::new();
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((tcp, peer)) => {
+                        let _ = tcp.set_nodelay(true);
+                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, shutdown.clone()));
+                    }
+                    Err(error) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+                () = shutdown.clone().wait() => break,
+            }
+        }
+        drop(self.listener);
+        tracker.close();
+        tracing::info!(open = tracker.len(), "draining connections");
+        if tokio::time::timeout(self.drain_timeout, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = tracker.len(),
+                "drain timeout reached; closing remaining connections"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Binds and serves until `shutdown`.
+pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
+    Proxy::bind(config).await?.serve(shutdown).await
+}

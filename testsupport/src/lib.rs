@@ -2,4 +2,5 @@
 //! as real processes over real Unix sockets.
 
 pub mod harness;
+pub mod process;
 pub mod swtpm;

@@ -1,0 +1,72 @@
+//! attest-proxy's configuration: flags with environment fallbacks, every key named once.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use attestation::Variant;
+use plumbing::telemetry::LogFormat;
+
+/// How attest-proxy listens, verifies and forwards.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(
+    name = "attest-proxy",
+    about = "Terminates aTLS, verifies node attestation, forwards the join API to join-core"
+)]
+pub struct Config {
+    /// TCP address nodes connect to.
+    #[arg(long, env = "ATTEST_PROXY_LISTEN", default_value = "0.0.0.0:9090")]
+    pub listen: SocketAddr,
+
+    /// join-core's Unix socket.
+    #[arg(
+        long,
+        env = "ATTEST_PROXY_UPSTREAM_SOCKET",
+        default_value = "/run/joinservice/join-core.sock"
+    )]
+    pub upstream_socket: PathBuf,
+
+    /// The attestation variant nodes must present.
+    #[arg(long, env = "ATTEST_PROXY_VARIANT", default_value = "qemu-vtpm")]
+    pub variant: Variant,
+
+    /// Constellation's attestation config for the variant (the measurement policy), JSON.
+    #[arg(
+        long,
+        env = "ATTEST_PROXY_ATTESTATION_CONFIG",
+        default_value = "/var/config/attestationConfig"
+    )]
+    pub attestation_config: PathBuf,
+
+    /// gRPC methods forwarded to join-core (full paths); everything else is refused.
+    #[arg(long = "allowed-method", env = "ATTEST_PROXY_ALLOWED_METHODS", value_delimiter = ',',
+          default_values_t = proto::JOIN_API_METHODS.iter().map(|m| (*m).to_owned()))]
+    pub allowed_methods: Vec<String>,
+
+    /// Time a node has to complete the TLS handshake and pass attestation.
+    #[arg(long, env = "ATTEST_PROXY_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// Threads verifying attestation documents (CPU-bound work kept off the async runtime).
+    #[arg(long, env = "ATTEST_PROXY_VERIFY_THREADS", default_value_t = default_verify_threads())]
+    pub verify_threads: usize,
+
+    /// Verifications that may wait for a thread; beyond that nodes are told to retry.
+    #[arg(long, env = "ATTEST_PROXY_VERIFY_QUEUE", default_value_t = 256)]
+    pub verify_queue: usize,
+
+    /// On SIGTERM, how long in-flight joins may take to finish. Keep it below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long, env = "ATTEST_PROXY_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Log line format.
+    #[arg(long, env = "ATTEST_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+fn default_verify_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(usize::from)
+        .unwrap_or(2)
+}

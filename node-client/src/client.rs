@@ -1,0 +1,102 @@
+//! A join API client whose every connection is an aTLS handshake attested by the node's issuer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use attestation::Issuer;
+use hyper_util::rt::TokioIo;
+use proto::join::api_client::ApiClient;
+use tokio::net::TcpStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Why a call to the join service failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint could not be turned into a channel.
+    #[error("invalid join service endpoint {0}")]
+    Endpoint(String, #[source] tonic::transport::Error),
+    /// The service answered with an error status.
+    #[error("join service refused: {0}")]
+    Status(#[from] tonic::Status),
+}
+
+/// A client of the join API.
+#[derive(Clone, Debug)]
+pub struct Client {
+    api: ApiClient<Channel>,
+}
+
+impl Client {
+    /// A client for the join service at `addr`. Connections are made lazily, each one attested
+    /// with a fresh document from `issuer` for the server's nonce.
+    pub fn new(
+        addr: SocketAddr,
+        issuer: Arc<dyn Issuer>,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let connector = Arc::new(atls::Connector::new(issuer));
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| ClientError::Endpoint(addr.to_string(), e))?
+            .timeout(timeout)
+            .connect_timeout(timeout);
+        let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
+            let connector = connector.clone();
+            async move {
+                let tcp = TcpStream::connect(addr).await?;
+                let _ = tcp.set_nodelay(true);
+                let tls = connector
+                    .connect(tcp)
+                    .await
+                    .map_err(std::io::Error::other)?;
+                Ok::<_, std::io::Error>(TokioIo::new(tls))
+            }
+        }));
+        Ok(Self {
+            api: ApiClient::new(channel),
+        })
+    }
+
+    /// Calls `IssueJoinTicket`.
+    pub async fn join(
+        &self,
+        request: proto::join::IssueJoinTicketRequest,
+    ) -> Result<proto::join::IssueJoinTicketResponse, ClientError> {
+        Ok(self
+            .api
+            .clone()
+            .issue_join_ticket(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Calls `IssueRejoinTicket`.
+    pub async fn rejoin(
+        &self,
+        disk_uuid: &str,
+    ) -> Result<proto::join::IssueRejoinTicketResponse, ClientError> {
+        let request = proto::join::IssueRejoinTicketRequest {
+            disk_uuid: disk_uuid.to_owned(),
+        };
+        Ok(self
+            .api
+            .clone()
+            .issue_rejoin_ticket(request)
+            .await?
+            .into_inner())
+    }
+
+    /// A raw request through the attested channel, for tests and debugging: arbitrary metadata
+    /// (e.g. headers the proxy must strip) can be attached.
+    pub async fn join_with(
+        &self,
+        request: tonic::Request<proto::join::IssueJoinTicketRequest>,
+    ) -> Result<proto::join::IssueJoinTicketResponse, ClientError> {
+        Ok(self
+            .api
+            .clone()
+            .issue_join_ticket(request)
+            .await?
+            .into_inner())
+    }
+}

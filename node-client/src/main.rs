@@ -1,0 +1,160 @@
+//! `join-client`: join (or rejoin) a cluster as a node would, and write the ticket to disk.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use node_client::{Client, keys, ticket};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "join-client",
+    about = "Join a cluster through its join service, attesting with the node's TPM"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    #[arg(long, env = "JOIN_CLIENT_LOG_FORMAT", value_enum, default_value_t = plumbing::telemetry::LogFormat::Text, global = true)]
+    log_format: plumbing::telemetry::LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Attest, send a kubelet CSR and SSH host key, and write the join ticket.
+    Join(JoinArgs),
+    /// Attest and fetch the state disk key again after a reboot.
+    Rejoin(Common),
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// The join service (attest-proxy), host:port.
+    #[arg(long, env = "JOIN_CLIENT_ENDPOINT")]
+    endpoint: SocketAddr,
+    /// The TPM, as a TSS TCTI string: `device:/dev/tpmrm0`, or `swtpm:host=127.0.0.1,port=2321`.
+    #[arg(long, env = "JOIN_CLIENT_TCTI", default_value = "device:/dev/tpmrm0")]
+    tcti: String,
+    /// The attestation key type.
+    #[arg(long, env = "JOIN_CLIENT_AK", value_enum, default_value_t = AkType::Rsa)]
+    ak: AkType,
+    /// The firmware event log to send with the quote, e.g.
+    /// `/sys/kernel/security/tpm0/binary_bios_measurements`.
+    #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
+    event_log: Option<PathBuf>,
+    /// The state disk's UUID.
+    #[arg(long, env = "JOIN_CLIENT_DISK_UUID")]
+    disk_uuid: String,
+    /// Where the ticket's parts are written (secrets mode 0600).
+    #[arg(long, env = "JOIN_CLIENT_OUT")]
+    out: PathBuf,
+    /// Deadline for each call, including the attested handshake.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+struct JoinArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The node's Kubernetes name.
+    #[arg(long, env = "JOIN_CLIENT_NODE_NAME")]
+    node_name: String,
+    /// The node's IPs, put into the kubelet certificate.
+    #[arg(long = "ip", env = "JOIN_CLIENT_IPS", value_delimiter = ',')]
+    ips: Vec<IpAddr>,
+    /// Join as a control-plane node.
+    #[arg(long)]
+    control_plane: bool,
+    /// Extra SSH principals for the host certificate.
+    #[arg(long = "principal", value_delimiter = ',')]
+    principals: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum AkType {
+    Rsa,
+    Ecc,
+}
+
+fn client(common: &Common) -> anyhow::Result<Client> {
+    let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
+    config.ak = match common.ak {
+        AkType::Rsa => tpm_issuer::AkSpec::RSA_DEFAULT,
+        AkType::Ecc => tpm_issuer::AkSpec::ECC_DEFAULT,
+    };
+    config.event_log = common.event_log.clone();
+    let issuer = tpm_issuer::TpmIssuer::open(&config)
+        .with_context(|| format!("opening the TPM at {}", common.tcti))?;
+    Ok(Client::new(
+        common.endpoint,
+        Arc::new(issuer),
+        common.timeout,
+    )?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    plumbing::telemetry::init(cli.log_format);
+    match cli.command {
+        Command::Join(args) => {
+            let kubelet = keys::kubelet_request(&args.node_name, &args.ips)?;
+            let ssh = keys::SshHostKey::generate()?;
+            let request = proto::join::IssueJoinTicketRequest {
+                disk_uuid: args.common.disk_uuid.clone(),
+                certificate_request: kubelet.csr_der.clone(),
+                is_control_plane: args.control_plane,
+                host_public_key: ssh.public_wire.clone(),
+                host_certificate_principals: args.principals.clone(),
+            };
+            let ticket = client(&args.common)?.join(request).await?;
+            let keys = ticket::NodeKeys {
+                kubelet_key_pem: &kubelet.key_pem,
+                ssh_host_key_pkcs8: &ssh.pkcs8,
+                ssh_host_public_line: &ssh.public_line(),
+            };
+            ticket::write_join(&args.common.out, &ticket, &keys)?;
+            let token_id = ticket.token.split('.').next().unwrap_or_default();
+            println!(
+                "joined: node {} ({})",
+                args.node_name,
+                if args.control_plane {
+                    "control plane"
+                } else {
+                    "worker"
+                }
+            );
+            println!("  api server          {}", ticket.api_server_endpoint);
+            println!("  bootstrap token id  {token_id}");
+            println!(
+                "  discovery hash      {}",
+                ticket.discovery_token_ca_cert_hash
+            );
+            println!(
+                "  state disk key      {} ({} bytes)",
+                ticket::fingerprint(&ticket.state_disk_key),
+                ticket.state_disk_key.len()
+            );
+            println!(
+                "  measurement secret  {}",
+                ticket::fingerprint(&ticket.measurement_secret)
+            );
+            println!("  written to          {}", args.common.out.display());
+        }
+        Command::Rejoin(common) => {
+            let ticket = client(&common)?.rejoin(&common.disk_uuid).await?;
+            ticket::write_rejoin(&common.out, &ticket)?;
+            println!("rejoined: disk {}", common.disk_uuid);
+            println!(
+                "  state disk key      {} ({} bytes)",
+                ticket::fingerprint(&ticket.state_disk_key),
+                ticket.state_disk_key.len()
+            );
+            println!("  written to          {}", common.out.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! Real child processes for tests and local runs: the workspace's binaries, started with their
+//! output in log files, killed when dropped.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// The directory holding the workspace's built binaries.
+///
+/// Test executables live in `target/<profile>/deps/`; binaries one level up. `JOINSERVICE_BIN_DIR`
+/// overrides this (for installed binaries).
+pub fn bin_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("JOINSERVICE_BIN_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().context("locating the current executable")?;
+    let mut dir = exe
+        .parent()
+        .context("executable has no directory")?
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    Ok(dir)
+}
+
+/// The path of a workspace binary, with a hint if it was not built.
+pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
+    let path = bin_dir()?.join(name);
+    if !path.is_file() {
+        bail!(
+            "{} not found; build the binaries first: cargo build --workspace --bins",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A free loopback TCP port (bound and released; the caller binds it next).
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// A running child process whose output goes to `<log_dir>/<name>.log`.
+#[derive(Debug)]
+pub struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `command`, sending stdout and stderr to a log file named after `name`.
+    pub fn spawn(name: &str, mut command: Command, log_dir: &Path) -> anyhow::Result<Self> {
+        let log = log_dir.join(format!("{name}.log"));
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let err = file.try_clone()?;
+        command.stdin(Stdio::null()).stdout(file).stderr(err);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            log,
+        })
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The process's output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Fails if the process has exited, with its log.
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("{} exited ({status}); its log:\n{}", self.name, self.log());
+        }
+        Ok(())
+    }
+
+    /// Waits until `ready` holds, failing early if the process dies.
+    pub fn wait_until(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            self.check_running()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "{} not ready ({what}) after {timeout:?}; its log:\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until a Unix socket accepts connections.
+    pub fn wait_for_socket(&mut self, path: &Path) -> anyhow::Result<()> {
+        self.wait_until(
+            &format!("socket {}", path.display()),
+            Duration::from_secs(20),
+            || std::os::unix::net::UnixStream::connect(path).is_ok(),
+        )
+    }
+
+    /// Waits until a TCP address accepts connections.
+    pub fn wait_for_tcp(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
+        self.wait_until(&format!("tcp {addr}"), Duration::from_secs(20), || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        })
+    }
+
+    /// Sends SIGTERM and waits for the process to exit, up to `timeout`.
+    pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.id().to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill -TERM {} failed", self.id());
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("{} did not exit within {timeout:?} of SIGTERM", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the process at once (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
