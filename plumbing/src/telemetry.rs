@@ -12,9 +12,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global tracing subscriber. The filter comes from `RUST_LOG` (default `info`).
+/// Installs the global tracing subscriber. The filter comes from `RUST_LOG` (default `info`; the TSS library's per-call chatter is kept to warnings).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,tss_esapi=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -1,1 +1,320 @@
-//! Starts the whole join system as real processes (filled in by the harness work).
+//! The whole join system on one machine: swtpm, the key service, the Kubernetes API stand-in, and
+//! token-issuer, join-core and attest-proxy as real processes talking over real Unix sockets.
+//!
+//! Tests and `local-cluster` both start it through [`System::start`].
+
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube_standin::{Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
+use node_client::Client;
+use rand::Rng;
+
+use crate::process::{Process, bin, free_port};
+use crate::swtpm::Swtpm;
+
+/// The boot measurements the harness extends into the TPM before any node attests, standing in
+/// for what firmware and the boot chain would measure: (PCR index, extended digest byte).
+pub const BOOT_MEASUREMENTS: [(u32, u8); 4] = [(4, 0x44), (9, 0x99), (11, 0x11), (12, 0x12)];
+
+/// The token-issuer's service-account name, as the deployment's RBAC names it.
+pub const TOKEN_ISSUER_USER: &str = "system:serviceaccount:kube-system:join-token-issuer";
+
+/// The API server endpoint handed out in tickets (the stand-in does not serve kubelets).
+pub const API_SERVER_ENDPOINT: &str = "10.0.0.1:6443";
+
+/// How to start the system.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// attest-proxy's listen address; loopback on a free port if unset.
+    pub proxy_listen: Option<SocketAddr>,
+    /// The attestation config (measurement policy) file; the harness writes one matching its
+    /// swtpm's boot measurements if unset.
+    pub attestation_config: Option<PathBuf>,
+    /// Keep the working directory (sockets, logs, keys) instead of deleting it.
+    pub keep_dir: bool,
+}
+
+/// A running system. Dropping it stops every process.
+#[derive(Debug)]
+pub struct System {
+    // Field order is drop order: the proxy goes first, swtpm and the directory last.
+    pub proxy: Process,
+    pub join_core: Process,
+    pub token_issuer: Process,
+    pub keyservice: Process,
+    pub kube: Running,
+    pub swtpm: Swtpm,
+    pub proxy_addr: SocketAddr,
+    pub paths: Paths,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Where the system keeps its files.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    pub root: PathBuf,
+    pub join_core_socket: PathBuf,
+    pub token_issuer_socket: PathBuf,
+    pub attestation_config: PathBuf,
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub measurement_salt: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub logs: PathBuf,
+}
+
+impl Paths {
+    fn new(root: &Path) -> Self {
+        let p = |name: &str| root.join(name);
+        Self {
+            root: root.to_owned(),
+            join_core_socket: p("run/join-core.sock"),
+            token_issuer_socket: p("run/token-issuer.sock"),
+            attestation_config: p("config/attestationConfig"),
+            ca_cert: p("pki/ca.crt"),
+            ca_key: p("pki/ca.key"),
+            measurement_salt: p("config/measurementSalt"),
+            kubeconfig: p("config/token-issuer.kubeconfig"),
+            logs: p("logs"),
+        }
+    }
+}
+
+/// The uid this process runs as: every harness process runs as it, so each socket admits it.
+pub fn own_uid() -> anyhow::Result<u32> {
+    Ok(std::fs::metadata("/proc/self")
+        .context("reading /proc/self")?
+        .uid())
+}
+
+/// The SHA-256 PCR value after extending a zeroed PCR once with `digest`.
+pub fn extended_once(digest: &[u8; 32]) -> [u8; 32] {
+    let mut input = [0u8; 64];
+    input[32..].copy_from_slice(digest);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &input).as_ref());
+    out
+}
+
+/// A Constellation attestation config for qemu-vtpm that enforces exactly the harness's boot
+/// measurements, plus `extra` entries (index, expected, warn_only).
+pub fn attestation_config(extra: &[(u32, [u8; 32], bool)]) -> String {
+    let mut measurements = serde_json::Map::new();
+    for (index, byte) in BOOT_MEASUREMENTS {
+        let value = extended_once(&[byte; 32]);
+        measurements.insert(
+            index.to_string(),
+            serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
+        );
+    }
+    for (index, expected, warn_only) in extra {
+        measurements.insert(
+            index.to_string(),
+            serde_json::json!({"expected": hex::encode(expected), "warnOnly": warn_only}),
+        );
+    }
+    serde_json::json!({ "measurements": measurements }).to_string()
+}
+
+fn write(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
+}
+
+fn random_hex(len: usize) -> String {
+    let mut bytes = vec![0u8; len];
+    rand::rng().fill(bytes.as_mut_slice());
+    hex::encode(bytes)
+}
+
+impl System {
+    /// Starts everything and waits until each process serves.
+    pub async fn start(options: Options) -> anyhow::Result<System> {
+        let dir = tempfile::Builder::new().prefix("joinservice-").tempdir()?;
+        let paths = Paths::new(dir.path());
+        std::fs::create_dir_all(&paths.logs)?;
+        let uid = own_uid()?.to_string();
+
+        // The TPM, with the boot chain measured.
+        let swtpm = Swtpm::start().context("starting swtpm")?;
+        for (index, byte) in BOOT_MEASUREMENTS {
+            swtpm
+                .extend_pcr(index, &[byte; 32])
+                .with_context(|| format!("extending PCR {index}"))?;
+        }
+
+        // Cluster secrets and configuration, as the deployment would mount them.
+        let ca_key = rcgen::KeyPair::generate()?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kubernetes");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        write(&paths.ca_cert, ca_cert.pem().as_bytes())?;
+        write(&paths.ca_key, ca_key.serialize_pem().as_bytes())?;
+        let mut salt = [0u8; 32];
+        rand::rng().fill(&mut salt);
+        write(&paths.measurement_salt, &salt)?;
+        match &options.attestation_config {
+            Some(path) => {
+                std::fs::copy(path, &paths.attestation_config)
+                    .with_context(|| format!("copying attestation config {}", path.display()))?;
+            }
+            None => write(
+                &paths.attestation_config,
+                attestation_config(&[]).as_bytes(),
+            )?,
+        }
+
+        // The Kubernetes API, with the token-issuer's service account allowed exactly its calls.
+        let token = random_hex(16);
+        let secrets = |verb: &str| {
+            Grant::namespaced("kube-system", PolicyRule::new(&[verb], &[""], &["secrets"]))
+        };
+        let user = User::service_account(
+            &token,
+            "kube-system",
+            "join-token-issuer",
+            vec![secrets("create"), secrets("delete")],
+        );
+        let kube = KubeStandin::start(StandinConfig::new(vec![user]))
+            .await
+            .context("starting kube-standin")?;
+        write(&paths.kubeconfig, kube.kubeconfig(&token).as_bytes())?;
+
+        let kms_port = free_port()?;
+        let mut keyservice = Process::spawn(
+            "keyservice",
+            command("keyservice")?
+                .args(["--listen", &format!("127.0.0.1:{kms_port}")])
+                .args([
+                    "--master-secret-hex",
+                    &random_hex(32),
+                    "--master-salt-hex",
+                    &random_hex(32),
+                ]),
+            &paths.logs,
+        )?;
+        let mut token_issuer = Process::spawn(
+            "token-issuer",
+            command("token-issuer")?
+                .arg("--socket")
+                .arg(&paths.token_issuer_socket)
+                .args(["--peer-uid", &uid])
+                .arg("--ca-cert")
+                .arg(&paths.ca_cert)
+                .arg("--ca-key")
+                .arg(&paths.ca_key)
+                .args(["--api-server-endpoint", API_SERVER_ENDPOINT])
+                .arg("--kubeconfig")
+                .arg(&paths.kubeconfig),
+            &paths.logs,
+        )?;
+        let mut join_core = Process::spawn(
+            "join-core",
+            command("join-core")?
+                .arg("--socket")
+                .arg(&paths.join_core_socket)
+                .args(["--proxy-uid", &uid])
+                .args(["--kms-endpoint", &format!("http://127.0.0.1:{kms_port}")])
+                .arg("--token-issuer-socket")
+                .arg(&paths.token_issuer_socket)
+                .arg("--measurement-salt-file")
+                .arg(&paths.measurement_salt),
+            &paths.logs,
+        )?;
+        let proxy_addr = match options.proxy_listen {
+            Some(addr) => addr,
+            None => SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+        };
+        let mut proxy = Process::spawn(
+            "attest-proxy",
+            command("attest-proxy")?
+                .args(["--listen", &proxy_addr.to_string()])
+                .arg("--upstream-socket")
+                .arg(&paths.join_core_socket)
+                .args(["--variant", "qemu-vtpm"])
+                .arg("--attestation-config")
+                .arg(&paths.attestation_config),
+            &paths.logs,
+        )?;
+
+        keyservice.wait_for_tcp(SocketAddr::from(([127, 0, 0, 1], kms_port)))?;
+        token_issuer.wait_for_socket(&paths.token_issuer_socket)?;
+        join_core.wait_for_socket(&paths.join_core_socket)?;
+        let connect_addr = if proxy_addr.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], proxy_addr.port()))
+        } else {
+            proxy_addr
+        };
+        proxy.wait_for_tcp(connect_addr)?;
+
+        // Kept files outlive the system, for inspection after a local run.
+        let dir = if options.keep_dir {
+            let _ = dir.keep();
+            None
+        } else {
+            Some(dir)
+        };
+        Ok(System {
+            proxy,
+            join_core,
+            token_issuer,
+            keyservice,
+            kube,
+            swtpm,
+            proxy_addr: connect_addr,
+            paths,
+            _dir: dir,
+        })
+    }
+
+    /// A node's attestation issuer on the system's swtpm. swtpm serves one client at a time:
+    /// drop the issuer (and the clients using it) before opening another.
+    pub fn issuer(&self) -> anyhow::Result<Arc<tpm_issuer::TpmIssuer>> {
+        let issuer =
+            tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(self.swtpm.tcti()))?;
+        Ok(Arc::new(issuer))
+    }
+
+    /// A join client for the proxy, attesting with `issuer`.
+    pub fn client(&self, issuer: Arc<dyn attestation::Issuer>) -> anyhow::Result<Client> {
+        Ok(Client::new(
+            self.proxy_addr,
+            issuer,
+            Duration::from_secs(20),
+        )?)
+    }
+
+    /// Every process's log, for failure messages.
+    pub fn logs(&self) -> String {
+        [
+            &self.proxy,
+            &self.join_core,
+            &self.token_issuer,
+            &self.keyservice,
+        ]
+        .iter()
+        .map(|p| format!("----- {} -----\n{}", p.name(), p.log()))
+        .collect::<Vec<_>>()
+        .join("\n")
+    }
+}
+
+fn command(name: &str) -> anyhow::Result<Command> {
+    let mut command = Command::new(bin(name)?);
+    command.env(
+        "RUST_LOG",
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()),
+    );
+    Ok(command)
+}

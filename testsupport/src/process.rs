@@ -55,7 +55,7 @@ pub struct Process {
 
 impl Process {
     /// Starts `command`, sending stdout and stderr to a log file named after `name`.
-    pub fn spawn(name: &str, mut command: Command, log_dir: &Path) -> anyhow::Result<Self> {
+    pub fn spawn(name: &str, command: &mut Command, log_dir: &Path) -> anyhow::Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
         let file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -69,6 +69,11 @@ impl Process {
             child,
             log,
         })
+    }
+
+    /// The name it was started under.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The process id.
