@@ -41,7 +41,7 @@ pub async fn handle(
     let (tls, outcome) = match attested {
         Ok(Ok(attested)) => attested,
         Ok(Err(error)) => {
-            tracing::warn!(peer = %peer_addr, %error, "aTLS handshake failed");
+            tracing::warn!(peer = %peer_addr, error = %status::chain(&error), "aTLS handshake failed");
             return;
         }
         Err(_) => {
@@ -98,9 +98,10 @@ async fn attest(
             })
         }
         Ok(Err(error)) => {
-            tracing::warn!(peer = %peer_addr, policy = %active.digest, %error, "attestation rejected");
+            let reason = status::chain(&error);
+            tracing::warn!(peer = %peer_addr, policy = %active.digest, %reason, "attestation rejected");
             Err(tonic::Status::unauthenticated(format!(
-                "attestation rejected: {error}"
+                "attestation rejected: {reason}"
             )))
         }
         Err(error @ PoolError::Overloaded { .. }) => {

@@ -53,9 +53,10 @@ where
                 Err(error) => Err(error),
             };
             Ok(result.unwrap_or_else(|error| {
-                tracing::warn!(%error, "join-core is unreachable");
+                let reason = status::chain(&error);
+                tracing::warn!(%reason, "join-core is unreachable");
                 status::respond(tonic::Status::unavailable(format!(
-                    "join-core is unreachable: {error}"
+                    "join-core is unreachable: {reason}"
                 )))
             }))
         })
