@@ -4,6 +4,9 @@
 //! The node side runs in this test process (so refusals can be checked by status code); every
 //! service runs as its own process started by the harness.
 
+// Helpers outside #[test] functions unwrap too; a panic is the failure report here.
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 
 use attestation::{IssueError, Issuer, Variant};
