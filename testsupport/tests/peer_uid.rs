@@ -1,0 +1,107 @@
+//! join-core's and token-issuer's sockets serve one peer uid each; a process running as any
+//! other uid is dropped, even when file permissions would let it connect.
+//!
+//! The probe runs as a real process under another uid: this test binary re-runs itself as
+//! `nobody`, which takes root. Without root the test cannot start such a process and says so.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use testsupport::harness::{Options, System, own_uid};
+
+const PROBE_SOCKET: &str = "PEER_UID_PROBE_SOCKET";
+const NOBODY: u32 = 65534;
+
+/// Not a test of its own: the body the real test runs as another uid. Connects, speaks the
+/// HTTP/2 preface, and reports whether the server answered or hung up.
+#[test]
+fn probe() {
+    let Ok(path) = std::env::var(PROBE_SOCKET) else {
+        return;
+    };
+    let outcome = (|| {
+        let mut stream = std::os::unix::net::UnixStream::connect(&path)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let _ = stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0");
+        let mut buf = [0u8; 64];
+        Ok::<_, std::io::Error>(match stream.read(&mut buf)? {
+            0 => "closed".to_owned(),
+            _ => "answered".to_owned(),
+        })
+    })();
+    let outcome = outcome.unwrap_or_else(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => "closed".to_owned(),
+        _ => format!("error {e}"),
+    });
+    println!("PROBE-RESULT {outcome}");
+}
+
+fn run_probe(socket: &Path, uid: Option<u32>) -> String {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "probe", "--nocapture", "--test-threads=1"])
+        .env(PROBE_SOCKET, socket);
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid);
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("PROBE-RESULT ").map(|(_, result)| result))
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            panic!(
+                "probe printed no result: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_refuse_processes_of_other_uids() {
+    if own_uid().unwrap() != 0 {
+        eprintln!("SKIPPED: starting a probe under another uid needs root (CI runs as root)");
+        return;
+    }
+    let system = System::start(Options::default()).await.unwrap();
+    // Open the file permissions wide, so the peer-credential check is the only fence left.
+    for dir in [
+        system.paths.root.as_path(),
+        system.paths.join_core_socket.parent().unwrap(),
+    ] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for socket in [
+        &system.paths.join_core_socket,
+        &system.paths.token_issuer_socket,
+    ] {
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(
+            run_probe(socket, None),
+            "answered",
+            "the allowed uid is served on {}",
+            socket.display()
+        );
+        assert_eq!(
+            run_probe(socket, Some(NOBODY)),
+            "closed",
+            "uid {NOBODY} must be dropped by {}",
+            socket.display()
+        );
+    }
+    for process in [&system.join_core, &system.token_issuer] {
+        let log = process.log();
+        assert!(
+            log.contains(&format!("peer uid {NOBODY}")),
+            "{} logs the refused uid:\n{log}",
+            process.name()
+        );
+    }
+}
