@@ -1,0 +1,157 @@
+//! Reading the manifests: every YAML document of every file the kustomization lists.
+
+#![allow(dead_code)] // Each test binary uses a different part.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The service account token-issuer runs as, as RBAC and the admission policy name it.
+pub const TOKEN_ISSUER_USER: &str = "system:serviceaccount:kube-system:join-token-issuer";
+
+pub fn deploy_dir() -> PathBuf {
+    PathBuf::from(deploy::MANIFEST_DIR)
+}
+
+/// Parses a YAML file into JSON values, one per document (empty documents skipped).
+pub fn read_docs(path: &Path) -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            let value: Value = serde::Deserialize::deserialize(doc)
+                .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+            value
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+pub fn kustomization() -> Value {
+    let docs = read_docs(&deploy_dir().join("kustomization.yaml"));
+    assert_eq!(docs.len(), 1, "kustomization.yaml holds one document");
+    docs.into_iter().next().expect("one document")
+}
+
+/// The files `resources:` lists, in order.
+pub fn resource_files() -> Vec<String> {
+    kustomization()["resources"]
+        .as_array()
+        .expect("kustomization has resources")
+        .iter()
+        .map(|r| r.as_str().expect("resource is a path").to_owned())
+        .collect()
+}
+
+/// Every object `kubectl apply -k deploy/` creates.
+pub fn objects() -> Vec<Value> {
+    resource_files()
+        .iter()
+        .flat_map(|f| read_docs(&deploy_dir().join(f)))
+        .collect()
+}
+
+pub fn objects_of(kind: &str) -> Vec<Value> {
+    objects()
+        .into_iter()
+        .filter(|o| o["kind"] == kind)
+        .collect()
+}
+
+pub fn one_of(kind: &str) -> Value {
+    let mut all = objects_of(kind);
+    assert_eq!(all.len(), 1, "expected exactly one {kind}");
+    all.remove(0)
+}
+
+pub fn daemonset() -> Value {
+    one_of("DaemonSet")
+}
+
+pub fn pod_spec() -> Value {
+    daemonset()["spec"]["template"]["spec"].clone()
+}
+
+pub fn containers() -> Vec<Value> {
+    pod_spec()["containers"]
+        .as_array()
+        .expect("containers")
+        .clone()
+}
+
+pub fn container(name: &str) -> Value {
+    containers()
+        .into_iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+pub fn str_set<'a>(values: impl IntoIterator<Item = &'a Value>) -> BTreeSet<String> {
+    values
+        .into_iter()
+        .map(|v| v.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+pub fn array(v: &Value) -> Vec<Value> {
+    v.as_array().cloned().unwrap_or_default()
+}
+
+/// The container's args as strings.
+pub fn args(c: &Value) -> Vec<String> {
+    array(&c["args"])
+        .iter()
+        .map(|a| a.as_str().expect("args are strings").to_owned())
+        .collect()
+}
+
+/// The value of `--flag` in a container's args (`--flag=value` or `--flag value`); panics if the
+/// flag is given twice.
+pub fn flag(c: &Value, name: &str) -> Option<String> {
+    let args = args(c);
+    let long = format!("--{name}");
+    let mut found = Vec::new();
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix(&format!("{long}=")) {
+            found.push(v.to_owned());
+        } else if *a == long {
+            found.push(it.next().cloned().unwrap_or_default());
+        }
+    }
+    assert!(found.len() <= 1, "{long} given more than once: {found:?}");
+    found.pop()
+}
+
+/// A flag that must be present.
+pub fn required_flag(c: &Value, name: &str) -> String {
+    flag(c, name).unwrap_or_else(|| panic!("container {} lacks --{name}", c["name"]))
+}
+
+/// The pod volume named `name`.
+pub fn volume(name: &str) -> Value {
+    array(&pod_spec()["volumes"])
+        .into_iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no volume {name}"))
+}
+
+/// Names of the containers mounting volume `name`.
+pub fn mounted_by(name: &str) -> BTreeSet<String> {
+    containers()
+        .iter()
+        .filter(|c| array(&c["volumeMounts"]).iter().any(|m| m["name"] == name))
+        .map(|c| c["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+pub fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+pub fn run_as_user(c: &Value) -> u64 {
+    c["securityContext"]["runAsUser"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("container {} sets no runAsUser", c["name"]))
+}

@@ -1,0 +1,473 @@
+//! The DaemonSet's pod: who runs as whom, what each container mounts, how the processes are
+//! wired to each other.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use serde_json::Value;
+
+const CONTAINERS: [&str; 3] = ["attest-proxy", "join-core", "token-issuer"];
+const SA_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+#[test]
+fn three_containers_each_running_its_own_binary() {
+    let got: Vec<String> = containers()
+        .iter()
+        .map(|c| c["name"].as_str().expect("name").to_owned())
+        .collect();
+    assert_eq!(got, CONTAINERS);
+    for c in containers() {
+        let command = array(&c["command"]);
+        assert_eq!(
+            command.len(),
+            1,
+            "{}: command is the binary alone",
+            c["name"]
+        );
+        let binary = command[0].as_str().expect("command is a string");
+        assert_eq!(
+            binary,
+            format!("/usr/local/bin/{}", c["name"].as_str().expect("name")),
+            "the Dockerfile installs the binaries to /usr/local/bin"
+        );
+    }
+    // One image for all three, the name kustomize rewrites.
+    let images = str_set(containers().iter().map(|c| &c["image"]).collect::<Vec<_>>());
+    assert_eq!(images, names(&["join-service"]));
+    let rewritten = str_set(
+        array(&kustomization()["images"])
+            .iter()
+            .map(|i| &i["name"])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(rewritten, images, "kustomization sets the image");
+}
+
+#[test]
+fn runs_on_control_plane_nodes_as_a_critical_pod() {
+    let spec = pod_spec();
+    assert_eq!(
+        spec["nodeSelector"]["node-role.kubernetes.io/control-plane"],
+        ""
+    );
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    let tolerated: BTreeSet<String> = array(&spec["tolerations"])
+        .iter()
+        .filter(|t| t["effect"] == "NoSchedule" && t["operator"] == "Exists")
+        .map(|t| t["key"].as_str().expect("key").to_owned())
+        .collect();
+    assert!(tolerated.contains("node-role.kubernetes.io/control-plane"));
+    // The selector matches the template.
+    let ds = daemonset();
+    for (k, v) in ds["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        assert_eq!(&ds["spec"]["template"]["metadata"]["labels"][k], v);
+    }
+}
+
+#[test]
+fn only_token_issuer_gets_a_service_account_token() {
+    let spec = pod_spec();
+    assert_eq!(
+        spec["automountServiceAccountToken"],
+        Value::Bool(false),
+        "the pod must not automount a token into every container"
+    );
+    assert_eq!(spec["serviceAccountName"], "join-token-issuer");
+    let sa = one_of("ServiceAccount");
+    assert_eq!(sa["metadata"]["name"], "join-token-issuer");
+    assert_eq!(sa["automountServiceAccountToken"], Value::Bool(false));
+
+    // Every volume that can carry a token or any Secret.
+    let volumes = array(&spec["volumes"]);
+    let token_volumes: Vec<&Value> = volumes
+        .iter()
+        .filter(|v| {
+            array(&v["projected"]["sources"])
+                .iter()
+                .any(|s| s.get("serviceAccountToken").is_some() || s.get("secret").is_some())
+                || v.get("secret").is_some()
+        })
+        .collect();
+    assert_eq!(token_volumes.len(), 1, "exactly one token volume");
+    let token = token_volumes[0];
+    let name = token["name"].as_str().expect("name");
+    assert_eq!(mounted_by(name), names(&["token-issuer"]));
+
+    // It is what kube-rs's in-cluster config reads: token, ca.crt, namespace.
+    let sources = array(&token["projected"]["sources"]);
+    let paths: BTreeSet<String> = sources
+        .iter()
+        .flat_map(|s| {
+            let mut p = Vec::new();
+            if let Some(t) = s.get("serviceAccountToken") {
+                p.push(t["path"].clone());
+            }
+            for item in array(&s["configMap"]["items"]) {
+                assert_eq!(s["configMap"]["name"], "kube-root-ca.crt");
+                p.push(item["path"].clone());
+            }
+            for item in array(&s["downwardAPI"]["items"]) {
+                assert_eq!(item["fieldRef"]["fieldPath"], "metadata.namespace");
+                p.push(item["path"].clone());
+            }
+            p
+        })
+        .map(|p| p.as_str().expect("path").to_owned())
+        .collect();
+    assert_eq!(paths, names(&["token", "ca.crt", "namespace"]));
+    let mount = array(&container("token-issuer")["volumeMounts"])
+        .into_iter()
+        .find(|m| m["name"] == name)
+        .expect("mount");
+    assert_eq!(mount["mountPath"], SA_PATH);
+    assert_eq!(mount["readOnly"], Value::Bool(true));
+    assert!(flag(&container("token-issuer"), "kubeconfig").is_none());
+
+    // Nobody else mounts anything at the token path.
+    for c in containers() {
+        if c["name"] == "token-issuer" {
+            continue;
+        }
+        for m in array(&c["volumeMounts"]) {
+            let path = m["mountPath"].as_str().expect("mountPath");
+            assert!(
+                !path.starts_with("/var/run/secrets"),
+                "{} mounts {path}",
+                c["name"]
+            );
+        }
+    }
+}
+
+#[test]
+fn no_host_namespaces_no_privilege_no_root() {
+    let spec = pod_spec();
+    for key in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert_ne!(spec[key], Value::Bool(true), "pod sets {key}");
+    }
+    let pod_sc = &spec["securityContext"];
+    assert_eq!(pod_sc["runAsNonRoot"], Value::Bool(true));
+    assert_ne!(pod_sc["runAsUser"], 0);
+    assert_eq!(pod_sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert!(spec.get("initContainers").is_none());
+    assert!(spec.get("ephemeralContainers").is_none());
+
+    for c in containers() {
+        let name = &c["name"];
+        let sc = &c["securityContext"];
+        assert_ne!(sc["privileged"], Value::Bool(true), "{name} is privileged");
+        assert_eq!(
+            sc["runAsNonRoot"],
+            Value::Bool(true),
+            "{name}: runAsNonRoot"
+        );
+        assert_ne!(run_as_user(&c), 0, "{name} runs as root");
+        assert_ne!(sc["runAsGroup"], 0, "{name} runs with group root");
+        assert_eq!(
+            sc["readOnlyRootFilesystem"],
+            Value::Bool(true),
+            "{name}: readOnlyRootFilesystem"
+        );
+        assert_eq!(
+            sc["allowPrivilegeEscalation"],
+            Value::Bool(false),
+            "{name}: allowPrivilegeEscalation"
+        );
+        assert_eq!(
+            sc["seccompProfile"]["type"], "RuntimeDefault",
+            "{name}: seccomp"
+        );
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            serde_json::json!(["ALL"]),
+            "{name} drops all capabilities"
+        );
+        assert!(
+            array(&sc["capabilities"]["add"]).is_empty(),
+            "{name} adds capabilities"
+        );
+        assert!(sc.get("procMount").is_none(), "{name} sets procMount");
+        for p in array(&c["ports"]) {
+            assert!(p.get("hostPort").is_none(), "{name} binds a host port");
+        }
+    }
+}
+
+#[test]
+fn each_container_has_its_own_uid() {
+    let uids: BTreeSet<u64> = containers().iter().map(run_as_user).collect();
+    assert_eq!(uids, [10001, 10002, 10003].into_iter().collect());
+    assert_eq!(run_as_user(&container("attest-proxy")), 10001);
+    assert_eq!(run_as_user(&container("join-core")), 10002);
+    assert_eq!(run_as_user(&container("token-issuer")), 10003);
+    let fs_group = pod_spec()["securityContext"]["fsGroup"]
+        .as_u64()
+        .expect("a shared fsGroup, so the sockets are reachable");
+    assert!(!uids.contains(&fs_group));
+}
+
+#[test]
+fn socket_servers_admit_exactly_their_peer_uid() {
+    let proxy = container("attest-proxy");
+    let core = container("join-core");
+    let issuer = container("token-issuer");
+    assert_eq!(
+        required_flag(&core, "proxy-uid")
+            .parse::<u64>()
+            .expect("uid"),
+        run_as_user(&proxy),
+        "join-core must admit attest-proxy's uid"
+    );
+    assert_eq!(
+        required_flag(&issuer, "peer-uid")
+            .parse::<u64>()
+            .expect("uid"),
+        run_as_user(&core),
+        "token-issuer must admit join-core's uid"
+    );
+}
+
+#[test]
+fn clients_and_servers_agree_on_socket_paths() {
+    let proxy = container("attest-proxy");
+    let core = container("join-core");
+    let issuer = container("token-issuer");
+    let core_socket = required_flag(&core, "socket");
+    let issuer_socket = required_flag(&issuer, "socket");
+    assert_eq!(required_flag(&proxy, "upstream-socket"), core_socket);
+    assert_eq!(required_flag(&core, "token-issuer-socket"), issuer_socket);
+
+    // Both sockets live on the shared in-memory emptyDir, mounted by all three at one path.
+    let sockets = volume("sockets");
+    assert_eq!(sockets["emptyDir"]["medium"], "Memory");
+    assert_eq!(mounted_by("sockets"), names(&CONTAINERS));
+    let mut dirs = BTreeSet::new();
+    for c in containers() {
+        let m = array(&c["volumeMounts"])
+            .into_iter()
+            .find(|m| m["name"] == "sockets")
+            .expect("sockets mount");
+        assert_ne!(
+            m["readOnly"],
+            Value::Bool(true),
+            "sockets must be creatable"
+        );
+        assert!(m.get("subPath").is_none());
+        dirs.insert(m["mountPath"].as_str().expect("mountPath").to_owned());
+    }
+    assert_eq!(dirs.len(), 1, "one mount path for the sockets: {dirs:?}");
+    let dir = dirs.into_iter().next().expect("one");
+    for socket in [&core_socket, &issuer_socket] {
+        let parent = std::path::Path::new(socket).parent().expect("parent");
+        assert_eq!(parent, std::path::Path::new(&dir), "{socket} outside {dir}");
+    }
+    // The proxy connects as another uid through the shared group: group-writable, not world.
+    let mode = u32::from_str_radix(&required_flag(&core, "socket-mode"), 8).expect("octal");
+    assert_eq!(mode & 0o060, 0o060);
+    assert_eq!(mode & 0o007, 0);
+}
+
+#[test]
+fn host_paths_are_read_only_and_token_issuer_only() {
+    let volumes = array(&pod_spec()["volumes"]);
+    let host: Vec<&Value> = volumes
+        .iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .collect();
+    let paths: BTreeSet<String> = host
+        .iter()
+        .map(|v| {
+            assert_eq!(
+                v["hostPath"]["type"], "File",
+                "{}: mount single files",
+                v["name"]
+            );
+            v["hostPath"]["path"].as_str().expect("path").to_owned()
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        names(&["/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/pki/ca.key"])
+    );
+    for v in host {
+        let name = v["name"].as_str().expect("name");
+        assert_eq!(mounted_by(name), names(&["token-issuer"]), "{name}");
+        for c in containers() {
+            for m in array(&c["volumeMounts"])
+                .iter()
+                .filter(|m| m["name"] == name)
+            {
+                assert_eq!(m["readOnly"], Value::Bool(true), "{name} must be read-only");
+                assert_eq!(m["mountPath"], v["hostPath"]["path"]);
+            }
+        }
+    }
+    let issuer = container("token-issuer");
+    assert_eq!(
+        required_flag(&issuer, "ca-cert"),
+        "/etc/kubernetes/pki/ca.crt"
+    );
+    assert_eq!(
+        required_flag(&issuer, "ca-key"),
+        "/etc/kubernetes/pki/ca.key"
+    );
+}
+
+#[test]
+fn configuration_reaches_only_the_container_that_reads_it() {
+    // The measurement policy, to attest-proxy, as a directory mount so hot reload works.
+    let policy = volume("attestation-config");
+    assert_eq!(policy["configMap"]["name"], "join-config");
+    assert_eq!(
+        str_set(
+            array(&policy["configMap"]["items"])
+                .iter()
+                .map(|i| &i["key"])
+                .collect::<Vec<_>>()
+        ),
+        names(&["attestationConfig"])
+    );
+    assert_eq!(mounted_by("attestation-config"), names(&["attest-proxy"]));
+    let proxy = container("attest-proxy");
+    let mount = array(&proxy["volumeMounts"])
+        .into_iter()
+        .find(|m| m["name"] == "attestation-config")
+        .expect("mount");
+    assert!(
+        mount.get("subPath").is_none(),
+        "subPath mounts never update"
+    );
+    assert_eq!(
+        required_flag(&proxy, "attestation-config"),
+        format!(
+            "{}/attestationConfig",
+            mount["mountPath"].as_str().expect("path")
+        )
+    );
+    assert!(flag(&proxy, "variant").is_some(), "the variant is explicit");
+
+    // The measurement salt, to join-core.
+    let salt = volume("measurement-salt");
+    assert_eq!(
+        str_set(
+            array(&salt["configMap"]["items"])
+                .iter()
+                .map(|i| &i["key"])
+                .collect::<Vec<_>>()
+        ),
+        names(&["measurementSalt"])
+    );
+    assert_eq!(mounted_by("measurement-salt"), names(&["join-core"]));
+    let core = container("join-core");
+    let mount = array(&core["volumeMounts"])
+        .into_iter()
+        .find(|m| m["name"] == "measurement-salt")
+        .expect("mount");
+    assert_eq!(
+        required_flag(&core, "measurement-salt-file"),
+        format!(
+            "{}/measurementSalt",
+            mount["mountPath"].as_str().expect("path")
+        )
+    );
+    assert!(
+        required_flag(&core, "kms-endpoint").starts_with("http://key-service.kube-system:9000")
+    );
+
+    // Only the proxy exposes a port.
+    for c in containers() {
+        let ports = array(&c["ports"]);
+        if c["name"] == "attest-proxy" {
+            assert_eq!(ports.len(), 1);
+            assert_eq!(ports[0]["containerPort"], 9090);
+            assert_eq!(required_flag(&c, "listen"), "0.0.0.0:9090");
+        } else {
+            assert!(ports.is_empty(), "{} exposes ports", c["name"]);
+        }
+        // Every mount other than the sockets is read-only.
+        for m in array(&c["volumeMounts"]) {
+            if m["name"] != "sockets" {
+                assert_eq!(
+                    m["readOnly"],
+                    Value::Bool(true),
+                    "{}: {}",
+                    c["name"],
+                    m["name"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn api_server_endpoint_is_the_host_ip() {
+    let issuer = container("token-issuer");
+    assert_eq!(
+        required_flag(&issuer, "api-server-endpoint"),
+        "$(HOST_IP):6443"
+    );
+    let env = array(&issuer["env"]);
+    let host_ip = env
+        .iter()
+        .find(|e| e["name"] == "HOST_IP")
+        .expect("HOST_IP is defined, or $(HOST_IP) is passed literally");
+    assert_eq!(
+        host_ip["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.hostIP"
+    );
+}
+
+/// Parses `20s`-style durations (whole seconds, as the manifests write them).
+fn seconds(s: &str) -> u64 {
+    s.strip_suffix('s')
+        .unwrap_or(s)
+        .parse()
+        .unwrap_or_else(|e| panic!("{s}: {e}"))
+}
+
+#[test]
+fn grace_period_outlasts_every_drain() {
+    let grace = pod_spec()["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("terminationGracePeriodSeconds");
+    // Each process's drain timeout; unset means its default of 20s.
+    let drains = [
+        flag(&container("attest-proxy"), "drain-timeout"),
+        flag(&container("join-core"), "drain-timeout"),
+        flag(&container("token-issuer"), "grace-period-secs"),
+    ];
+    for d in drains {
+        let d = d.map_or(20, |d| seconds(&d));
+        assert!(grace > d, "grace period {grace}s must exceed drain {d}s");
+    }
+}
+
+#[test]
+fn every_container_has_requests_and_limits() {
+    for c in containers() {
+        for kind in ["requests", "limits"] {
+            for res in ["cpu", "memory"] {
+                assert!(
+                    c["resources"][kind].get(res).is_some(),
+                    "{}: resources.{kind}.{res}",
+                    c["name"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn no_invented_probes() {
+    // The processes serve no health endpoints yet; a probe would only restart them.
+    for c in containers() {
+        for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+            assert!(c.get(probe).is_none(), "{}: {probe}", c["name"]);
+        }
+    }
+}
