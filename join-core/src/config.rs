@@ -23,7 +23,7 @@ pub struct Config {
     /// Permission bits of the socket file, octal. The proxy runs as another uid, so it needs
     /// write access through a group both containers share (the pod's fsGroup); the peer uid
     /// check stays the real fence.
-    #[arg(long, env = "JOIN_CORE_SOCKET_MODE", default_value = "660", value_parser = parse_octal)]
+    #[arg(long, env = "JOIN_CORE_SOCKET_MODE", default_value = "660", value_parser = plumbing::unix::parse_mode)]
     pub socket_mode: u32,
 
     /// The uid attest-proxy runs as: the only peer admitted on the socket.
@@ -70,13 +70,6 @@ pub struct Config {
     /// Log line format.
     #[arg(long, env = "JOIN_CORE_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
-}
-
-fn parse_octal(s: &str) -> Result<u32, String> {
-    u32::from_str_radix(s, 8)
-        .ok()
-        .filter(|mode| *mode <= 0o777)
-        .ok_or_else(|| format!("{s:?} is not an octal permission mode such as 660"))
 }
 
 /// Only plaintext `http://host:port`: the key service speaks plaintext gRPC inside the cluster,

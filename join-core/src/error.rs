@@ -203,13 +203,6 @@ pub enum Error {
     /// The join.API socket could not be set up.
     #[error("cannot serve on the join-core socket")]
     Socket(#[source] plumbing::unix::Error),
-    /// The socket's permissions could not be set.
-    #[error("cannot set the permissions of {path}")]
-    SocketMode {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     /// The gRPC server failed.
     #[error("join.API server failed")]
     Serve(#[source] tonic::transport::Error),

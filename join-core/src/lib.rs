@@ -26,7 +26,6 @@ pub mod keys;
 pub mod request;
 pub mod ticket;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -68,15 +67,8 @@ impl JoinCore {
             CredentialsClient::new(config.token_issuer_socket, config.token_issuer_timeout),
             measurement_salt,
         );
-        let listener = plumbing::unix::bind(&config.socket).map_err(Error::Socket)?;
-        std::fs::set_permissions(
-            &config.socket,
-            std::fs::Permissions::from_mode(config.socket_mode),
-        )
-        .map_err(|source| Error::SocketMode {
-            path: config.socket.clone(),
-            source,
-        })?;
+        let listener =
+            plumbing::unix::bind(&config.socket, config.socket_mode).map_err(Error::Socket)?;
         Ok(Self {
             listener,
             socket: config.socket,

@@ -138,7 +138,7 @@ impl System {
                 received: token_issuer_calls.clone(),
                 answer,
             };
-            let listener = plumbing::unix::bind(&token_issuer_socket).unwrap();
+            let listener = plumbing::unix::bind(&token_issuer_socket, 0o600).unwrap();
             let (trigger, shutdown) = shutdown::channel();
             tokio::spawn(
                 tonic::transport::Server::builder()

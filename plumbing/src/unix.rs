@@ -18,6 +18,22 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The socket file's permissions could not be set.
+    #[error("cannot set mode {mode:o} on unix socket {path}")]
+    Mode {
+        path: PathBuf,
+        mode: u32,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Parses a socket file mode given in octal (`660`), for config flags.
+pub fn parse_mode(text: &str) -> Result<u32, String> {
+    match u32::from_str_radix(text, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(mode),
+        _ => Err(format!("{text:?} is not an octal file mode such as 660")),
+    }
 }
 
 /// Which connecting processes a listener admits.
@@ -65,8 +81,12 @@ pub enum PeerRefused {
     },
 }
 
-/// Binds a Unix socket at `path`, replacing a stale socket file left by an earlier run.
-pub fn bind(path: &Path) -> Result<UnixListener, Error> {
+/// Binds a Unix socket at `path` with permission bits `mode`, replacing a stale socket file left
+/// by an earlier run.
+///
+/// In the pod each peer runs as its own uid, so the client reaches the socket through a group the
+/// two containers share (`660`); the peer-credential check of [`incoming`] stays the real fence.
+pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, Error> {
     let bind_err = |source| Error::Bind {
         path: path.to_owned(),
         source,
@@ -79,7 +99,16 @@ pub fn bind(path: &Path) -> Result<UnixListener, Error> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(bind_err(e)),
     }
-    UnixListener::bind(path).map_err(bind_err)
+    let listener = UnixListener::bind(path).map_err(bind_err)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
+        Error::Mode {
+            path: path.to_owned(),
+            mode,
+            source,
+        }
+    })?;
+    Ok(listener)
 }
 
 /// The stream of accepted connections whose peer passes `policy`; refused peers are logged and
@@ -141,14 +170,14 @@ mod tests {
         let path = dir.join("s.sock");
         let me = own_uid();
 
-        let listener = bind(&path).unwrap();
+        let listener = bind(&path, 0o600).unwrap();
         let mut admitted = Box::pin(incoming(listener, PeerPolicy::uids([me])));
         let _client = UnixStream::connect(&path).await.unwrap();
         let stream = admitted.next().await.unwrap().unwrap();
         assert_eq!(stream.peer_cred().unwrap().uid(), me);
 
         // Same socket path, now serving somebody else: our connection must be dropped.
-        let listener = bind(&path).unwrap();
+        let listener = bind(&path, 0o600).unwrap();
         let mut refused = Box::pin(incoming(
             listener,
             PeerPolicy::uids([me.wrapping_add(4242)]),
@@ -165,5 +194,37 @@ mod tests {
             "refused peer sees EOF"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn socket_gets_the_requested_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile_dir("mode");
+        let path = dir.join("m.sock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let _listener = bind(&path, 0o660).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o660
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn modes_parse_as_octal() {
+        assert_eq!(parse_mode("660"), Ok(0o660));
+        assert_eq!(parse_mode("0600"), Ok(0o600));
+        assert!(parse_mode("999").is_err());
+        assert!(parse_mode("1777").is_err());
+    }
+
+    fn tempfile_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("plumbing-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

@@ -22,9 +22,13 @@ pub struct Config {
     #[arg(
         long,
         env = "TOKEN_ISSUER_SOCKET",
-        default_value = "/run/join/token-issuer.sock"
+        default_value = "/run/joinservice/token-issuer.sock"
     )]
     pub socket: PathBuf,
+    /// Permission bits of the socket file, octal. join-core runs as another uid and reaches
+    /// the socket through the pod's shared group; the peer uid check stays the real fence.
+    #[arg(long, env = "TOKEN_ISSUER_SOCKET_MODE", default_value = "660", value_parser = plumbing::unix::parse_mode)]
+    pub socket_mode: u32,
     /// The only uid allowed to connect (join-core's).
     #[arg(long, env = "TOKEN_ISSUER_PEER_UID")]
     pub peer_uid: u32,

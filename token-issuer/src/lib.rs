@@ -96,7 +96,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
         config.api_server_endpoint.clone(),
     );
 
-    let listener = unix::bind(&config.socket).map_err(Error::Bind)?;
+    let listener = unix::bind(&config.socket, config.socket_mode).map_err(Error::Bind)?;
     let incoming = unix::incoming(listener, PeerPolicy::uids([config.peer_uid]));
     tracing::info!(socket = %config.socket.display(), peer_uid = config.peer_uid, "token-issuer serving");
     let server = tonic::transport::Server::builder()

@@ -63,6 +63,7 @@ impl Harness {
         let ca_cert = Path::new(FIXTURES).join(cert);
         let config = Config {
             socket: socket.clone(),
+            socket_mode: 0o600,
             peer_uid,
             ca_cert: ca_cert.clone(),
             ca_key: Path::new(FIXTURES).join(key),
