@@ -60,6 +60,13 @@ impl Connector {
         }
     }
 
+    /// Same connector, other crypto provider (tests restrict TLS versions this way).
+    #[cfg(test)]
+    pub(crate) fn with_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
+        self.provider = provider;
+        self
+    }
+
     /// Runs the aTLS handshake on `io`.
     ///
     /// Offers ALPN `h2` then `http/1.1` (as Constellation's client), TLS 1.2 and 1.3, never

@@ -54,14 +54,18 @@ pub fn attested_certificate(
     issuer: &dyn Issuer,
     nonce: &[u8],
 ) -> Result<AttestedCertificate, HandshakeError> {
-    let key =
-        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(HandshakeError::Certificate)?;
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(HandshakeError::Certificate)?;
     let user_data = user_data_for_spki(&key.subject_public_key_info());
     let document = issuer
         .issue(&user_data, nonce)
         .map_err(HandshakeError::Issue)?;
-    let certificate = self_signed(&key, Some((issuer.variant(), document)), CLIENT_VALIDITY_SLACK)
-        .map_err(HandshakeError::Certificate)?;
+    let certificate = self_signed(
+        &key,
+        Some((issuer.variant(), document)),
+        CLIENT_VALIDITY_SLACK,
+    )
+    .map_err(HandshakeError::Certificate)?;
     Ok(AttestedCertificate {
         certificate,
         private_key: PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
@@ -156,7 +160,12 @@ mod tests {
         assert_eq!(attestation_oids(&cert), vec!["1.3.9900.5.1".to_owned()]);
         assert!(find_document(&cert, Variant::AzureSevSnp).is_none());
         assert_eq!(
-            cert.subject().iter_common_name().next().unwrap().as_str().unwrap(),
+            cert.subject()
+                .iter_common_name()
+                .next()
+                .unwrap()
+                .as_str()
+                .unwrap(),
             SUBJECT_COMMON_NAME
         );
         cert.verify_signature(None).unwrap();

@@ -78,10 +78,9 @@ pub fn decode_distinguished_name(der: &[u8]) -> Result<Vec<u8>, HandshakeError> 
             "trailing bytes after the acceptable CA name".to_owned(),
         ));
     }
-    let common_name = name
-        .iter_common_name()
-        .next()
-        .ok_or_else(|| HandshakeError::NoNonce("acceptable CA name has no CommonName".to_owned()))?;
+    let common_name = name.iter_common_name().next().ok_or_else(|| {
+        HandshakeError::NoNonce("acceptable CA name has no CommonName".to_owned())
+    })?;
     let text = common_name
         .as_str()
         .map_err(|e| HandshakeError::NoNonce(format!("CommonName is not a string: {e}")))?;

@@ -9,13 +9,15 @@ use rcgen::KeyPair;
 use ring::rand::SystemRandom;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::compress::CompressionCache;
-use rustls::crypto::{CertificateIdentity, CryptoProvider, Credentials, Identity, SingleCredential};
+use rustls::crypto::SignatureScheme;
 use rustls::crypto::VerifiedIdentity;
+use rustls::crypto::{
+    CertificateIdentity, Credentials, CryptoProvider, Identity, SingleCredential,
+};
 use rustls::enums::ApplicationProtocol;
 use rustls::error::{CertificateError, Error, PeerIncompatible};
 use rustls::server::danger::{ClientIdentity, ClientVerifier, SignatureVerificationInput};
 use rustls::server::{InvalidSniPolicy, NoServerSessionStorage, ServerConfig, Tls13Tickets};
-use rustls::crypto::SignatureScheme;
 use rustls::{Connection, DistinguishedName};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use subtle::ConstantTimeEq as _;
@@ -62,8 +64,8 @@ impl Acceptor {
     /// Generates the server's self-signed ECDSA P-256 certificate and returns the acceptor.
     pub fn new() -> Result<Self, SetupError> {
         let provider = provider();
-        let key =
-            KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(SetupError::Certificate)?;
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map_err(SetupError::Certificate)?;
         // Go's client checks the server certificate's dates (and nothing else), so it must be
         // valid from before any plausible clock skew until well after this process is gone.
         let certificate = extension::self_signed(&key, None, SERVER_CERT_VALIDITY)
@@ -191,12 +193,11 @@ impl PeerEvidence {
         check_self_signature(&cert)?;
 
         let variant = validator.variant();
-        let document = find_document(&cert, variant).ok_or_else(|| {
-            VerifyError::MissingAttestation {
+        let document =
+            find_document(&cert, variant).ok_or_else(|| VerifyError::MissingAttestation {
                 expected: variant,
                 present: attestation_oids(&cert),
-            }
-        })?;
+            })?;
         let verified = validator
             .validate(document, &self.nonce)
             .map_err(|source| VerifyError::Attestation { variant, source })?;
@@ -220,7 +221,9 @@ fn parse_certificate(der: &[u8]) -> Result<X509Certificate<'_>, VerifyError> {
     let (rest, cert) = X509Certificate::from_der(der).map_err(|e| {
         VerifyError::MalformedCertificate(match e {
             x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
-            x509_parser::nom::Err::Incomplete(_) => x509_parser::error::X509Error::InvalidCertificate,
+            x509_parser::nom::Err::Incomplete(_) => {
+                x509_parser::error::X509Error::InvalidCertificate
+            }
         })
     })?;
     if !rest.is_empty() {
@@ -259,7 +262,9 @@ impl ClientVerifier for NonceHintVerifier {
         identity: &ClientIdentity<'a, '_>,
     ) -> Result<VerifiedIdentity<'a>, Error> {
         match identity.identity {
-            Identity::X509(cert) if cert.end_entity.as_ref().len() > MAX_CLIENT_CERTIFICATE_SIZE => {
+            Identity::X509(cert)
+                if cert.end_entity.as_ref().len() > MAX_CLIENT_CERTIFICATE_SIZE =>
+            {
                 Err(CertificateError::BadEncoding.into())
             }
             Identity::X509(_) => Ok(VerifiedIdentity::assertion(identity.identity.clone())),

@@ -7,11 +7,11 @@
 //! SubjectPublicKeyInfo, so we do the small remaining step ourselves on top of the ring
 //! provider's algorithm table.
 
+use rustls::SignerPublicKey;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{SignatureScheme, WebPkiSupportedAlgorithms};
 use rustls::error::{CertificateError, Error, PeerMisbehaved};
 use rustls::server::danger::SignatureVerificationInput;
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::SignerPublicKey;
 use x509_parser::prelude::FromDer as _;
 
 use crate::der::split_spki;

@@ -203,7 +203,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     /// processing, and the client's callback runs the attestation issuer, which may block. On
     /// a multi-thread runtime that processing then runs under `block_in_place`, so other tasks
     /// move to another worker meanwhile.
-    pub(crate) async fn handshake(&mut self, blocking_callbacks: bool) -> Result<(), HandshakeError> {
+    pub(crate) async fn handshake(
+        &mut self,
+        blocking_callbacks: bool,
+    ) -> Result<(), HandshakeError> {
         let mut failure = None;
         poll_fn(|cx| self.poll_handshake(cx, blocking_callbacks, &mut failure)).await
     }

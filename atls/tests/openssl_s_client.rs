@@ -1,0 +1,141 @@
+//! A foreign TLS client against our server: the real `openssl s_client` binary, sending the SNI
+//! a Go Constellation node sends (standard base64 of 32 random bytes, so with `+`, `/`, `=`).
+//!
+//! Checks that the server accepts that ClientHello, negotiates `h2`, asks for a client
+//! certificate with exactly one acceptable CA name `CN=<base64 of a 32-byte nonce>`, and hands
+//! out that nonce and the presented certificate as evidence.
+
+#![allow(clippy::unwrap_used)] // Tests may panic on unexpected failures.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use atls::{Acceptor, VerifyError};
+use attestation::{Validator, Variant, Verified};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use tokio::net::TcpListener;
+use tokio::process::Command;
+
+/// Never reached: the certificate openssl presents carries no attestation.
+#[derive(Debug)]
+struct NeverCalled;
+
+impl Validator for NeverCalled {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+    fn validate(&self, _: &[u8], _: &[u8]) -> Result<Verified, attestation::Error> {
+        panic!("a certificate without attestation reached the validator")
+    }
+}
+
+/// An SNI exactly like a Go node's: base64 of 32 bytes, chosen to contain `+`, `/` and `=`.
+fn go_style_sni() -> String {
+    let mut nonce = [0u8; 32];
+    nonce[..3].copy_from_slice(&[0xfb, 0xff, 0xbf]);
+    let sni = STANDARD.encode(nonce);
+    assert!(
+        sni.contains('+') && sni.contains('/') && sni.ends_with('='),
+        "{sni}"
+    );
+    sni
+}
+
+async fn handshake_with_openssl(version_flag: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let cert_path = dir.path().join("client.pem");
+    let key_path = dir.path().join("client.key");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+
+    let acceptor = Arc::new(Acceptor::new().unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let (stream, evidence) = acceptor.accept(tcp).await.unwrap();
+        (stream.alpn_protocol().map(<[u8]>::to_vec), evidence)
+    });
+
+    let output = Command::new("openssl")
+        .arg("s_client")
+        .arg("-connect")
+        .arg(addr.to_string())
+        .arg("-servername")
+        .arg(go_style_sni())
+        .args(["-alpn", "h2,http/1.1"])
+        .arg("-cert")
+        .arg(&cert_path)
+        .arg("-key")
+        .arg(&key_path)
+        .arg(version_flag)
+        // End of stdin makes s_client close the connection right after the handshake.
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(30), output)
+        .await
+        .expect("openssl s_client timed out")
+        .expect("cannot run openssl (apt-get install openssl)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+
+    let (alpn, evidence) = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("server handshake timed out")
+        .unwrap();
+
+    assert!(
+        stdout.contains("ALPN protocol: h2"),
+        "no h2 negotiated:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
+
+    // The acceptable CA names openssl received: exactly one, CN=<base64 nonce>.
+    let names: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Acceptable client certificate CA names"))
+        .skip(1)
+        .take_while(|l| l.starts_with("CN"))
+        .collect();
+    assert_eq!(names.len(), 1, "acceptable CA names: {names:?}\n{stdout}");
+    let printed = names[0]
+        .trim_start_matches("CN")
+        .trim_start()
+        .trim_start_matches('=')
+        .trim()
+        // openssl quotes values that contain '+' (an RDN separator in its notation).
+        .trim_matches('"');
+    let nonce = STANDARD.decode(printed).unwrap();
+    assert_eq!(nonce.len(), 32);
+    assert_eq!(
+        nonce,
+        evidence.nonce(),
+        "the hinted nonce is the connection's nonce"
+    );
+
+    // The server kept what openssl presented, and rejects it for want of attestation.
+    assert_eq!(evidence.peer_certificate().as_ref(), cert.der().as_ref());
+    let err = evidence.verify(&NeverCalled).unwrap_err();
+    assert!(
+        matches!(err, VerifyError::MissingAttestation { .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openssl_tls13_with_base64_sni() {
+    handshake_with_openssl("-tls1_3").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openssl_tls12_with_base64_sni() {
+    handshake_with_openssl("-tls1_2").await;
+}
