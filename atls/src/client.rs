@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::error::HandshakeError;
 use crate::extension::{AttestedCertificate, attested_certificate};
 use crate::nonce;
-use crate::signature::{self, Version};
+use crate::signature;
 use crate::stream::TlsStream;
 use crate::{ALPN_H2, ALPN_HTTP1, provider};
 
@@ -236,28 +236,18 @@ impl ServerVerifier for UnauthenticatedServer {
         &self,
         input: &SignatureVerificationInput<'_>,
     ) -> Result<HandshakeSignatureValid, Error> {
-        signature::verify(
-            input,
-            &self.provider.signature_verification_algorithms,
-            Version::Tls12,
-        )
+        signature::verify_tls12(input, &self.provider)
     }
 
     fn verify_tls13_signature(
         &self,
         input: &SignatureVerificationInput<'_>,
     ) -> Result<HandshakeSignatureValid, Error> {
-        signature::verify(
-            input,
-            &self.provider.signature_verification_algorithms,
-            Version::Tls13,
-        )
+        signature::verify_tls13(input, &self.provider)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        signature::supported_schemes(&self.provider)
     }
 
     fn request_ocsp_response(&self) -> bool {

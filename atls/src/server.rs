@@ -28,7 +28,7 @@ use x509_parser::prelude::FromDer as _;
 use crate::error::{HandshakeError, SetupError, VerifyError};
 use crate::extension::{self, attestation_oids, find_document, user_data_for_spki};
 use crate::nonce::{self, NONCE_LEN};
-use crate::signature::{self, Version};
+use crate::signature;
 use crate::stream::TlsStream;
 use crate::{ALPN_H2, provider};
 
@@ -66,8 +66,9 @@ impl Acceptor {
         let provider = provider();
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(SetupError::Certificate)?;
-        // Go's client checks the server certificate's dates (and nothing else), so it must be
-        // valid from before any plausible clock skew until well after this process is gone.
+        // Go's client only parses the server certificate and checks its dates (no name, no
+        // issuer), so it must be valid from before any plausible clock skew until well after
+        // this process is gone.
         let certificate = extension::self_signed(&key, None, SERVER_CERT_VALIDITY)
             .map_err(SetupError::Certificate)?;
         let signing_key = provider
@@ -276,22 +277,14 @@ impl ClientVerifier for NonceHintVerifier {
         &self,
         input: &SignatureVerificationInput<'_>,
     ) -> Result<HandshakeSignatureValid, Error> {
-        signature::verify(
-            input,
-            &self.provider.signature_verification_algorithms,
-            Version::Tls12,
-        )
+        signature::verify_tls12(input, &self.provider)
     }
 
     fn verify_tls13_signature(
         &self,
         input: &SignatureVerificationInput<'_>,
     ) -> Result<HandshakeSignatureValid, Error> {
-        signature::verify(
-            input,
-            &self.provider.signature_verification_algorithms,
-            Version::Tls13,
-        )
+        signature::verify_tls13(input, &self.provider)
     }
 
     fn root_hint_subjects(&self) -> Arc<[DistinguishedName]> {
@@ -307,8 +300,6 @@ impl ClientVerifier for NonceHintVerifier {
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        signature::supported_schemes(&self.provider)
     }
 }

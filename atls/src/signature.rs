@@ -1,24 +1,56 @@
 //! Verifying the TLS handshake signature (`CertificateVerify` / `ServerKeyExchange`) against the
 //! key of the certificate the peer presented.
 //!
-//! This is the proof that the peer holds the private key of its aTLS certificate; without it a
-//! peer could replay someone else's attested certificate. rustls' own helpers for this live
+//! This is the proof that the peer holds the private key of its aTLS certificate. Without it an
+//! attacker could relay the server's nonce to an honest node, obtain that node's freshly
+//! attested certificate, and present it as its own. rustls' own helpers for this live
 //! behind its `webpki` feature, which would pull in a second pre-release crate just to parse a
 //! SubjectPublicKeyInfo, so we do the small remaining step ourselves on top of the ring
 //! provider's algorithm table.
 
 use rustls::SignerPublicKey;
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{SignatureScheme, WebPkiSupportedAlgorithms};
+use rustls::crypto::{CryptoProvider, SignatureScheme, WebPkiSupportedAlgorithms};
 use rustls::error::{CertificateError, Error, PeerMisbehaved};
 use rustls::server::danger::SignatureVerificationInput;
 use x509_parser::prelude::FromDer as _;
 
 use crate::der::split_spki;
 
+/// TLS 1.2 rules, for `verify_tls12_signature` of both verifier traits.
+pub(crate) fn verify_tls12(
+    input: &SignatureVerificationInput<'_>,
+    provider: &CryptoProvider,
+) -> Result<HandshakeSignatureValid, Error> {
+    verify(
+        input,
+        &provider.signature_verification_algorithms,
+        Version::Tls12,
+    )
+}
+
+/// TLS 1.3 rules, for `verify_tls13_signature` of both verifier traits.
+pub(crate) fn verify_tls13(
+    input: &SignatureVerificationInput<'_>,
+    provider: &CryptoProvider,
+) -> Result<HandshakeSignatureValid, Error> {
+    verify(
+        input,
+        &provider.signature_verification_algorithms,
+        Version::Tls13,
+    )
+}
+
+/// The schemes we can verify, most preferred first.
+pub(crate) fn supported_schemes(provider: &CryptoProvider) -> Vec<SignatureScheme> {
+    provider
+        .signature_verification_algorithms
+        .supported_schemes()
+}
+
 /// Which TLS version's rules apply to the signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Version {
+enum Version {
     Tls12,
     Tls13,
 }
@@ -40,7 +72,7 @@ const TLS13_SCHEMES: &[SignatureScheme] = &[
 /// TLS 1.2 tries every algorithm mapped to the scheme (there, `ECDSA_NISTP256_SHA256` does not
 /// pin the curve); TLS 1.3 binds scheme and curve, so only the first mapping applies. In both
 /// cases the algorithm must match the key's own AlgorithmIdentifier.
-pub(crate) fn verify(
+fn verify(
     input: &SignatureVerificationInput<'_>,
     algorithms: &WebPkiSupportedAlgorithms,
     version: Version,
