@@ -77,7 +77,7 @@ use rustls::crypto::CryptoProvider;
 
 pub use client::Connector;
 pub use error::{HandshakeError, SetupError, VerifyError};
-pub use server::{Acceptor, PeerEvidence};
+pub use server::{Acceptor, MAX_CLIENT_CERTIFICATE_SIZE, PeerEvidence};
 pub use stream::TlsStream;
 
 /// The only ALPN protocol the server accepts: gRPC runs over HTTP/2.
