@@ -355,7 +355,7 @@ mod tests {
 
     fn testdata(name: &str) -> Vec<u8> {
         let path = format!(
-            "{}/../../shared/testdata/tpm/eventlogs/{name}",
+            "{}/testdata/eventlogs/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
