@@ -354,10 +354,7 @@ mod tests {
     use super::*;
 
     fn testdata(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/testdata/eventlogs/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let path = format!("{}/testdata/eventlogs/{name}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
