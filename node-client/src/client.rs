@@ -62,12 +62,7 @@ impl Client {
         &self,
         request: proto::join::IssueJoinTicketRequest,
     ) -> Result<proto::join::IssueJoinTicketResponse, ClientError> {
-        Ok(self
-            .api
-            .clone()
-            .issue_join_ticket(request)
-            .await?
-            .into_inner())
+        self.join_with(tonic::Request::new(request)).await
     }
 
     /// Calls `IssueRejoinTicket`.

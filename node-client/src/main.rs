@@ -117,7 +117,6 @@ async fn main() -> anyhow::Result<()> {
                 ssh_host_public_line: &ssh.public_line(),
             };
             ticket::write_join(&args.common.out, &ticket, &keys)?;
-            let token_id = ticket.token.split('.').next().unwrap_or_default();
             println!(
                 "joined: node {} ({})",
                 args.node_name,
@@ -127,21 +126,7 @@ async fn main() -> anyhow::Result<()> {
                     "worker"
                 }
             );
-            println!("  api server          {}", ticket.api_server_endpoint);
-            println!("  bootstrap token id  {token_id}");
-            println!(
-                "  discovery hash      {}",
-                ticket.discovery_token_ca_cert_hash
-            );
-            println!(
-                "  state disk key      {} ({} bytes)",
-                ticket::fingerprint(&ticket.state_disk_key),
-                ticket.state_disk_key.len()
-            );
-            println!(
-                "  measurement secret  {}",
-                ticket::fingerprint(&ticket.measurement_secret)
-            );
+            println!("{}", ticket::summary(&ticket));
             println!("  written to          {}", args.common.out.display());
         }
         Command::Rejoin(common) => {

@@ -149,6 +149,33 @@ fn safe_pki_name(name: &str) -> Result<&str, WriteError> {
     }
 }
 
+/// What a node learned from its join ticket, one line per part, secrets as fingerprints only.
+pub fn summary(ticket: &IssueJoinTicketResponse) -> String {
+    let token_id = ticket.token.split('.').next().unwrap_or_default();
+    [
+        format!("  api server          {}", ticket.api_server_endpoint),
+        format!("  bootstrap token id  {token_id}"),
+        format!(
+            "  discovery hash      {}",
+            ticket.discovery_token_ca_cert_hash
+        ),
+        format!(
+            "  kubelet cert        {} bytes PEM",
+            ticket.kubelet_cert.len()
+        ),
+        format!(
+            "  state disk key      {} ({} bytes)",
+            fingerprint(&ticket.state_disk_key),
+            ticket.state_disk_key.len()
+        ),
+        format!(
+            "  measurement secret  {}",
+            fingerprint(&ticket.measurement_secret)
+        ),
+    ]
+    .join("\n")
+}
+
 /// A short fingerprint of secret material for summaries: never the secret itself.
 pub fn fingerprint(secret: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, secret);

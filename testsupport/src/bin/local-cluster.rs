@@ -90,23 +90,7 @@ async fn demo(system: &System) -> anyhow::Result<()> {
     };
     ticket::write_join(&out, &joined, &node_keys)?;
     println!("node worker-local joined (attested with swtpm, qemu-vtpm):");
-    println!("  api server          {}", joined.api_server_endpoint);
-    println!(
-        "  bootstrap token id  {}",
-        joined.token.split('.').next().unwrap_or_default()
-    );
-    println!(
-        "  discovery hash      {}",
-        joined.discovery_token_ca_cert_hash
-    );
-    println!(
-        "  kubelet cert        {} bytes PEM",
-        joined.kubelet_cert.len()
-    );
-    println!(
-        "  state disk key      {}",
-        ticket::fingerprint(&joined.state_disk_key)
-    );
+    println!("{}", ticket::summary(&joined));
     println!("  ticket written to   {}", out.display());
 
     let rejoined = client.rejoin(disk_uuid).await.context("rejoining")?;
