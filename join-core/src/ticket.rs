@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use proto::join::api_server::Api;
 use proto::join::{
-    IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest,
-    IssueRejoinTicketResponse,
+    ControlPlaneCertOrKey, IssueJoinTicketRequest, IssueJoinTicketResponse,
+    IssueRejoinTicketRequest, IssueRejoinTicketResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -40,10 +40,8 @@ impl TicketService {
     /// A join ticket for an attested node.
     ///
     /// The keys are fetched before token-issuer is asked, so a key service failure leaves
-    /// nothing behind in Kubernetes. Not yet filled in (the SSH, control-plane and components
-    /// work comes next): `control_plane_files`, `kubernetes_version`, `kubernetes_components`,
-    /// `authorized_ca_public_key` and `host_certificate` are left empty, so for now only worker
-    /// nodes can complete a join with this ticket.
+    /// nothing behind in Kubernetes. Not yet filled in (the SSH work comes next):
+    /// `authorized_ca_public_key` and `host_certificate` are left empty.
     async fn join(
         &self,
         identity: &Identity,
@@ -68,6 +66,16 @@ impl TicketService {
             api_server_endpoint: credentials.api_server_endpoint,
             token: credentials.token,
             discovery_token_ca_cert_hash: credentials.discovery_token_ca_cert_hash,
+            control_plane_files: credentials
+                .control_plane_files
+                .into_iter()
+                .map(|file| ControlPlaneCertOrKey {
+                    name: file.name,
+                    data: file.data,
+                })
+                .collect(),
+            kubernetes_version: credentials.kubernetes_version,
+            kubernetes_components: credentials.kubernetes_components,
             ..Default::default()
         };
         Ok((ticket, credentials.node_name))

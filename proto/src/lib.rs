@@ -26,7 +26,12 @@ pub mod kms {
 
 /// The internal join-core ↔ token-issuer API.
 pub mod tokenissuer {
-    tonic::include_proto!("tokenissuer.v1");
+    // Nested as the package name is, so generated paths to other packages
+    // (`super::super::components`) resolve.
+    pub mod v1 {
+        tonic::include_proto!("tokenissuer.v1");
+    }
+    pub use v1::*;
 }
 
 /// Full gRPC method paths of the public join API, as attest-proxy's allowlist names them.

@@ -150,6 +150,7 @@ impl Service {
             api_server_endpoint: self.inner.api_server_endpoint.clone(),
             kubelet_cert: kubelet_cert.into_bytes(),
             node_name: node.node_name,
+            ..Default::default()
         })
     }
 }
