@@ -62,6 +62,17 @@ pub struct Config {
     )]
     pub measurement_salt_file: PathBuf,
 
+    /// kubeadm's ClusterConfiguration (YAML): the `ClusterConfiguration` key of the
+    /// `kube-system/kubeadm-config` ConfigMap, mounted as a file. Its `apiServer.certSANs` become
+    /// principals of every SSH host certificate. Read at startup (a missing or unparsable file
+    /// stops join-core) and again for each join, since the kubelet updates projected ConfigMaps.
+    #[arg(
+        long,
+        env = "JOIN_CORE_KUBEADM_CONFIG",
+        default_value = "/var/kubeadm-config/ClusterConfiguration"
+    )]
+    pub kubeadm_config: PathBuf,
+
     /// How long in-flight requests get to finish after SIGTERM. Keep it below the pod's
     /// terminationGracePeriodSeconds.
     #[arg(long, env = "JOIN_CORE_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
