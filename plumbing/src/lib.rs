@@ -5,8 +5,10 @@
 //! credentials (`SO_PEERCRED`) of each connecting process and drops any whose uid is not the one
 //! intended peer's. attest-proxy → join-core and join-core → token-issuer both go through it.
 //! [`identity`] names the headers attest-proxy vouches for; [`shutdown`] and [`telemetry`] are
-//! what every `main` needs.
+//! what every `main` needs, and
+//! [`admin`] is the health and metrics endpoint each process serves.
 
+pub mod admin;
 pub mod identity;
 pub mod shutdown;
 pub mod telemetry;

@@ -1,0 +1,360 @@
+//! The admin endpoint each process serves beside its API: liveness, readiness and metrics.
+//!
+//! - `GET /livez`: 200 while the process's runtime answers at all. A kubelet restarts the
+//!   container when it stops answering; it never depends on other processes, so one broken
+//!   dependency cannot make the kubelet restart every container in turn.
+//! - `GET /readyz`: 200 only if every readiness check passes (each under a short deadline, all at
+//!   once), 503 otherwise, and 503 once the process drains, so the pod leaves the Service's
+//!   endpoints before it stops accepting. The body names each check and why it failed.
+//! - `GET /metrics`: the process's Prometheus registry in the text exposition format.
+//!
+//! It is plain HTTP/1.1 on its own port, which the NetworkPolicy opens to the kubelet and the
+//! monitoring namespace only; it serves no secret.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::shutdown::Shutdown;
+
+/// The future a readiness check returns: `Err` says why the dependency is not usable.
+pub type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// One readiness condition, such as "join-core's socket accepts connections".
+pub trait Check: Send + Sync + 'static {
+    /// Runs the check once.
+    fn check(&self) -> CheckFuture;
+}
+
+impl<F, Fut> Check for F
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    fn check(&self) -> CheckFuture {
+        Box::pin(self())
+    }
+}
+
+/// How long one readiness check may take before it counts as failed. Kubernetes' probe timeout
+/// defaults to one second; staying under it keeps a slow dependency from failing the whole probe
+/// with a timeout that names nothing.
+pub const CHECK_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// Collects the metrics registry and the readiness checks, then binds the endpoint.
+pub struct Admin {
+    registry: Registry,
+    checks: Vec<(&'static str, Box<dyn Check>)>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field(
+                "checks",
+                &self.checks.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// An endpoint whose metric names all start with `prefix` (e.g. `attest_proxy`).
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            registry: Registry::with_prefix(prefix),
+            checks: Vec::new(),
+        }
+    }
+
+    /// The registry to register this process's metrics in.
+    pub fn registry(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Adds a readiness condition named `name` (shown in the `/readyz` body).
+    pub fn check(mut self, name: &'static str, check: impl Check) -> Self {
+        self.checks.push((name, Box::new(check)));
+        self
+    }
+
+    /// Binds the endpoint on `addr` (port 0 picks a free port).
+    pub async fn bind(self, addr: SocketAddr) -> io::Result<AdminServer> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(AdminServer {
+            listener,
+            state: Arc::new(State {
+                registry: self.registry,
+                checks: self.checks,
+            }),
+        })
+    }
+}
+
+struct State {
+    registry: Registry,
+    checks: Vec<(&'static str, Box<dyn Check>)>,
+}
+
+/// A bound admin endpoint.
+pub struct AdminServer {
+    listener: TcpListener,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for AdminServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminServer")
+            .field("listener", &self.listener)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminServer {
+    /// The address the endpoint listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until the task is dropped. Readiness turns false once `draining` fires; the
+    /// endpoint itself keeps answering while the process drains, so probes see the drain.
+    pub async fn serve(self, draining: Shutdown) {
+        loop {
+            let (stream, _) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "admin endpoint: accept failed");
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let state = self.state.clone();
+            let draining = draining.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let state = state.clone();
+                    let draining = draining.clone();
+                    async move { Ok::<_, Infallible>(respond(&state, &draining, request).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if let Err(error) = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!(%error, "admin connection ended");
+                }
+            });
+        }
+    }
+
+    /// Runs [`AdminServer::serve`] on its own task; abort the handle when the process is done.
+    pub fn spawn(self, draining: Shutdown) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.serve(draining))
+    }
+}
+
+async fn respond(
+    state: &State,
+    draining: &Shutdown,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".to_owned());
+    }
+    match request.uri().path() {
+        "/livez" => text(StatusCode::OK, "ok\n".to_owned()),
+        "/readyz" => readiness(state, draining).await,
+        "/metrics" => metrics(&state.registry),
+        other => text(StatusCode::NOT_FOUND, format!("no such path {other:?}\n")),
+    }
+}
+
+async fn readiness(state: &State, draining: &Shutdown) -> Response<Full<Bytes>> {
+    if draining.is_fired() {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining: shutdown requested\n".to_owned(),
+        );
+    }
+    let results = futures::future::join_all(state.checks.iter().map(|(name, check)| async move {
+        let outcome = match tokio::time::timeout(CHECK_TIMEOUT, check.check()).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("no answer within {CHECK_TIMEOUT:?}")),
+        };
+        (*name, outcome)
+    }))
+    .await;
+    let mut body = String::new();
+    let mut ready = true;
+    for (name, outcome) in results {
+        match outcome {
+            Ok(()) => body.push_str(&format!("ok {name}\n")),
+            Err(reason) => {
+                ready = false;
+                body.push_str(&format!("failed {name}: {reason}\n"));
+            }
+        }
+    }
+    if ready {
+        text(StatusCode::OK, body)
+    } else {
+        tracing::warn!(checks = %body.trim_end().replace('\n', "; "), "not ready");
+        text(StatusCode::SERVICE_UNAVAILABLE, body)
+    }
+}
+
+fn metrics(registry: &Registry) -> Response<Full<Bytes>> {
+    let mut body = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut body, registry) {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {error}\n"),
+        );
+    }
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+    );
+    response
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// A readiness check that passes when a Unix socket accepts a connection: the peer process is
+/// up and listening. (Its uid check may still refuse us; accepting is what "reachable" means.)
+pub fn unix_socket_check(path: impl Into<std::path::PathBuf>) -> impl Check {
+    let path: Arc<std::path::Path> = Arc::from(path.into());
+    move || {
+        let path = path.clone();
+        async move {
+            tokio::net::UnixStream::connect(&*path)
+                .await
+                .map(drop)
+                .map_err(|error| format!("cannot connect to {}: {error}", path.display()))
+        }
+    }
+}
+
+/// A readiness check that passes when a TCP endpoint (`host:port`) accepts a connection.
+pub fn tcp_check(endpoint: impl Into<String>) -> impl Check {
+    let endpoint: Arc<str> = Arc::from(endpoint.into());
+    move || {
+        let endpoint = endpoint.clone();
+        async move {
+            tokio::net::TcpStream::connect(&*endpoint)
+                .await
+                .map(drop)
+                .map_err(|error| format!("cannot connect to {endpoint}: {error}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::metrics::counter::Counter;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).await.unwrap();
+        let status = raw[9..12].parse().unwrap();
+        let body = raw.split_once("\r\n\r\n").unwrap().1.to_owned();
+        (status, body)
+    }
+
+    #[tokio::test]
+    async fn live_ready_metrics_and_drain() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("dep.sock");
+        let mut admin = Admin::new("test");
+        let joins = Counter::<u64>::default();
+        admin
+            .registry()
+            .register("joins", "Joins seen", joins.clone());
+        joins.inc_by(3);
+        let admin = admin
+            .check("dependency", unix_socket_check(&socket))
+            .check("always", || async { Ok(()) });
+        let server = admin.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let (trigger, draining) = crate::shutdown::channel();
+        let task = server.spawn(draining);
+
+        assert_eq!(get(addr, "/livez").await, (200, "ok\n".to_owned()));
+
+        // The dependency's socket does not exist yet: not ready, and the body says why.
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(status, 503);
+        assert!(
+            body.contains("failed dependency: cannot connect to"),
+            "{body}"
+        );
+        assert!(body.contains("ok always"), "{body}");
+
+        let _listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!((status, body.as_str()), (200, "ok dependency\nok always\n"));
+
+        let (status, body) = get(addr, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(body.contains("test_joins_total 3"), "{body}");
+
+        assert_eq!(get(addr, "/nope").await.0, 404);
+
+        // Draining: still live, no longer ready.
+        trigger.fire();
+        assert_eq!(get(addr, "/livez").await.0, 200);
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(status, 503);
+        assert!(body.starts_with("draining"), "{body}");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_hanging_check_fails_within_the_deadline() {
+        let admin = Admin::new("test").check("stuck", || async {
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        let server = admin.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let (_trigger, draining) = crate::shutdown::channel();
+        let task = server.spawn(draining);
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(status, 503);
+        assert!(body.contains("failed stuck: no answer within"), "{body}");
+        task.abort();
+    }
+}
