@@ -87,7 +87,33 @@ pub enum Error {
     /// The event log does not replay to the quoted PCRs.
     #[error("event log does not replay to the quoted {bank} PCR {index}")]
     EventLogMismatch { bank: HashAlg, index: u32 },
-    /// Enforced measurements did not match the policy.
-    #[error("measurements do not match the policy: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    Measurements(Vec<MeasurementMismatch>),
+    /// Enforced measurements did not match the policy. The warn-only mismatches of the same
+    /// document travel along so the audit line of a rejection shows every difference at once.
+    #[error(
+        "measurements do not match the policy: {}{}",
+        join(enforced),
+        also_warn_only(warn_only)
+    )]
+    Measurements {
+        /// The mismatches that reject the node (never empty).
+        enforced: Vec<MeasurementMismatch>,
+        /// The warn-only mismatches found in the same comparison.
+        warn_only: Vec<MeasurementMismatch>,
+    },
+}
+
+fn join(mismatches: &[MeasurementMismatch]) -> String {
+    mismatches
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn also_warn_only(mismatches: &[MeasurementMismatch]) -> String {
+    if mismatches.is_empty() {
+        String::new()
+    } else {
+        format!("; also {}", join(mismatches))
+    }
 }

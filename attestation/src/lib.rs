@@ -6,6 +6,7 @@
 //! measurement policy, and returns the user data the evidence binds (aTLS requires it to equal the
 //! hash of the certificate's public key).
 
+pub mod audit;
 pub mod error;
 pub mod policy;
 pub mod tpm;

@@ -29,6 +29,26 @@ const MAX_LISTED_DIGEST_SIZE: usize = 128;
 const MAX_ALGORITHMS: usize = 16;
 
 const EV_NO_ACTION: u32 = 0x0000_0003;
+const EV_SEPARATOR: u32 = 0x0000_0004;
+const EV_S_CRTM_VERSION: u32 = 0x0000_0008;
+const EV_EFI_VARIABLE_DRIVER_CONFIG: u32 = 0x8000_0001;
+const EV_EFI_GPT_EVENT: u32 = 0x8000_0006;
+const EV_EFI_ACTION: u32 = 0x8000_0007;
+
+/// Event types whose digest the PC Client profile defines as the hash of the event data itself,
+/// so the data a log shows can be checked against what was extended. Other types digest
+/// something else (a PE image, a firmware blob, a command line without grub's prefix, or, for
+/// EV_EFI_VARIABLE_BOOT and EV_EFI_VARIABLE_AUTHORITY, only part of the data on some firmware
+/// and shims, which the real logs in testdata show), so their data cannot be checked this way.
+/// Without this check a log could keep every digest (and so replay correctly) while showing
+/// altered data: a different Secure Boot state or partition table than the one measured.
+pub const DATA_BOUND_EVENT_TYPES: [u32; 5] = [
+    EV_SEPARATOR,
+    EV_S_CRTM_VERSION,
+    EV_EFI_VARIABLE_DRIVER_CONFIG,
+    EV_EFI_GPT_EVENT,
+    EV_EFI_ACTION,
+];
 const SPEC_ID_SIGNATURE: &[u8; 16] = b"Spec ID Event03\0";
 const STARTUP_LOCALITY_SIGNATURE: &[u8; 16] = b"StartupLocality\0";
 
@@ -53,6 +73,14 @@ pub enum EventLogError {
     MissingDigest { event: usize, bank: HashAlg },
     #[error("event log has no {0} digests (legacy SHA-1 log, or bank not logged)")]
     BankNotLogged(HashAlg),
+    #[error(
+        "event {event} (type 0x{event_type:08x}): its data does not hash to its {bank} digest (altered event data)"
+    )]
+    DataMismatch {
+        event: usize,
+        event_type: u32,
+        bank: HashAlg,
+    },
 }
 
 /// The log's format.
@@ -261,7 +289,9 @@ impl EventLog {
     }
 
     /// Replays the log for `bank`: the value of every PCR the log extends. PCRs start at zero,
-    /// except that a StartupLocality event sets PCR 0's initial value to the locality.
+    /// except that a StartupLocality event sets PCR 0's initial value to the locality. Events
+    /// whose digest is defined as the hash of their data ([`DATA_BOUND_EVENT_TYPES`]) must carry
+    /// data that hashes to their digest in this bank.
     pub fn replay(&self, bank: HashAlg) -> Result<BTreeMap<u32, Vec<u8>>, EventLogError> {
         let logged = match &self.format {
             LogFormat::LegacySha1 => bank == HashAlg::Sha1,
@@ -299,6 +329,15 @@ impl EventLog {
                     event: number,
                     bank,
                 })?;
+            if DATA_BOUND_EVENT_TYPES.contains(&event.event_type)
+                && bank.digest(&event.data) != *digest
+            {
+                return Err(EventLogError::DataMismatch {
+                    event: number,
+                    event_type: event.event_type,
+                    bank,
+                });
+            }
             let current = pcrs.entry(event.pcr).or_insert_with(|| {
                 let mut init = vec![0u8; bank.digest_len()];
                 if event.pcr == 0
@@ -327,8 +366,9 @@ fn check_pcrs(events: &[Event]) -> Result<(), EventLogError> {
 }
 
 /// Replays `log` for `bank` and requires every PCR it extends that the quote covers to equal
-/// the quoted value.
-pub(crate) fn check_against_quote(
+/// the quoted value. `quoted` must be the PCR values of a quote whose signature was verified;
+/// otherwise this proves nothing.
+pub fn check_against_quote(
     log: &[u8],
     bank: HashAlg,
     quoted: &BTreeMap<u32, Vec<u8>>,
@@ -460,6 +500,95 @@ mod tests {
             check_against_quote(&raw, HashAlg::Sha256, &quoted),
             Err(Error::EventLogMismatch { index: 4, .. })
         ));
+    }
+
+    /// The true SHA-256 PCRs of rhel8-uefi.bin (`rhel8_replays_to_the_known_pcrs` pins them to
+    /// the values the test vectors' source lists).
+    fn rhel8_true_pcrs() -> BTreeMap<u32, Vec<u8>> {
+        EventLog::parse(&testdata("rhel8-uefi.bin"))
+            .unwrap()
+            .replay(HashAlg::Sha256)
+            .unwrap()
+    }
+
+    fn position_of(haystack: &[u8], needle: &[u8]) -> usize {
+        let positions: Vec<usize> = haystack
+            .windows(needle.len())
+            .enumerate()
+            .filter(|(_, w)| *w == needle)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(positions.len(), 1, "needle must occur exactly once");
+        positions[0]
+    }
+
+    #[test]
+    fn an_altered_digest_is_rejected_against_the_true_pcrs() {
+        let raw = testdata("rhel8-uefi.bin");
+        let truth = rhel8_true_pcrs();
+        let log = EventLog::parse(&raw).unwrap();
+        // The first boot application loaded (PCR 4): its digest is of a PE image, which the log
+        // cannot show, so only the replay can catch a change.
+        let event = log
+            .events
+            .iter()
+            .find(|e| e.pcr == 4 && e.event_type == 0x8000_0003)
+            .unwrap();
+        let digest = &event.digests.iter().find(|(a, _)| *a == 0x000b).unwrap().1;
+        let mut altered = raw.clone();
+        altered[position_of(&raw, digest) + 7] ^= 0x01;
+        assert_eq!(
+            check_against_quote(&altered, HashAlg::Sha256, &truth)
+                .unwrap_err()
+                .to_string(),
+            "event log does not replay to the quoted SHA-256 PCR 4"
+        );
+        check_against_quote(&raw, HashAlg::Sha256, &truth).unwrap();
+    }
+
+    #[test]
+    fn altered_event_data_is_rejected_against_the_true_pcrs() {
+        let raw = testdata("rhel8-uefi.bin");
+        let truth = rhel8_true_pcrs();
+        let log = EventLog::parse(&raw).unwrap();
+        // The SecureBoot variable (PCR 7): flipping its value to "off" keeps every digest, so
+        // the log still replays; only the data-to-digest binding catches it.
+        let (number, event) = log
+            .events
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.pcr == 7 && e.event_type == EV_EFI_VARIABLE_DRIVER_CONFIG)
+            .unwrap();
+        let mut altered = raw.clone();
+        let at = position_of(&raw, &event.data) + event.data.len() - 1;
+        altered[at] ^= 0x01;
+        let err = check_against_quote(&altered, HashAlg::Sha256, &truth).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::EventLog(EventLogError::DataMismatch { event, bank: HashAlg::Sha256, .. })
+                    if event == number + 1
+            ),
+            "{err}"
+        );
+        // Every data-bound event in every real log is bound in every bank it logs.
+        for name in [
+            "arch-linux-workstation.bin",
+            "cos-101-amd-sev.bin",
+            "rhel8-uefi.bin",
+            "ubuntu-2404-amd-sevsnp.bin",
+            "debian-10.bin",
+        ] {
+            let log = EventLog::parse(&testdata(name)).unwrap();
+            let banks: &[HashAlg] = match log.format {
+                LogFormat::LegacySha1 => &[HashAlg::Sha1],
+                LogFormat::CryptoAgile { .. } => &[HashAlg::Sha1, HashAlg::Sha256],
+            };
+            for &bank in banks {
+                log.replay(bank)
+                    .unwrap_or_else(|e| panic!("{name} {bank}: {e}"));
+            }
+        }
     }
 
     #[test]

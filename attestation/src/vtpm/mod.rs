@@ -97,7 +97,10 @@ impl Validator for QemuVtpmValidator {
             .ok_or(Error::MissingBank(bank))?;
         let (enforced, warnings) = self.policy.compare(&quote.pcrs);
         if !enforced.is_empty() {
-            return Err(Error::Measurements(enforced));
+            return Err(Error::Measurements {
+                enforced,
+                warn_only: warnings,
+            });
         }
         Ok(Verified {
             variant: Variant::QemuVtpm,
