@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/validate-manifests.sh
 cargo build --workspace --bins
 cargo test --workspace "$@"
