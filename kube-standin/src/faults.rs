@@ -1,4 +1,5 @@
-//! Fault injection: a delay before every API request and forced answers for the next N.
+//! Fault injection: a delay before every API request, and forced answers or slowness for the
+//! next N requests matching a method and a path.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -6,10 +7,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// Answer the next `times` matching API requests with `code` (and the `Status` body the real
-/// server sends for that code).
+/// server sends for that code), after `delay_millis`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fault {
-    /// HTTP status code, e.g. 500, 429, 503, 504, 409.
+    /// HTTP status code, e.g. 500, 429, 503, 504, 409, 403; `0` only delays and then serves
+    /// the request normally.
     pub code: u16,
     /// How many requests to answer this way.
     #[serde(default = "one")]
@@ -17,6 +19,12 @@ pub struct Fault {
     /// Only requests with this HTTP method (`POST`, `DELETE`, ...); `None` = any.
     #[serde(default)]
     pub method: Option<String>,
+    /// Only requests whose path contains this (e.g. `/joiningnodes`, `/secrets/`); `None` = any.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Wait this long before answering (or serving).
+    #[serde(default)]
+    pub delay_millis: u64,
     /// Carry the request out first and only then answer with the fault, like an apiserver whose
     /// etcd write succeeded but whose response was lost (the client cannot tell it happened).
     #[serde(default)]
@@ -34,8 +42,27 @@ impl Fault {
             code,
             times: 1,
             method: None,
+            path: None,
+            delay_millis: 0,
             after_commit: false,
         }
+    }
+
+    /// The next request is served normally, but only after `delay`.
+    pub fn slow(delay: Duration) -> Self {
+        Self::once(0).delayed(delay)
+    }
+
+    /// Only requests whose path contains `part`.
+    pub fn at(mut self, part: &str) -> Self {
+        self.path = Some(part.to_owned());
+        self
+    }
+
+    /// Wait `delay` before answering.
+    pub fn delayed(mut self, delay: Duration) -> Self {
+        self.delay_millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self
     }
 
     /// Only requests with this method.
@@ -71,12 +98,13 @@ impl Faults {
         }
     }
 
-    /// Takes one use of the first fault matching `method`.
-    pub(crate) fn take(&mut self, method: &str) -> Option<Fault> {
+    /// Takes one use of the first fault matching `method` and `path`.
+    pub(crate) fn take(&mut self, method: &str, path: &str) -> Option<Fault> {
         let idx = self.queue.iter().position(|f| {
             f.method
                 .as_deref()
                 .is_none_or(|m| m.eq_ignore_ascii_case(method))
+                && f.path.as_deref().is_none_or(|p| path.contains(p))
         })?;
         let fault = self.queue.get_mut(idx)?;
         fault.times -= 1;

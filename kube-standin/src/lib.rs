@@ -1,21 +1,26 @@
 //! A stand-in for the Kubernetes API server, for tests and the local run.
 //!
 //! No kube-apiserver can run on the machines this project is built on, yet token-issuer must be
-//! tested against something that answers like one. This crate serves the real paths
-//! (`/api/v1/namespaces/{ns}/secrets[/{name}]`, `/version`, `/api`, `/readyz`) over HTTPS (h2 and
-//! http/1.1) with its own CA, authenticates bearer tokens, authorizes with RBAC-shaped rules
-//! ([`rbac`]) and fails with the real `Status` bodies ([`status`]). Tests steer it with
-//! [`Fault`]s and inspect what it stored through [`Running`]; out-of-process users get the same
-//! through the test-only admin endpoints under [`ADMIN_PREFIX`] when
-//! [`StandinConfig::admin_api`] is on.
+//! tested against something that answers like one. This crate serves the real paths over HTTPS
+//! (h2 and http/1.1) with its own CA, authenticates bearer tokens, authorizes with RBAC-shaped
+//! rules ([`rbac`]) and fails with the real `Status` bodies ([`status`]). Tests steer it with
+//! [`Fault`]s (per method and path: forced codes, slowness) and seed and inspect what it stores
+//! through [`Running`]; out-of-process users get the same through the test-only admin endpoints
+//! under [`ADMIN_PREFIX`] when [`StandinConfig::admin_api`] is on.
 //!
-//! Only Secrets are implemented (create, get, list, delete): that is everything token-issuer
-//! does. PUT/PATCH/watch are answered 405.
+//! Served: every call token-issuer makes, on the resources in one table (`resources.rs`):
+//! Secrets and ConfigMaps (`/api/v1/namespaces/{ns}/...`), and Constellation's cluster-scoped
+//! `NodeVersion` and `JoiningNode` (`/apis/update.edgeless.systems/v1alpha1/...`), each with get,
+//! list, create, delete (with `uid`/`resourceVersion` preconditions) and patch (server-side apply
+//! with field managers and `force`, JSON merge patch). PUT, watch, deletecollection, JSON patch
+//! and strategic merge patch are refused as such (405/415): nothing here uses them.
 
 #![forbid(unsafe_code)]
 
+mod apply;
 mod faults;
 pub mod rbac;
+mod resources;
 mod secrets;
 mod server;
 pub mod status;
@@ -35,12 +40,14 @@ use tokio_rustls::TlsAcceptor;
 
 pub use faults::Fault;
 pub use rbac::{Grant, PolicyRule, User};
+pub use resources::EDGELESS_GROUP;
 pub use secrets::is_dns1123_subdomain;
 pub use server::RequestRecord;
 pub use store::StoredObject;
 
-/// Path prefix of the test-only control endpoints: `GET objects`, `GET requests`,
-/// `POST faults` (a [`Fault`] as JSON), `PUT delay` (`{"millis": N}`).
+/// Path prefix of the test-only control endpoints: `GET objects`, `POST objects` (seed one
+/// object; its `kind` picks the resource), `GET requests`, `POST faults` (a [`Fault`] as JSON),
+/// `PUT delay` (`{"millis": N}`).
 pub const ADMIN_PREFIX: &str = "/__standin/";
 
 /// Errors starting the stand-in.
@@ -218,6 +225,29 @@ impl Running {
             .into_iter()
             .filter(|o| o.resource == "secrets" && o.namespace.as_deref() == Some(namespace))
             .collect()
+    }
+
+    /// The objects of `resource` (plural, e.g. `joiningnodes`), in every namespace.
+    pub fn objects_of(&self, resource: &str) -> Vec<StoredObject> {
+        self.objects()
+            .into_iter()
+            .filter(|o| o.resource == resource)
+            .collect()
+    }
+
+    /// The `JoiningNode` objects.
+    pub fn joining_nodes(&self) -> Vec<StoredObject> {
+        self.objects_of("joiningnodes")
+    }
+
+    /// Stores `object` (with `apiVersion`, `kind`, `metadata.name`, and `metadata.namespace`
+    /// for namespaced kinds) as if a cluster admin had created it, with server-set metadata.
+    /// Fails like a create would (e.g. 409 if it exists).
+    pub fn seed(
+        &self,
+        object: serde_json::Value,
+    ) -> Result<serde_json::Value, Box<status::Status>> {
+        server::seed(&self.state, object).map_err(|f| f.status)
     }
 
     /// Every request answered so far (health checks and admin calls included).

@@ -20,7 +20,7 @@ use crate::faults::{Fault, Faults};
 use crate::rbac::{Attributes, User};
 use crate::status::{self, Failure};
 use crate::store::{Store, StoredObject};
-use crate::{ADMIN_PREFIX, secrets};
+use crate::{ADMIN_PREFIX, apply, resources};
 
 /// The apiserver's request body limit.
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -120,11 +120,16 @@ async fn handle(state: &State, req: Request<Incoming>) -> (Option<String>, Resp)
 
     let (delay, fault) = {
         let mut faults = lock(&state.faults);
-        (faults.delay, faults.take(req.method().as_str()))
+        (faults.delay, faults.take(req.method().as_str(), &path))
     };
+    let delay = delay
+        + fault
+            .as_ref()
+            .map_or(Duration::ZERO, |f| Duration::from_millis(f.delay_millis));
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    let fault = fault.filter(|f| f.code != 0);
     if let Some(f) = fault.as_ref().filter(|f| !f.after_commit) {
         return (name, fail(status::for_code(f.code, "injected fault")));
     }
@@ -170,134 +175,107 @@ async fn dispatch(state: &State, user: &User, req: Request<Incoming>) -> Resp {
                 &[],
             );
         }
-        "/api/v1" => return json_response(200, &api_v1_resources(), &[]),
-        "/apis" => {
-            return json_response(
-                200,
-                &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
-                &[],
-            );
-        }
+        "/apis" => return json_response(200, &resources::group_list(), &[]),
         _ => {}
     }
-    let Some(rest) = path.strip_prefix("/api/v1/") else {
-        return text(StatusCode::NOT_FOUND, "404 page not found\n");
-    };
-    let segments: Vec<&str> = rest.split('/').collect();
-    let (namespace, resource, name) = match segments.as_slice() {
-        ["namespaces", ns, res] => (Some(*ns), *res, ""),
-        ["namespaces", ns, res, name] if !name.is_empty() => (Some(*ns), *res, *name),
-        [res] => (None, *res, ""),
-        _ => return fail(status::no_such_resource()),
-    };
-    if resource != "secrets" {
-        return fail(status::no_such_resource());
+    if let Some(list) = discovery_path(&path).and_then(|(g, v)| resources::resource_list(g, v)) {
+        return json_response(200, &list, &[]);
     }
+    if !path.starts_with("/api/") && !path.starts_with("/apis/") {
+        return text(StatusCode::NOT_FOUND, "404 page not found\n");
+    }
+    let Some(target) = resources::parse(&path) else {
+        return fail(status::no_such_resource());
+    };
     let method = req.method().clone();
-    let named = !name.is_empty();
+    let named = !target.name.is_empty();
+    let query = req.uri().query().map(str::to_owned);
     let verb = match (&method, named) {
         (&Method::GET, true) => "get",
         (&Method::GET, false) => {
-            let watch = req
-                .uri()
-                .query()
+            let watch = query
+                .as_deref()
                 .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
             if watch { "watch" } else { "list" }
         }
         (&Method::POST, false) => "create",
         (&Method::DELETE, true) => "delete",
         (&Method::DELETE, false) => "deletecollection",
-        (&Method::PUT, _) => "update",
-        (&Method::PATCH, _) => "patch",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
         _ => return fail(status::method_not_allowed()),
     };
+    let resource = target.resource;
     let attrs = Attributes {
         verb,
-        api_group: "",
-        resource,
-        namespace,
-        name,
+        api_group: resource.group,
+        resource: resource.plural,
+        namespace: target.namespace,
+        name: target.name,
     };
     if let Err(reason) = user.authorize(&attrs) {
-        return fail(status::forbidden("", resource, name, &reason));
+        return fail(status::forbidden(
+            resource.group,
+            resource.plural,
+            target.name,
+            &reason,
+        ));
     }
-    match (verb, namespace) {
-        ("get", Some(ns)) => get(state, ns, name),
-        ("list", ns) => list(state, ns),
-        ("create", Some(ns)) => match read_body(req).await {
-            Ok(body) => create(state, ns, &body),
-            Err(f) => fail(f),
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_owned())
+        .unwrap_or_default();
+    // Namespaced objects are created and changed only through their namespace's URL.
+    if resource.namespaced && target.namespace.is_none() && !matches!(verb, "list" | "watch") {
+        return fail(status::method_not_allowed());
+    }
+    let body = match verb {
+        "create" | "delete" | "patch" => match read_body(req).await {
+            Ok(b) => b,
+            Err(f) => return fail(f),
         },
-        ("delete", Some(ns)) => delete(state, ns, name),
-        _ => fail(status::method_not_allowed()),
-    }
-}
-
-fn get(state: &State, ns: &str, name: &str) -> Resp {
-    match lock(&state.store).get("secrets", ns, name) {
-        Some(obj) => json_response(200, obj, &[]),
-        None => fail(status::not_found("", "secrets", name)),
-    }
-}
-
-fn list(state: &State, ns: Option<&str>) -> Resp {
-    let store = lock(&state.store);
-    let items: Vec<Value> = store
-        .list("secrets", ns)
-        .into_iter()
-        .map(|mut v| {
-            // List items carry no kind/apiVersion on the wire.
-            if let Some(o) = v.as_object_mut() {
-                o.remove("kind");
-                o.remove("apiVersion");
-            }
-            v
-        })
-        .collect();
-    json_response(
-        200,
-        &json!({"kind": "SecretList", "apiVersion": "v1",
-                "metadata": {"resourceVersion": store.revision()}, "items": items}),
-        &[],
-    )
-}
-
-fn create(state: &State, ns: &str, body: &[u8]) -> Resp {
-    let mut store = lock(&state.store);
-    if !store.namespace_exists(ns) {
-        return fail(status::not_found("", "namespaces", ns));
-    }
-    let secret = match secrets::decode_create(body, ns, random_suffix) {
-        Ok(s) => s,
-        Err(f) => return fail(f),
+        _ => Bytes::new(),
     };
-    if store.get("secrets", ns, &secret.name).is_some() {
-        return fail(status::already_exists("", "secrets", &secret.name));
+    let result = match verb {
+        "get" => resources::get(&lock(&state.store), &target).map(|o| (200, o)),
+        "list" => Ok((200, resources::list(&lock(&state.store), &target))),
+        "create" => resources::create(&mut lock(&state.store), &target, &body, random_suffix)
+            .map(|o| (201, o)),
+        "delete" => resources::delete(&mut lock(&state.store), &target, &body).map(|o| (200, o)),
+        "patch" => {
+            let opts = apply::PatchOptions::from_query(query.as_deref());
+            match content_type.as_str() {
+                "application/apply-patch+yaml" => {
+                    apply::apply(&mut lock(&state.store), &target, &body, &opts)
+                }
+                "application/merge-patch+json" => {
+                    apply::merge_patch(&mut lock(&state.store), &target, &body, &opts)
+                        .map(|o| (200, o))
+                }
+                // JSON patch and strategic merge patch are not needed by anything this
+                // stand-in serves; saying so beats pretending.
+                _ => Err(status::unsupported_media_type()),
+            }
+        }
+        // watch, update and deletecollection: not used by the join service.
+        _ => Err(status::method_not_allowed()),
+    };
+    match result {
+        Ok((code, object)) => json_response(code, &object, &[]),
+        Err(f) => fail(f),
     }
-    let mut object = secret.object;
-    if let Some(Value::Object(meta)) = object.get_mut("metadata") {
-        meta.insert("uid".into(), json!(uuid()));
-        meta.insert("resourceVersion".into(), json!(store.next_revision()));
-        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-    }
-    let object = Value::Object(object);
-    store.insert("secrets", ns, &secret.name, object.clone());
-    json_response(201, &object, &[])
 }
 
-fn delete(state: &State, ns: &str, name: &str) -> Resp {
-    let mut store = lock(&state.store);
-    match store.remove("secrets", ns, name) {
-        Some(obj) => {
-            store.next_revision();
-            let uid = obj
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            json_response(200, &status::deleted("", "secrets", name, uid), &[])
-        }
-        None => fail(status::not_found("", "secrets", name)),
+/// `(group, version)` of a discovery path: `/api/v1` or `/apis/{group}/{version}`.
+fn discovery_path(path: &str) -> Option<(&str, &str)> {
+    if path == "/api/v1" {
+        return Some(("", "v1"));
     }
+    let rest = path.strip_prefix("/apis/")?;
+    let (group, version) = rest.split_once('/')?;
+    (!version.contains('/') && !version.is_empty()).then_some((group, version))
 }
 
 fn version() -> Value {
@@ -309,19 +287,7 @@ fn version() -> Value {
     })
 }
 
-fn api_v1_resources() -> Value {
-    json!({
-        "kind": "APIResourceList",
-        "groupVersion": "v1",
-        "resources": [{
-            "name": "secrets", "singularName": "secret", "namespaced": true, "kind": "Secret",
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-            "storageVersionHash": "S6u1pOWzb84="
-        }]
-    })
-}
-
-fn uuid() -> String {
+pub(crate) fn uuid() -> String {
     let mut b = [0u8; 16];
     rand::rng().fill_bytes(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
@@ -353,7 +319,7 @@ fn random_suffix() -> String {
         .collect()
 }
 
-fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
     time::OffsetDateTime::now_utc()
         .format(&f)
@@ -373,6 +339,18 @@ async fn admin(state: &State, req: Request<Incoming>) -> Resp {
             let objects: Vec<StoredObject> = lock(&state.store).snapshot();
             json_response(200, &objects, &[])
         }
+        (Method::POST, "objects") => match read_body(req)
+            .await
+            .map(|b| serde_json::from_slice::<Value>(&b))
+        {
+            Ok(Ok(object)) => match seed(state, object) {
+                Ok(stored) => json_response(201, &stored, &[]),
+                Err(f) => fail(f),
+            },
+            _ => fail(status::bad_request(
+                "expected an object with apiVersion and kind".into(),
+            )),
+        },
         (Method::GET, "requests") => {
             let log = lock(&state.log).clone();
             json_response(200, &log, &[])
@@ -399,6 +377,17 @@ async fn admin(state: &State, req: Request<Incoming>) -> Resp {
         },
         _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
     }
+}
+
+/// Stores a test fixture object as if a cluster admin had created it; its `kind` picks the
+/// resource.
+pub(crate) fn seed(state: &State, object: Value) -> Result<Value, Failure> {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let resource = resources::RESOURCES
+        .iter()
+        .find(|r| r.kind == kind)
+        .ok_or_else(|| status::bad_request(format!("the stand-in serves no kind {kind:?}")))?;
+    resources::seed(&mut lock(&state.store), resource, object)
 }
 
 #[cfg(test)]

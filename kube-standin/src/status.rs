@@ -186,6 +186,61 @@ pub fn already_exists(group: &str, resource: &str, name: &str) -> Failure {
     )
 }
 
+/// 409 on a failed precondition (stale `resourceVersion`, other `uid`) or an optimistic
+/// concurrency failure: `NewConflict`'s "Operation cannot be fulfilled on ..." message.
+pub fn conflict(group: &str, resource: &str, name: &str, why: &str) -> Failure {
+    failure(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {} \"{name}\": {why}",
+            qualified(group, resource)
+        ),
+        Some(details(name, group, resource)),
+    )
+}
+
+/// 409 from server-side apply when fields another manager owns would change (no `force`).
+pub fn apply_conflict(conflicts: &[(String, String)], api_version: &str) -> Failure {
+    let causes: Vec<Cause> = conflicts
+        .iter()
+        .map(|(manager, field)| Cause {
+            reason: "FieldManagerConflict",
+            message: format!("conflict with \"{manager}\" using {api_version}"),
+            field: field.clone(),
+        })
+        .collect();
+    let noun = if causes.len() == 1 {
+        "conflict"
+    } else {
+        "conflicts"
+    };
+    let list = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.message, c.field))
+        .collect::<Vec<_>>()
+        .join("\n- ");
+    failure(
+        409,
+        "Conflict",
+        format!("Apply failed with {} {noun}: {list}", causes.len()),
+        Some(Details {
+            causes,
+            ..Details::default()
+        }),
+    )
+}
+
+/// 415: a patch type the resource does not support (strategic merge on custom resources).
+pub fn unsupported_media_type() -> Failure {
+    failure(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
+        Some(Details::default()),
+    )
+}
+
 /// 422: the object failed validation. `kind` is the Kind (`Secret`), not the resource.
 pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Failure {
     let list = causes

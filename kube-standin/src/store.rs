@@ -50,10 +50,16 @@ impl StoredObject {
 
 type Key = (String, String, String);
 
+/// A field path inside an object, e.g. `["spec", "deadline"]`.
+pub(crate) type FieldPath = Vec<String>;
+
 /// Objects by (resource, namespace, name), existing namespaces and the resourceVersion clock.
+/// Cluster-scoped objects live under the namespace `""`.
 #[derive(Debug)]
 pub(crate) struct Store {
     objects: BTreeMap<Key, Value>,
+    /// Server-side apply's field ownership: which manager owns each leaf field of an object.
+    owners: BTreeMap<Key, BTreeMap<FieldPath, String>>,
     namespaces: BTreeSet<String>,
     revision: u64,
 }
@@ -62,6 +68,7 @@ impl Store {
     pub(crate) fn new(namespaces: impl IntoIterator<Item = String>) -> Self {
         Self {
             objects: BTreeMap::new(),
+            owners: BTreeMap::new(),
             namespaces: namespaces.into_iter().collect(),
             revision: 1,
         }
@@ -93,7 +100,32 @@ impl Store {
     }
 
     pub(crate) fn remove(&mut self, resource: &str, ns: &str, name: &str) -> Option<Value> {
-        self.objects.remove(&Self::key(resource, ns, name))
+        let key = Self::key(resource, ns, name);
+        self.owners.remove(&key);
+        self.objects.remove(&key)
+    }
+
+    /// The field owners of an object (empty if none recorded).
+    pub(crate) fn owners(
+        &self,
+        resource: &str,
+        ns: &str,
+        name: &str,
+    ) -> BTreeMap<FieldPath, String> {
+        self.owners
+            .get(&Self::key(resource, ns, name))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn set_owners(
+        &mut self,
+        resource: &str,
+        ns: &str,
+        name: &str,
+        owners: BTreeMap<FieldPath, String>,
+    ) {
+        self.owners.insert(Self::key(resource, ns, name), owners);
     }
 
     /// Objects of `resource`, in one namespace or (with `None`) all of them.

@@ -1,0 +1,509 @@
+//! The resources the stand-in serves, how their URLs parse, and the verbs on them.
+//!
+//! One table ([`RESOURCES`]) says what exists: the core Secrets and ConfigMaps, and the two
+//! Constellation custom resources token-issuer uses (`NodeVersion`, `JoiningNode` in
+//! `update.edgeless.systems/v1alpha1`, cluster-scoped). Every resource gets the same verbs with
+//! the real server's semantics: get, list, create (409 `AlreadyExists`), delete (with
+//! `uid`/`resourceVersion` preconditions, 409 `Conflict` when stale), and patch (server-side apply
+//! and JSON merge patch, see [`crate::apply`]). Server-set metadata (`uid`, `resourceVersion`,
+//! `creationTimestamp`, `generation` for custom resources) is filled in as the apiserver does.
+
+use serde_json::{Map, Value, json};
+
+use crate::secrets::{self, is_dns1123_subdomain};
+use crate::status::{self, Cause, Failure};
+use crate::store::Store;
+
+/// One served resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Resource {
+    /// API group, `""` for core.
+    pub group: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// Plural (the URL segment and the RBAC resource).
+    pub plural: &'static str,
+    /// Singular name, for discovery.
+    pub singular: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+}
+
+impl Resource {
+    /// `group/version`, or just `version` for core.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    fn custom(&self) -> bool {
+        !self.group.is_empty()
+    }
+
+    fn discovery(&self) -> Value {
+        json!({
+            "name": self.plural, "singularName": self.singular, "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        })
+    }
+}
+
+/// Constellation's API group for node lifecycle objects.
+pub const EDGELESS_GROUP: &str = "update.edgeless.systems";
+
+/// Everything the stand-in serves.
+pub(crate) const RESOURCES: &[Resource] = &[
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "secrets",
+        singular: "secret",
+        kind: "Secret",
+        namespaced: true,
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+    },
+    Resource {
+        group: EDGELESS_GROUP,
+        version: "v1alpha1",
+        plural: "nodeversions",
+        singular: "nodeversion",
+        kind: "NodeVersion",
+        namespaced: false,
+    },
+    Resource {
+        group: EDGELESS_GROUP,
+        version: "v1alpha1",
+        plural: "joiningnodes",
+        singular: "joiningnode",
+        kind: "JoiningNode",
+        namespaced: false,
+    },
+];
+
+/// `/api/v1` or `/apis/{group}/{version}` discovery document, if the group/version is served.
+pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let served: Vec<Value> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .map(Resource::discovery)
+        .collect();
+    if served.is_empty() {
+        return None;
+    }
+    let group_version = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": served}),
+    )
+}
+
+/// `/apis`: the non-core groups.
+pub(crate) fn group_list() -> Value {
+    let mut groups: Vec<Value> = Vec::new();
+    for r in RESOURCES.iter().filter(|r| r.custom()) {
+        let gv = r.api_version();
+        if !groups.iter().any(|g| g["name"] == r.group) {
+            groups.push(json!({"name": r.group,
+                "versions": [{"groupVersion": gv, "version": r.version}],
+                "preferredVersion": {"groupVersion": gv, "version": r.version}}));
+        }
+    }
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// A parsed resource URL.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target<'a> {
+    pub resource: &'static Resource,
+    /// `None`: cluster-scoped, or a namespaced resource across all namespaces.
+    pub namespace: Option<&'a str>,
+    /// `""` for collection requests.
+    pub name: &'a str,
+}
+
+/// Parses `/api/v1/...` and `/apis/{group}/{version}/...` resource paths. `None` means no such
+/// resource (the real server's 404 "the server could not find the requested resource").
+pub(crate) fn parse(path: &str) -> Option<Target<'_>> {
+    let (group, version, rest) = if let Some(rest) = path.strip_prefix("/api/v1/") {
+        ("", "v1", rest)
+    } else {
+        let rest = path.strip_prefix("/apis/")?;
+        let mut parts = rest.splitn(3, '/');
+        let (g, v, rest) = (parts.next()?, parts.next()?, parts.next()?);
+        (g, v, rest)
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    let (namespace, plural, name) = match segments.as_slice() {
+        ["namespaces", ns, res] if !ns.is_empty() => (Some(*ns), *res, ""),
+        ["namespaces", ns, res, name] if !ns.is_empty() && !name.is_empty() => {
+            (Some(*ns), *res, *name)
+        }
+        [res] => (None, *res, ""),
+        [res, name] if !name.is_empty() => (None, *res, *name),
+        _ => return None,
+    };
+    let resource = RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)?;
+    // A cluster-scoped resource has no namespaced URL; a namespaced one has no cluster-scoped
+    // named URL (only the all-namespaces collection).
+    if (namespace.is_some() && !resource.namespaced)
+        || (namespace.is_none() && resource.namespaced && !name.is_empty())
+    {
+        return None;
+    }
+    Some(Target {
+        resource,
+        namespace,
+        name,
+    })
+}
+
+/// The store's namespace key for a target (`""` for cluster-scoped objects).
+pub(crate) fn ns_key<'a>(t: &Target<'a>) -> &'a str {
+    t.namespace.unwrap_or("")
+}
+
+/// GET of one object.
+pub(crate) fn get(store: &Store, t: &Target<'_>) -> Result<Value, Failure> {
+    store
+        .get(t.resource.plural, ns_key(t), t.name)
+        .cloned()
+        .ok_or_else(|| status::not_found(t.resource.group, t.resource.plural, t.name))
+}
+
+/// GET of a collection.
+pub(crate) fn list(store: &Store, t: &Target<'_>) -> Value {
+    let items: Vec<Value> = store
+        .list(t.resource.plural, t.namespace)
+        .into_iter()
+        .map(|mut v| {
+            // List items carry no kind/apiVersion on the wire.
+            if let Some(o) = v.as_object_mut() {
+                o.remove("kind");
+                o.remove("apiVersion");
+            }
+            v
+        })
+        .collect();
+    json!({"kind": format!("{}List", t.resource.kind), "apiVersion": t.resource.api_version(),
+           "metadata": {"resourceVersion": store.revision()}, "items": items})
+}
+
+/// Checks a decoded body's `kind`/`apiVersion` against the URL's resource.
+pub(crate) fn check_type(obj: &Map<String, Value>, r: &Resource) -> Result<(), Failure> {
+    let api_version = r.api_version();
+    for (field, want) in [("kind", r.kind), ("apiVersion", api_version.as_str())] {
+        match obj.get(field) {
+            None => {}
+            Some(Value::String(s)) if s == want => {}
+            Some(other) => {
+                return Err(status::bad_request(format!(
+                    "the {field} in the data ({other}) does not match the expected {field} ({want})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decodes a create body for a resource other than Secrets.
+fn decode_create(
+    r: &Resource,
+    body: &[u8],
+    ns: Option<&str>,
+    suffix: impl FnOnce() -> String,
+) -> Result<(String, Map<String, Value>), Failure> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        status::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })?;
+    let Value::Object(mut obj) = value else {
+        return Err(status::bad_request(
+            "couldn't get version/kind; json parse error: expected a JSON object".into(),
+        ));
+    };
+    check_type(&obj, r)?;
+    let mut meta = match obj.remove("metadata") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(status::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: json: cannot unmarshal into Go struct field {}.metadata of type v1.ObjectMeta",
+                r.kind, r.version, r.kind, r.kind
+            )));
+        }
+    };
+    let given_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+    match ns {
+        Some(ns) if !given_ns.is_empty() && given_ns != ns => {
+            return Err(status::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        // The apiserver clears a namespace sent for a cluster-scoped object.
+        None => {
+            meta.remove("namespace");
+        }
+        Some(_) => {}
+    }
+    let mut name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    if name.is_empty() {
+        if let Some(prefix) = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        {
+            name = format!("{prefix}{}", suffix());
+        }
+    }
+    validate_name(r, &name)?;
+    if r.plural == "configmaps" {
+        for field in ["data", "binaryData"] {
+            if let Some(data) = obj.get(field) {
+                let ok = data.is_null()
+                    || data
+                        .as_object()
+                        .is_some_and(|m| m.values().all(Value::is_string));
+                if !ok {
+                    return Err(status::bad_request(format!(
+                        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal into Go struct field ConfigMap.{field} of type map[string]string"
+                    )));
+                }
+            }
+        }
+    }
+    // Custom resources with a status subresource ignore status on create.
+    if r.custom() {
+        obj.remove("status");
+    }
+    meta.insert("name".into(), json!(name));
+    if let Some(ns) = ns {
+        meta.insert("namespace".into(), json!(ns));
+    }
+    let mut object = Map::new();
+    object.insert("kind".into(), json!(r.kind));
+    object.insert("apiVersion".into(), json!(r.api_version()));
+    object.insert("metadata".into(), Value::Object(meta));
+    for (k, v) in obj {
+        if k != "kind" && k != "apiVersion" {
+            object.insert(k, v);
+        }
+    }
+    Ok((name, object))
+}
+
+/// Object names of every served resource are DNS-1123 subdomains.
+pub(crate) fn validate_name(r: &Resource, name: &str) -> Result<(), Failure> {
+    let cause = if name.is_empty() {
+        Cause {
+            reason: "FieldValueRequired",
+            message: "Required value: name or generateName is required".into(),
+            field: "metadata.name".into(),
+        }
+    } else if !is_dns1123_subdomain(name) {
+        Cause {
+            reason: "FieldValueInvalid",
+            message: format!(
+                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ),
+            field: "metadata.name".into(),
+        }
+    } else {
+        return Ok(());
+    };
+    Err(status::invalid(r.group, r.kind, name, vec![cause]))
+}
+
+/// Fills the metadata the server sets on every new object.
+pub(crate) fn stamp_new(r: &Resource, object: &mut Map<String, Value>, revision: String) {
+    if let Some(Value::Object(meta)) = object.get_mut("metadata") {
+        meta.insert("uid".into(), json!(crate::server::uuid()));
+        meta.insert("resourceVersion".into(), json!(revision));
+        meta.insert(
+            "creationTimestamp".into(),
+            json!(crate::server::now_rfc3339()),
+        );
+        if r.custom() {
+            meta.insert("generation".into(), json!(1));
+        }
+    }
+}
+
+/// POST of a new object.
+pub(crate) fn create(
+    store: &mut Store,
+    t: &Target<'_>,
+    body: &[u8],
+    suffix: impl FnOnce() -> String,
+) -> Result<Value, Failure> {
+    let r = t.resource;
+    let ns = t.namespace;
+    if let Some(ns) = ns {
+        if !store.namespace_exists(ns) {
+            return Err(status::not_found("", "namespaces", ns));
+        }
+    }
+    let (name, mut object) = if r.plural == "secrets" {
+        let secret = secrets::decode_create(body, ns.unwrap_or(""), suffix)?;
+        (secret.name, secret.object)
+    } else {
+        decode_create(r, body, ns, suffix)?
+    };
+    let ns_key = ns.unwrap_or("");
+    if store.get(r.plural, ns_key, &name).is_some() {
+        return Err(status::already_exists(r.group, r.plural, &name));
+    }
+    let revision = store.next_revision();
+    stamp_new(r, &mut object, revision);
+    let object = Value::Object(object);
+    store.insert(r.plural, ns_key, &name, object.clone());
+    Ok(object)
+}
+
+/// `metav1.DeleteOptions.preconditions`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Preconditions {
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct DeleteOptions {
+    #[serde(default)]
+    preconditions: Option<Preconditions>,
+}
+
+/// DELETE of one object, honouring `uid` and `resourceVersion` preconditions in the body.
+pub(crate) fn delete(store: &mut Store, t: &Target<'_>, body: &[u8]) -> Result<Value, Failure> {
+    let r = t.resource;
+    let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            status::bad_request(format!(
+                "couldn't decode DeleteOptions: json parse error: {e}"
+            ))
+        })?
+    };
+    let current = get(store, t)?;
+    if let Some(p) = options.preconditions {
+        let meta = |field: &str| {
+            current
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        if let Some(uid) = p.uid.filter(|u| *u != meta("uid")) {
+            return Err(status::conflict(
+                r.group,
+                r.plural,
+                t.name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta("uid")
+                ),
+            ));
+        }
+        if let Some(rv) = p.resource_version.filter(|v| *v != meta("resourceVersion")) {
+            return Err(status::conflict(
+                r.group,
+                r.plural,
+                t.name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta("resourceVersion")
+                ),
+            ));
+        }
+    }
+    store.remove(r.plural, ns_key(t), t.name);
+    store.next_revision();
+    let uid = current
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    // Custom resources answer with the deleted object, core ones with a Success Status.
+    if r.custom() {
+        Ok(current)
+    } else {
+        serde_json::to_value(status::deleted(r.group, r.plural, t.name, uid))
+            .map_err(|e| status::for_code(500, &e.to_string()))
+    }
+}
+
+/// Stores `object` as if created through the API, for test seeding. Returns the stored object.
+pub(crate) fn seed(
+    store: &mut Store,
+    r: &'static Resource,
+    mut object: Value,
+) -> Result<Value, Failure> {
+    let Some(map) = object.as_object_mut() else {
+        return Err(status::bad_request("expected a JSON object".into()));
+    };
+    let ns = map
+        .get("metadata")
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let body = serde_json::to_vec(map).map_err(|e| status::bad_request(e.to_string()))?;
+    if r.namespaced && ns.is_none() {
+        return Err(status::bad_request(format!(
+            "{} objects need metadata.namespace",
+            r.kind
+        )));
+    }
+    let t = Target {
+        resource: r,
+        namespace: if r.namespaced { ns.as_deref() } else { None },
+        name: "",
+    };
+    create(store, &t, &body, || "seed0".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_parse_like_the_apiserver_routes() {
+        let t = parse("/apis/update.edgeless.systems/v1alpha1/joiningnodes/control-plane").unwrap();
+        assert_eq!(
+            (t.resource.kind, t.namespace, t.name),
+            ("JoiningNode", None, "control-plane")
+        );
+        let t = parse("/api/v1/namespaces/kube-system/configmaps/c").unwrap();
+        assert_eq!(
+            (t.resource.kind, t.namespace, t.name),
+            ("ConfigMap", Some("kube-system"), "c")
+        );
+        assert!(parse("/api/v1/secrets").is_some());
+        assert!(parse("/api/v1/secrets/x").is_none());
+        assert!(
+            parse("/apis/update.edgeless.systems/v1alpha1/namespaces/a/joiningnodes").is_none()
+        );
+        assert!(parse("/apis/update.edgeless.systems/v1/joiningnodes").is_none());
+        assert!(parse("/api/v1/namespaces/a/pods").is_none());
+    }
+}
