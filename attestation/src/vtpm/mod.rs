@@ -172,11 +172,7 @@ pub fn verify_document(
         if verified.iter().any(|v| v.bank == bank) {
             return Err(Error::DuplicateBank(bank));
         }
-        verify_quote(index, bank, quote, pcrs, &ak, &qualifying)?;
-        verified.push(VerifiedQuote {
-            bank,
-            pcrs: pcrs.pcrs.clone(),
-        });
+        verified.push(check_quote(index, bank, quote, pcrs, &ak, &qualifying)?);
     }
     if verified.is_empty() {
         return Err(if saw_sha1 {
@@ -193,14 +189,44 @@ pub fn verify_document(
     Ok((doc, verified))
 }
 
-fn verify_quote(
+/// Verifies one quote on its own: `quote.raw_sig` must be the attestation key's signature over
+/// `quote.quote`, which must be a TPM-generated quote whose qualifying data is exactly
+/// `qualifying_data` and whose PCR digest covers exactly `quote.pcrs`. Returns those PCR values,
+/// now verified.
+///
+/// This is the building block of [`verify_document`], which derives the qualifying data from
+/// the nonce and user data; it takes raw qualifying data so evidence made by other issuers
+/// (go-tpm-tools, a cloud's own tooling) can be checked too. Unlike [`verify_document`] it also
+/// verifies SHA-1 banks: whether to trust one is the caller's decision.
+pub fn verify_quote(
+    ak_pub: &[u8],
+    quote: &Quote,
+    qualifying_data: &[u8],
+) -> Result<VerifiedQuote, Error> {
+    let ak_public = tpm::Public::parse(ak_pub).map_err(Error::AkPublic)?;
+    let ak = signature::AkKey::from_public(&ak_public)?;
+    let pcrs = quote
+        .pcrs
+        .as_ref()
+        .ok_or(Error::Missing("a quote has no PCR values"))?;
+    let bank = u16::try_from(pcrs.hash)
+        .ok()
+        .and_then(HashAlg::from_id)
+        .ok_or(Error::UnsupportedBank {
+            index: 0,
+            hash: i64::from(pcrs.hash),
+        })?;
+    check_quote(0, bank, quote, pcrs, &ak, qualifying_data)
+}
+
+fn check_quote(
     index: usize,
     bank: HashAlg,
     quote: &Quote,
     pcrs: &Pcrs,
     ak: &signature::AkKey,
-    qualifying: &[u8; 32],
-) -> Result<(), Error> {
+    qualifying: &[u8],
+) -> Result<VerifiedQuote, Error> {
     // Parsing before the signature check only decides which error the operator sees (a wrong
     // magic or tag is named as such); nothing parsed is trusted until the signature verifies.
     let attest = tpm::Attest::parse(&quote.quote).map_err(|source| match source {
@@ -213,7 +239,7 @@ fn verify_quote(
     let sig_hash = ak.verify(index, bank, &sig, &quote.quote)?;
 
     // Constant time, so a forger learns nothing from timing about how close a guess came.
-    if !bool::from(attest.extra_data.as_slice().ct_eq(qualifying.as_slice())) {
+    if !bool::from(attest.extra_data.as_slice().ct_eq(qualifying)) {
         return Err(Error::NonceMismatch { index, bank });
     }
 
@@ -260,5 +286,10 @@ fn verify_quote(
     if ctx.finish().as_ref() != attest.quote.pcr_digest.as_slice() {
         return Err(Error::PcrDigest { index, bank });
     }
-    Ok(())
+    // Only values that went into the signed digest leave this function: the policy is compared
+    // with these and nothing else.
+    Ok(VerifiedQuote {
+        bank,
+        pcrs: pcrs.pcrs.clone(),
+    })
 }
