@@ -55,6 +55,20 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_VERIFY_QUEUE", default_value_t = 256)]
     pub verify_queue: usize,
 
+    /// Attestations (handshake plus verification) one source address may have in progress at
+    /// once; further connections from it are closed at once. A node makes one at a time.
+    #[arg(
+        long,
+        env = "ATTEST_PROXY_MAX_ATTESTATIONS_PER_PEER",
+        default_value_t = 4
+    )]
+    pub max_attestations_per_peer: usize,
+
+    /// How often the attestation config file is re-read; a change applies to the next
+    /// handshake, an invalid file keeps the previous policy.
+    #[arg(long, env = "ATTEST_PROXY_POLICY_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub policy_poll_interval: Duration,
+
     /// On SIGTERM, how long in-flight joins may take to finish. Keep it below the pod's
     /// terminationGracePeriodSeconds.
     #[arg(long, env = "ATTEST_PROXY_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]

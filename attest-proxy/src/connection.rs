@@ -10,8 +10,12 @@ use plumbing::shutdown::Shutdown;
 use tokio::net::TcpStream;
 use tower::ServiceBuilder;
 
+use atls::VerifyError;
+use attestation::audit;
+
 use crate::allowlist::AllowlistLayer;
 use crate::identity::{IdentityLayer, PeerIdentity};
+use crate::peer_limit::{PeerLimit, Slot};
 use crate::policy::Current;
 use crate::status;
 use crate::upstream::Upstream;
@@ -21,7 +25,8 @@ use crate::verify_pool::{PoolError, VerifyPool};
 #[derive(Debug)]
 pub struct Shared {
     pub acceptor: atls::Acceptor,
-    pub policy: Current,
+    pub policy: Arc<Current>,
+    pub peers: Arc<PeerLimit>,
     pub pool: VerifyPool,
     pub allowlist: AllowlistLayer,
     pub upstream: Upstream,
@@ -33,11 +38,14 @@ pub async fn handle(
     shared: Arc<Shared>,
     tcp: TcpStream,
     peer_addr: SocketAddr,
+    slot: Slot,
     shutdown: Shutdown,
 ) {
     let started = Instant::now();
     let attested =
         tokio::time::timeout(shared.handshake_timeout, attest(&shared, tcp, peer_addr)).await;
+    // The source's place is for attesting only; serving the join does not count against it.
+    drop(slot);
     let (tls, outcome) = match attested {
         Ok(Ok(attested)) => attested,
         Ok(Err(error)) => {
@@ -71,48 +79,103 @@ pub async fn handle(
 
 type Tls = atls::TlsStream<TcpStream>;
 
-/// Runs the handshake, then verification on the pool. The node learns why it was refused from a
-/// gRPC status on its first call, so a failed check still yields a connection to answer on.
+/// Runs the handshake, then verification on the pool, and writes the decision's audit line. The
+/// node learns why it was refused from a gRPC status on its first call, so a failed check still
+/// yields a connection to answer on.
 async fn attest(
     shared: &Shared,
     tcp: TcpStream,
     peer_addr: SocketAddr,
 ) -> Result<(Tls, Result<PeerIdentity, tonic::Status>), atls::HandshakeError> {
     let (tls, evidence) = shared.acceptor.accept(tcp).await?;
+    // Taken once: a policy reload from now on does not affect this connection.
     let active = shared.policy.get();
-    let validator = active.validator.clone();
-    let verdict = shared
-        .pool
-        .run(move || evidence.verify(validator.as_ref()))
-        .await;
-    let outcome = match verdict {
-        Ok(Ok(verified)) => {
-            for warning in &verified.warnings {
-                tracing::warn!(peer = %peer_addr, policy = %active.digest, %warning, "warn-only measurement mismatch");
-            }
-            tracing::info!(peer = %peer_addr, variant = %verified.variant, policy = %active.digest, "node attested");
+    let variant = active.validator.variant();
+    let evidence = Arc::new(evidence);
+    let verdict = {
+        let (active, evidence) = (active.clone(), evidence.clone());
+        shared
+            .pool
+            .run(move || {
+                let result = evidence.verify(active.validator.as_ref());
+                let subject = audit::Subject::now(
+                    peer_addr,
+                    variant,
+                    active.digest.as_str(),
+                    audit::Evidence::Certificate(evidence.peer_certificate().as_ref()),
+                );
+                let decision = match &result {
+                    Ok(verified) => audit::Decision::accepted(subject, verified),
+                    Err(error) => rejection(subject, error),
+                };
+                (result, decision)
+            })
+            .await
+    };
+    let (outcome, decision) = match verdict {
+        Ok((Ok(verified), decision)) => (
             Ok(PeerIdentity {
                 variant: verified.variant,
                 peer_addr,
                 policy_digest: active.digest.clone(),
-            })
-        }
-        Ok(Err(error)) => {
-            let reason = status::chain(&error);
-            tracing::warn!(peer = %peer_addr, policy = %active.digest, %reason, "attestation rejected");
+            }),
+            decision,
+        ),
+        Ok((Err(error), decision)) => (
             Err(tonic::Status::unauthenticated(format!(
-                "attestation rejected: {reason}"
-            )))
+                "attestation rejected: {}",
+                status::chain(&error)
+            ))),
+            decision,
+        ),
+        Err(error) => {
+            let decision = audit::Decision::rejected(
+                audit::Subject::now(
+                    peer_addr,
+                    variant,
+                    active.digest.as_str(),
+                    audit::Evidence::Certificate(evidence.peer_certificate().as_ref()),
+                ),
+                &error,
+            );
+            match error {
+                PoolError::Overloaded { .. } => (
+                    Err(tonic::Status::resource_exhausted(format!(
+                        "{error}; retry later"
+                    ))),
+                    decision.with_check("overloaded"),
+                ),
+                PoolError::Gone => (
+                    Err(tonic::Status::unavailable(error.to_string())),
+                    decision.with_check("verifier_unavailable"),
+                ),
+            }
         }
-        Err(error @ PoolError::Overloaded { .. }) => {
-            tracing::warn!(peer = %peer_addr, %error, "verification refused, node told to retry");
-            Err(tonic::Status::resource_exhausted(format!(
-                "{error}; retry later"
-            )))
-        }
-        Err(error @ PoolError::Gone) => Err(tonic::Status::unavailable(error.to_string())),
     };
+    let line = decision.to_json_line();
+    match decision.result {
+        audit::Outcome::Accepted => tracing::info!(target: audit::TARGET, "{line}"),
+        audit::Outcome::Rejected => tracing::warn!(target: audit::TARGET, "{line}"),
+    }
     Ok((tls, outcome))
+}
+
+/// The audit record of a refused certificate, naming the check for failures outside the
+/// validator (the validator's own are named by `attestation::audit`).
+fn rejection(subject: audit::Subject<'_>, error: &VerifyError) -> audit::Decision {
+    let decision = audit::Decision::rejected(subject, error);
+    let check = match error {
+        VerifyError::Attestation { .. } => return decision,
+        VerifyError::CertificateTooLarge { .. } => "certificate_too_large",
+        VerifyError::MalformedCertificate(_) => "certificate_malformed",
+        VerifyError::NotValidNow { .. } => "certificate_validity",
+        VerifyError::WeakSelfSignature { .. } => "certificate_weak_signature",
+        VerifyError::BadSelfSignature(_) => "certificate_signature",
+        VerifyError::MissingAttestation { .. } => "attestation_missing",
+        VerifyError::VariantMismatch { .. } => "validator_variant",
+        VerifyError::UserDataMismatch => "user_data",
+    };
+    decision.with_check(check)
 }
 
 /// Serves HTTP/2 on the TLS stream. On shutdown the connection is drained gracefully: streams in

@@ -15,7 +15,8 @@ pub mod config;
 mod allowlist;
 mod connection;
 mod identity;
-mod policy;
+mod peer_limit;
+pub mod policy;
 mod status;
 mod upstream;
 mod verify_pool;
@@ -28,7 +29,7 @@ use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
 pub use config::Config;
-pub use policy::PolicyError;
+pub use policy::{PolicyError, PolicyStatus};
 
 /// Why the proxy could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -57,16 +58,18 @@ pub struct Proxy {
     listener: TcpListener,
     shared: Arc<connection::Shared>,
     drain_timeout: std::time::Duration,
+    policy_poll_interval: std::time::Duration,
 }
 
 impl Proxy {
     /// Loads the policy, prepares aTLS and binds the listening socket.
     pub async fn bind(config: Config) -> Result<Self, Error> {
-        let active = policy::load(config.variant, &config.attestation_config)?;
-        tracing::info!(variant = %config.variant, policy = %active.digest, "measurement policy loaded");
+        let policy = policy::Current::load(config.variant, &config.attestation_config)?;
+        tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
         let shared = connection::Shared {
             acceptor: atls::Acceptor::new().map_err(Error::Atls)?,
-            policy: policy::Current::new(active),
+            policy: Arc::new(policy),
+            peers: peer_limit::PeerLimit::new(config.max_attestations_per_peer),
             pool: verify_pool::VerifyPool::new(config.verify_threads, config.verify_queue)
                 .map_err(Error::Threads)?,
             allowlist: allowlist::AllowlistLayer::new(config.allowed_methods.clone()),
@@ -83,7 +86,13 @@ impl Proxy {
             listener,
             shared: Arc::new(shared),
             drain_timeout: config.drain_timeout,
+            policy_poll_interval: config.policy_poll_interval,
         })
+    }
+
+    /// The measurement policy in force and its reload history, for readiness and metrics.
+    pub fn policy(&self) -> Arc<policy::Current> {
+        self.shared.policy.clone()
     }
 
     /// The address nodes connect to (tests bind port 0).
@@ -98,13 +107,25 @@ impl Proxy {
             source,
         })?;
         tracing::info!(%addr, "attest-proxy listening");
+        let watcher = tokio::spawn(
+            self.shared
+                .policy
+                .clone()
+                .watch(self.policy_poll_interval, shutdown.clone()),
+        );
         let tracker = TaskTracker::new();
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
+                        // Refused before TLS, where it costs nothing: this source already has
+                        // its share of attestations in progress.
+                        let Some(slot) = self.shared.peers.try_acquire(peer.ip()) else {
+                            tracing::debug!(%peer, "too many attestations in progress from this address; connection closed");
+                            continue;
+                        };
                         let _ = tcp.set_nodelay(true);
-                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, shutdown.clone()));
+                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, slot, shutdown.clone()));
                     }
                     Err(error) => {
                         // Out of file descriptors and the like: back off instead of spinning.
@@ -116,6 +137,7 @@ impl Proxy {
             }
         }
         drop(self.listener);
+        watcher.abort();
         tracker.close();
         tracing::info!(open = tracker.len(), "draining connections");
         if tokio::time::timeout(self.drain_timeout, tracker.wait())

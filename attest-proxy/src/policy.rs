@@ -1,12 +1,29 @@
-//! The measurement policy in force, and the validator built from it.
+//! The measurement policy in force, the validator built from it, and its hot reload.
 //!
 //! Each connection takes the current validator once (a cheap `Arc` clone under a short lock) and
-//! verifies with it lock-free, so a policy swap never waits for, or blocks, a verification.
+//! verifies with it lock-free, so a policy swap never waits for, or blocks, a verification, and
+//! a connection in flight keeps the validator it took at handshake time.
+//!
+//! The file is re-read every poll interval and applied when its bytes change. Polling rather
+//! than inotify: the kubelet updates a ConfigMap volume by writing a new `..<timestamp>`
+//! directory and renaming the `..data` symlink onto it, so the mounted file is a symlink through
+//! `..data` whose target directory disappears after each update. An inotify watch on the file
+//! follows the old inode and goes silent after the first swap; one on the directory needs care
+//! for remove/create and re-watching, and still wants a periodic re-read as a safety net. Reading
+//! a few kilobytes once a second resolves the path afresh every time, so the symlink swap, an
+//! editor's remove-and-create and a replaced mount all look the same, and costs nothing
+//! measurable. The kubelet itself takes up to a minute to project a change, so a second of
+//! polling adds no noticeable delay.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use attestation::{Validator, Variant};
+use plumbing::shutdown::Shutdown;
+
+use crate::status;
 
 /// Why no validator could be built.
 #[derive(Debug, thiserror::Error)]
@@ -38,13 +55,9 @@ pub struct Active {
     pub digest: String,
 }
 
-/// Builds the validator for `variant` from the attestation config file at `path`.
-pub fn load(variant: Variant, path: &Path) -> Result<Active, PolicyError> {
-    let raw = std::fs::read(path).map_err(|source| PolicyError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let policy = attestation::policy::Policy::from_attestation_config(&raw).map_err(|source| {
+/// Builds the validator for `variant` from attestation config bytes read from `path`.
+fn build(variant: Variant, path: &Path, raw: &[u8]) -> Result<Active, PolicyError> {
+    let policy = attestation::policy::Policy::from_attestation_config(raw).map_err(|source| {
         PolicyError::Invalid {
             path: path.to_owned(),
             variant,
@@ -59,21 +72,316 @@ pub fn load(variant: Variant, path: &Path) -> Result<Active, PolicyError> {
     Ok(Active { validator, digest })
 }
 
-/// The validator in force; swapped whole when the policy changes.
+fn read(path: &Path) -> Result<Vec<u8>, PolicyError> {
+    std::fs::read(path).map_err(|source| PolicyError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// What the file on disk looked like at the last look, to tell a change from a re-read.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    /// SHA-256 of the bytes read.
+    Bytes([u8; 32]),
+    /// The file could not be read, for this reason.
+    Unreadable(String),
+}
+
+/// The outcome of one reload attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// The file is as it was at the last look; nothing was done.
+    Unchanged,
+    /// The file changed and its policy is now in force.
+    Applied { digest: String },
+    /// The file changed but is not a valid policy; the previous one stays in force.
+    Refused { reason: String },
+}
+
+/// The state of the policy for readiness, metrics and operators.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyStatus {
+    /// The digest of the policy in force.
+    pub digest: String,
+    /// Why the file on disk is not in force, while it is not; `None` when it is.
+    pub last_error: Option<String>,
+    /// Changes of the file that were applied (the initial load not included).
+    pub reloads_ok: u64,
+    /// Changes of the file that were refused.
+    pub reloads_failed: u64,
+}
+
+impl PolicyStatus {
+    /// Whether the file on disk differs from the policy in force because it is invalid.
+    pub fn failing(&self) -> bool {
+        self.last_error.is_some()
+    }
+}
+
+/// The validator in force; swapped whole when the policy file changes.
 #[derive(Debug)]
-pub struct Current(RwLock<Arc<Active>>);
+pub struct Current {
+    variant: Variant,
+    path: PathBuf,
+    active: RwLock<Arc<Active>>,
+    // Only reloads take this lock, never a connection: it keeps concurrent reloads (the poll
+    // and a test calling `reload`) from interleaving their read-compare-swap.
+    seen: Mutex<(Seen, Option<String>)>,
+    reloads_ok: AtomicU64,
+    reloads_failed: AtomicU64,
+}
 
 impl Current {
-    pub fn new(active: Active) -> Self {
-        Self(RwLock::new(Arc::new(active)))
+    /// Loads the policy at start. Unlike a reload, failing here is fatal: there is no previous
+    /// policy to keep, and a proxy with none must not start.
+    pub fn load(variant: Variant, path: &Path) -> Result<Self, PolicyError> {
+        let raw = read(path)?;
+        let active = build(variant, path, &raw)?;
+        Ok(Self {
+            variant,
+            path: path.to_owned(),
+            active: RwLock::new(Arc::new(active)),
+            seen: Mutex::new((Seen::Bytes(sha256(&raw)), None)),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+        })
     }
 
     /// The validator to use for one connection.
     pub fn get(&self) -> Arc<Active> {
         // A poisoned lock still holds a complete Arc; keep serving with it.
-        match self.0.read() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+        self.active
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The policy in force and the reload history.
+    pub fn status(&self) -> PolicyStatus {
+        let last_error = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .clone();
+        PolicyStatus {
+            digest: self.get().digest.clone(),
+            last_error,
+            reloads_ok: self.reloads_ok.load(Ordering::Relaxed),
+            reloads_failed: self.reloads_failed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Re-reads the file and applies it if it changed. Blocking (file I/O and parsing).
+    pub fn reload(&self) -> Reload {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let (now, result) = match read(&self.path) {
+            Ok(raw) => (
+                Seen::Bytes(sha256(&raw)),
+                build(self.variant, &self.path, &raw),
+            ),
+            Err(error) => (Seen::Unreadable(status::chain(&error)), Err(error)),
+        };
+        if seen.0 == now {
+            return Reload::Unchanged;
+        }
+        seen.0 = now;
+        match result {
+            Ok(active) => {
+                let digest = active.digest.clone();
+                let previous = {
+                    let mut guard = self.active.write().unwrap_or_else(PoisonError::into_inner);
+                    std::mem::replace(&mut *guard, Arc::new(active))
+                };
+                seen.1 = None;
+                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    path = %self.path.display(),
+                    policy = %digest,
+                    previous = %previous.digest,
+                    "measurement policy reloaded; new handshakes use it"
+                );
+                Reload::Applied { digest }
+            }
+            Err(error) => {
+                let reason = status::chain(&error);
+                self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    policy = %self.get().digest,
+                    %reason,
+                    "measurement policy file refused; the previous policy stays in force"
+                );
+                seen.1 = Some(reason.clone());
+                Reload::Refused { reason }
+            }
+        }
+    }
+
+    /// Re-reads the file every `interval` until `shutdown`.
+    pub async fn watch(self: Arc<Self>, interval: Duration, shutdown: Shutdown) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is immediate; the file was just loaded.
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = shutdown.clone().wait() => return,
+            }
+            let current = self.clone();
+            // File I/O may block (a slow volume); keep it off the runtime's threads.
+            if let Err(error) = tokio::task::spawn_blocking(move || current.reload()).await {
+                tracing::error!(%error, "policy reload task failed");
+            }
+        }
+    }
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn config(byte: u8, warn_only: bool) -> String {
+        format!(
+            r#"{{"measurements": {{"4": {{"expected": "{}", "warnOnly": {warn_only}}}}}}}"#,
+            hex::encode([byte; 32])
+        )
+    }
+
+    /// The kubelet's atomic writer: a new timestamped directory, `..data` renamed onto it, the
+    /// old directory removed; the visible file is a symlink through `..data`.
+    fn project(dir: &Path, generation: u32, contents: &str) {
+        let target = format!("..2026_11_21_06_00_00.{generation}");
+        std::fs::create_dir(dir.join(&target)).unwrap();
+        std::fs::write(dir.join(&target).join("attestationConfig"), contents).unwrap();
+        let old = std::fs::read_link(dir.join("..data")).ok();
+        symlink(&target, dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        if !dir.join("attestationConfig").exists() {
+            symlink("..data/attestationConfig", dir.join("attestationConfig")).unwrap();
+        }
+        if let Some(old) = old {
+            std::fs::remove_dir_all(dir.join(old)).unwrap();
+        }
+    }
+
+    fn digest_of(contents: &str) -> String {
+        attestation::Policy::from_attestation_config(contents.as_bytes())
+            .unwrap()
+            .digest()
+    }
+
+    #[test]
+    fn symlink_swap_is_applied_and_broken_file_keeps_old_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        project(dir.path(), 1, &config(1, false));
+        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let first = current.get();
+        assert_eq!(first.digest, digest_of(&config(1, false)));
+        assert_eq!(current.reload(), Reload::Unchanged);
+
+        project(dir.path(), 2, &config(2, true));
+        let second = digest_of(&config(2, true));
+        assert_eq!(
+            current.reload(),
+            Reload::Applied {
+                digest: second.clone()
+            }
+        );
+        assert_eq!(current.get().digest, second);
+        // A connection that took the old validator keeps it.
+        assert_eq!(first.digest, digest_of(&config(1, false)));
+
+        project(dir.path(), 3, "{\"measurements\": {\"4\": \"zz\"}}");
+        let Reload::Refused { reason } = current.reload() else {
+            panic!("a broken file must be refused")
+        };
+        assert!(reason.contains("not a valid qemu-vtpm policy"), "{reason}");
+        assert_eq!(current.get().digest, second);
+        // Re-reading the same broken file neither counts again nor clears the error.
+        assert_eq!(current.reload(), Reload::Unchanged);
+        let status = current.status();
+        assert!(status.failing());
+        assert_eq!(
+            (
+                status.digest.as_str(),
+                status.reloads_ok,
+                status.reloads_failed
+            ),
+            (second.as_str(), 1, 1)
+        );
+
+        project(dir.path(), 4, &config(4, false));
+        assert!(matches!(current.reload(), Reload::Applied { .. }));
+        let status = current.status();
+        assert!(!status.failing());
+        assert_eq!((status.reloads_ok, status.reloads_failed), (2, 1));
+    }
+
+    #[test]
+    fn missing_file_keeps_old_policy_until_it_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        std::fs::write(&path, config(1, false)).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(current.reload(), Reload::Refused { .. }));
+        assert!(current.status().last_error.unwrap().contains("cannot read"));
+        assert_eq!(current.get().digest, digest_of(&config(1, false)));
+        // Removed and created again, as an editor does.
+        std::fs::write(&path, config(5, false)).unwrap();
+        assert!(matches!(current.reload(), Reload::Applied { .. }));
+        assert_eq!(current.get().digest, digest_of(&config(5, false)));
+    }
+
+    #[test]
+    fn start_fails_without_a_valid_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        assert!(matches!(
+            Current::load(Variant::QemuVtpm, &path),
+            Err(PolicyError::Read { .. })
+        ));
+        std::fs::write(&path, "{}").unwrap();
+        assert!(matches!(
+            Current::load(Variant::QemuVtpm, &path),
+            Err(PolicyError::Invalid { .. })
+        ));
+        std::fs::write(&path, config(1, false)).unwrap();
+        assert!(matches!(
+            Current::load(Variant::AwsSevSnp, &path),
+            Err(PolicyError::Unsupported(Variant::AwsSevSnp))
+        ));
+    }
+
+    #[tokio::test]
+    async fn watch_applies_changes_until_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        project(dir.path(), 1, &config(1, false));
+        let current = Arc::new(Current::load(Variant::QemuVtpm, &path).unwrap());
+        let (trigger, shutdown) = plumbing::shutdown::channel();
+        let watcher = tokio::spawn(current.clone().watch(Duration::from_millis(20), shutdown));
+        project(dir.path(), 2, &config(2, false));
+        let want = digest_of(&config(2, false));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while current.get().digest != want {
+            assert!(tokio::time::Instant::now() < deadline, "change not applied");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        trigger.fire();
+        tokio::time::timeout(Duration::from_secs(5), watcher)
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

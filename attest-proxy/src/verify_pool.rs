@@ -64,6 +64,11 @@ impl VerifyPool {
     {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move || {
+            // The caller gave up (its handshake timed out): skip the work, so a flood of
+            // abandoned connections does not keep the threads busy after they are gone.
+            if tx.is_closed() {
+                return;
+            }
             let _ = tx.send(f());
         });
         match self.sender.try_send(job) {
@@ -87,6 +92,32 @@ mod tests {
             .await
             .unwrap();
         assert!(name.unwrap().starts_with("verify-"));
+    }
+
+    #[tokio::test]
+    async fn skips_jobs_whose_caller_gave_up() {
+        let pool = VerifyPool::new(1, 4).unwrap();
+        let gate = Arc::new(Barrier::new(2));
+        let blocker = {
+            let (pool, gate) = (pool.clone(), gate.clone());
+            tokio::spawn(async move { pool.run(move || gate.wait()).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let abandoned = {
+            let ran = ran.clone();
+            pool.run(move || ran.store(true, std::sync::atomic::Ordering::SeqCst))
+        };
+        // Queued, then given up on before a thread is free.
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), abandoned)
+                .await
+                .is_err()
+        );
+        gate.wait();
+        blocker.await.unwrap().unwrap();
+        assert_eq!(pool.run(|| 9).await.unwrap(), 9);
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[tokio::test]
