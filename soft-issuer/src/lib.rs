@@ -1,0 +1,311 @@
+//! A software attestation key for load tests and benchmarks.
+//!
+//! [`SoftIssuer`] produces qemu-vtpm attestation documents in exactly the format a TPM and the
+//! node's `tpm-issuer` produce (`TPMT_PUBLIC` attestation key, `TPMS_ATTEST` quote with
+//! `TPM_GENERATED` and `TPM_ST_ATTEST_QUOTE`, `TPMT_SIGNATURE`; ECC P-256 with ECDSA-SHA256 or
+//! RSA-2048 with RSASSA-PKCS1-v1_5-SHA256), but signs them with a key held in process memory
+//! (ring). One quote of the SHA-256 bank covers PCRs 0–23 with values the caller chooses, so a
+//! simulated node can match (or deliberately miss) a measurement policy. Issuing costs one
+//! signature, so thousands of simulated nodes fit on one machine without a TPM.
+//!
+//! **Not part of the service.** Such a document proves nothing: whoever holds the key can quote
+//! any PCR values. The qemu-vtpm variant trusts the attestation key as presented, so the
+//! validator accepts these documents; that is what makes them useful for load tests, and why
+//! this crate must never be reachable from a deployment. It is a separate crate that
+//! `attest-proxy`, `join-core` and `token-issuer` do not depend on, and no configuration of the
+//! service can select it: only test and benchmark code links it in (as `node-client`'s real
+//! issuer is `tpm-issuer`).
+
+mod marshal;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use attestation::tpm::HashAlg;
+use attestation::vtpm::document::{Attestation, AttestationDocument, Pcrs, Quote};
+use attestation::vtpm::eventlog::{EventLog, EventLogError};
+use attestation::vtpm::{make_extra_data, make_qualifying_data};
+use attestation::{IssueError, Issuer, Variant};
+use ring::rand::SystemRandom;
+use ring::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
+
+/// PC Client TPMs have PCRs 0–23; like go-tpm-tools, every quote covers all of them.
+pub const PCR_COUNT: u32 = 24;
+
+/// The RSA-2048 key [`SoftIssuer::rsa_2048`] uses (PKCS#8 DER). ring cannot generate RSA keys,
+/// so one is shipped; it is public and only ever signs simulated quotes (see `keys/README.md`).
+pub const TEST_RSA_2048_PKCS8: &[u8] = include_bytes!("../keys/rsa2048-test.pk8");
+
+/// The firmware version the simulated TPM reports in its quotes.
+const FIRMWARE_VERSION: u64 = 0x2019_1023_0016_3636;
+
+/// The kind of attestation key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyType {
+    /// ECC P-256, ECDSA with SHA-256 (go-tpm-tools' AttestationKeyECC).
+    EcdsaP256,
+    /// RSA 2048, RSASSA-PKCS1-v1_5 with SHA-256 (go-tpm-tools' AttestationKeyRSA).
+    Rsa2048,
+}
+
+/// Why the software issuer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SoftIssuerError {
+    // ring's `Unspecified` is an error only with its `std` feature; it says nothing more anyway.
+    #[error("cannot generate an ECDSA P-256 key")]
+    KeyGeneration,
+    /// ring's `KeyRejected` is not an error type without its `std` feature; its text is kept.
+    #[error("the key is not a usable PKCS#8 {0:?} key: {1}")]
+    KeyRejected(KeyType, String),
+    #[error("the RSA key has {0} bits; the software issuer signs with RSA-2048 only")]
+    RsaKeySize(usize),
+    #[error("the RSA key's public exponent does not fit the TPM's 32 bits")]
+    RsaExponent,
+    #[error("PCR {0} does not exist (PC Client TPMs have PCRs 0-23)")]
+    PcrIndex(u32),
+    #[error("the event log cannot be replayed for the SHA-256 bank")]
+    EventLog(#[source] EventLogError),
+    #[error("signing the quote failed")]
+    Sign,
+    #[error("cannot encode the attestation document")]
+    Encode(#[source] serde_json::Error),
+}
+
+#[derive(Debug)]
+enum SigningKey {
+    Ecdsa(EcdsaKeyPair),
+    Rsa(RsaKeyPair),
+}
+
+/// An in-process attestation key that issues qemu-vtpm documents. Cloning is cheap and shares
+/// the key; [`SoftIssuer::with_pcrs`] then gives each clone its own measurements.
+#[derive(Clone)]
+pub struct SoftIssuer {
+    key: Arc<SigningKey>,
+    key_type: KeyType,
+    ak_pub: Arc<[u8]>,
+    ak_name: Arc<[u8]>,
+    pcrs: BTreeMap<u32, Vec<u8>>,
+    event_log: Arc<[u8]>,
+    /// The TPM clock: it only moves forward, one tick per quote.
+    clock: Arc<AtomicU64>,
+    rng: SystemRandom,
+}
+
+impl fmt::Debug for SoftIssuer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftIssuer")
+            .field("key_type", &self.key_type)
+            .field("pcrs", &self.pcrs.len())
+            .field("event_log_bytes", &self.event_log.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SoftIssuer {
+    /// A new key of `key_type`: a freshly generated P-256 key, or the shipped RSA-2048 key
+    /// ([`TEST_RSA_2048_PKCS8`]). All PCRs are zero.
+    pub fn new(key_type: KeyType) -> Result<SoftIssuer, SoftIssuerError> {
+        match key_type {
+            KeyType::EcdsaP256 => SoftIssuer::ecdsa_p256(),
+            KeyType::Rsa2048 => SoftIssuer::rsa_2048(),
+        }
+    }
+
+    /// A freshly generated P-256 ECDSA key (cheap: one per simulated node is fine).
+    pub fn ecdsa_p256() -> Result<SoftIssuer, SoftIssuerError> {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .map_err(|_| SoftIssuerError::KeyGeneration)?;
+        SoftIssuer::ecdsa_p256_from_pkcs8(pkcs8.as_ref())
+    }
+
+    /// A P-256 ECDSA key from PKCS#8 DER.
+    pub fn ecdsa_p256_from_pkcs8(pkcs8: &[u8]) -> Result<SoftIssuer, SoftIssuerError> {
+        let rng = SystemRandom::new();
+        let key =
+            EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8, &rng)
+                .map_err(|e| SoftIssuerError::KeyRejected(KeyType::EcdsaP256, e.to_string()))?;
+        // ring's public key is the SEC1 uncompressed point 04 ‖ x ‖ y.
+        let point = key.public_key().as_ref();
+        let (x, y) = point.get(1..).unwrap_or_default().split_at(32);
+        let ak_pub = marshal::public_ecc_p256(x, y);
+        Ok(SoftIssuer::with_key(
+            SigningKey::Ecdsa(key),
+            KeyType::EcdsaP256,
+            ak_pub,
+        ))
+    }
+
+    /// The shipped RSA-2048 key ([`TEST_RSA_2048_PKCS8`]).
+    pub fn rsa_2048() -> Result<SoftIssuer, SoftIssuerError> {
+        SoftIssuer::rsa_2048_from_pkcs8(TEST_RSA_2048_PKCS8)
+    }
+
+    /// An RSA-2048 key from PKCS#8 DER.
+    pub fn rsa_2048_from_pkcs8(pkcs8: &[u8]) -> Result<SoftIssuer, SoftIssuerError> {
+        let key = RsaKeyPair::from_pkcs8(pkcs8)
+            .map_err(|e| SoftIssuerError::KeyRejected(KeyType::Rsa2048, e.to_string()))?;
+        let public = signature::RsaPublicKeyComponents::<Vec<u8>>::from(key.public());
+        let modulus = strip_leading_zeros(&public.n);
+        if modulus.len() != 256 {
+            return Err(SoftIssuerError::RsaKeySize(modulus.len() * 8));
+        }
+        // TPMT_PUBLIC has a u32 exponent; anything wider is not a key a TPM could hold.
+        let exponent = strip_leading_zeros(&public.e);
+        if exponent.len() > 4 {
+            return Err(SoftIssuerError::RsaExponent);
+        }
+        let exponent = exponent
+            .iter()
+            .fold(0u32, |acc, &b| (acc << 8) | u32::from(b));
+        let ak_pub = marshal::public_rsa(modulus, exponent);
+        Ok(SoftIssuer::with_key(
+            SigningKey::Rsa(key),
+            KeyType::Rsa2048,
+            ak_pub,
+        ))
+    }
+
+    fn with_key(key: SigningKey, key_type: KeyType, ak_pub: Vec<u8>) -> SoftIssuer {
+        let ak_name = marshal::name(&ak_pub);
+        SoftIssuer {
+            key: Arc::new(key),
+            key_type,
+            ak_pub: ak_pub.into(),
+            ak_name: ak_name.into(),
+            pcrs: (0..PCR_COUNT).map(|i| (i, vec![0u8; 32])).collect(),
+            event_log: Arc::from(Vec::new()),
+            clock: Arc::new(AtomicU64::new(0)),
+            rng: SystemRandom::new(),
+        }
+    }
+
+    /// Sets the SHA-256 values of the given PCRs; the others keep their values.
+    pub fn with_pcrs(
+        mut self,
+        pcrs: impl IntoIterator<Item = (u32, [u8; 32])>,
+    ) -> Result<SoftIssuer, SoftIssuerError> {
+        for (index, value) in pcrs {
+            if index >= PCR_COUNT {
+                return Err(SoftIssuerError::PcrIndex(index));
+            }
+            self.pcrs.insert(index, value.to_vec());
+        }
+        Ok(self)
+    }
+
+    /// Sends `log` in every document and sets the PCRs it extends to its SHA-256 replay, so the
+    /// document is consistent the way a real node's is (and a policy computed from the log with
+    /// `attest-tool replay-eventlog` matches).
+    pub fn with_event_log(mut self, log: Vec<u8>) -> Result<SoftIssuer, SoftIssuerError> {
+        let replayed = EventLog::parse(&log)
+            .and_then(|l| l.replay(HashAlg::Sha256))
+            .map_err(SoftIssuerError::EventLog)?;
+        for (index, value) in replayed {
+            if index >= PCR_COUNT {
+                return Err(SoftIssuerError::PcrIndex(index));
+            }
+            self.pcrs.insert(index, value);
+        }
+        self.event_log = log.into();
+        Ok(self)
+    }
+
+    pub fn key_type(&self) -> KeyType {
+        self.key_type
+    }
+
+    /// The attestation key's `TPMT_PUBLIC`, as it appears in `ak_pub`.
+    pub fn ak_public(&self) -> &[u8] {
+        &self.ak_pub
+    }
+
+    /// The SHA-256 PCR values every quote reports.
+    pub fn pcrs(&self) -> &BTreeMap<u32, Vec<u8>> {
+        &self.pcrs
+    }
+
+    /// The JSON document binding `user_data` to the verifier's `nonce`, exactly as
+    /// `tpm-issuer` writes it.
+    pub fn issue_document(
+        &self,
+        user_data: &[u8],
+        nonce: &[u8],
+    ) -> Result<Vec<u8>, SoftIssuerError> {
+        let qualifying = make_qualifying_data(&[], &make_extra_data(user_data, nonce));
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        for value in self.pcrs.values() {
+            digest.update(value);
+        }
+        let indices: Vec<u32> = self.pcrs.keys().copied().collect();
+        let attest = marshal::attest_quote(
+            &self.ak_name,
+            &qualifying,
+            &marshal::QuoteBody {
+                clock: self.clock.fetch_add(1, Ordering::Relaxed),
+                firmware_version: FIRMWARE_VERSION,
+                indices: &indices,
+                pcr_digest: digest.finish().as_ref(),
+            },
+        );
+        let raw_sig = self.sign(&attest)?;
+        let doc = AttestationDocument {
+            attestation: Some(Attestation {
+                ak_pub: self.ak_pub.to_vec(),
+                quotes: vec![Quote {
+                    quote: attest,
+                    raw_sig,
+                    pcrs: Some(Pcrs {
+                        hash: i32::from(HashAlg::Sha256.id()),
+                        pcrs: self.pcrs.clone(),
+                    }),
+                }],
+                event_log: self.event_log.to_vec(),
+            }),
+            instance_info: None,
+            user_data: Some(user_data.to_vec()),
+        };
+        serde_json::to_vec(&doc).map_err(SoftIssuerError::Encode)
+    }
+
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, SoftIssuerError> {
+        match &*self.key {
+            SigningKey::Ecdsa(key) => {
+                let sig = key
+                    .sign(&self.rng, message)
+                    .map_err(|_| SoftIssuerError::Sign)?;
+                let (r, s) = sig.as_ref().split_at(sig.as_ref().len() / 2);
+                Ok(marshal::signature_ecdsa_sha256(r, s))
+            }
+            SigningKey::Rsa(key) => {
+                let mut sig = vec![0u8; key.public().modulus_len()];
+                key.sign(&signature::RSA_PKCS1_SHA256, &self.rng, message, &mut sig)
+                    .map_err(|_| SoftIssuerError::Sign)?;
+                Ok(marshal::signature_rsassa_sha256(&sig))
+            }
+        }
+    }
+}
+
+fn strip_leading_zeros(v: &[u8]) -> &[u8] {
+    let first = v.iter().position(|&b| b != 0).unwrap_or(v.len());
+    &v[first..]
+}
+
+impl Issuer for SoftIssuer {
+    fn variant(&self) -> Variant {
+        Variant::QemuVtpm
+    }
+
+    fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
+        self.issue_document(user_data, nonce)
+            .map_err(|e| IssueError {
+                variant: Variant::QemuVtpm,
+                reason: e.to_string(),
+                source: Some(Box::new(e)),
+            })
+    }
+}
