@@ -34,10 +34,16 @@ pub struct Config {
     #[arg(long, env = "JOIN_CORE_KMS_ENDPOINT", value_parser = parse_http_uri)]
     pub kms_endpoint: Uri,
 
-    /// Deadline for each key service call. A key fetch that misses it is answered `Unavailable`
-    /// (fetching a key changes nothing, so the node may simply retry).
+    /// Deadline for fetching one key, retries included. Connection failures, `Unavailable`
+    /// answers and attempts that time out are retried with jittered exponential backoff
+    /// (50 ms doubling to 1 s, at most 8 attempts) until then. A fetch that still fails is
+    /// answered `Unavailable` (fetching a key changes nothing, so the node may simply retry).
     #[arg(long, env = "JOIN_CORE_KMS_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub kms_timeout: Duration,
+
+    /// Deadline for one attempt at the key service, so a hung connection leaves time to retry.
+    #[arg(long, env = "JOIN_CORE_KMS_ATTEMPT_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub kms_attempt_timeout: Duration,
 
     /// token-issuer's Unix socket.
     #[arg(
@@ -72,6 +78,11 @@ pub struct Config {
         default_value = "/var/kubeadm-config/ClusterConfiguration"
     )]
     pub kubeadm_config: PathBuf,
+
+    /// Lifetime of the SSH host certificates join-core signs (they are valid from five minutes
+    /// before issuance, for clock skew).
+    #[arg(long, env = "JOIN_CORE_SSH_CERT_VALIDITY", default_value = "365days", value_parser = humantime::parse_duration)]
+    pub ssh_cert_validity: Duration,
 
     /// How long in-flight requests get to finish after SIGTERM. Keep it below the pod's
     /// terminationGracePeriodSeconds.
@@ -111,6 +122,12 @@ mod tests {
         assert_eq!(config.proxy_uid, 10001);
         assert_eq!(config.socket_mode, 0o660);
         assert_eq!(config.kms_timeout, Duration::from_secs(5));
+        assert_eq!(config.kms_attempt_timeout, Duration::from_secs(2));
+        assert_eq!(config.ssh_cert_validity, crate::ssh::DEFAULT_VALIDITY);
+        assert_eq!(
+            config.kubeadm_config,
+            PathBuf::from("/var/kubeadm-config/ClusterConfiguration")
+        );
         assert_eq!(
             config.socket,
             PathBuf::from("/run/joinservice/join-core.sock")

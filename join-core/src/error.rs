@@ -3,9 +3,22 @@
 //! - [`RequestError`]: the request itself is refused, before any backend is asked.
 //! - [`CallError`]: one call to a backend (key service or token-issuer) failed.
 //! - [`KmsError`], [`TokenIssuerError`]: a backend's answer was unusable.
+//! - [`KubeadmConfigError`]: the mounted kubeadm ClusterConfiguration is unusable.
 //! - [`TicketError`]: what a join or rejoin failed on, naming the step.
 //!
-//! [`TicketError::to_status`] chooses the code the node sees.
+//! [`TicketError::to_status`] chooses the code the node sees:
+//!
+//! | failure | code | why |
+//! |---|---|---|
+//! | no or bad identity headers | `Unauthenticated` | the request did not pass attest-proxy |
+//! | bad disk UUID, CSR, host key or principals | `InvalidArgument` | the node's fault; nothing was asked |
+//! | key service unreachable, `Unavailable`, or no answer by the deadline (after retries) | `Unavailable`, naming the key service | fetching keys changes nothing: the node may simply retry |
+//! | key service refuses with any other code (e.g. `InvalidArgument`) or returns a wrong-size key | `Internal` | join-core's requests are fixed, so this is a fault on our side, not the node's |
+//! | kubeadm ClusterConfiguration unreadable | `Internal` | an operator fault the node cannot fix |
+//! | SSH host certificate cannot be signed | `Internal` | not the node's fault; nothing was created |
+//! | token-issuer unreachable | `Unavailable` | nothing was created |
+//! | token-issuer too slow | `DeadlineExceeded` | it may have created a token (it cleans up after itself) |
+//! | token-issuer refuses | its own code, prefixed with the step | token-issuer chose it on purpose |
 
 use std::error::Error as _;
 use std::path::PathBuf;
@@ -29,6 +42,12 @@ pub enum RequestError {
     /// The kubelet CSR is missing or cannot be one.
     #[error("invalid certificate_request: {reason}")]
     CertificateRequest { reason: String },
+    /// The SSH host key is missing, malformed or of a type join-core does not certify.
+    #[error("invalid host_public_key: {reason}")]
+    HostPublicKey { reason: String },
+    /// A requested host certificate principal is unusable, or there are too many.
+    #[error("invalid host_certificate_principals: {reason}")]
+    Principals { reason: String },
 }
 
 /// One call to a backend failed.
@@ -70,6 +89,8 @@ pub enum KeyName {
     StateDiskKey,
     /// The cluster's measurement secret (key id `measurementSecret`).
     MeasurementSecret,
+    /// The seed of the emergency SSH CA (key id `ca_emergency_ssh`).
+    SshCaSeed,
 }
 
 impl std::fmt::Display for KeyName {
@@ -77,6 +98,7 @@ impl std::fmt::Display for KeyName {
         f.write_str(match self {
             KeyName::StateDiskKey => "state disk key",
             KeyName::MeasurementSecret => "measurement secret",
+            KeyName::SshCaSeed => "emergency SSH CA seed",
         })
     }
 }
@@ -84,9 +106,14 @@ impl std::fmt::Display for KeyName {
 /// The key service's answer was unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum KmsError {
-    /// The call failed.
-    #[error(transparent)]
-    Call(#[from] CallError),
+    /// The call failed for good: a refusal, or transient failures until the retries or the
+    /// deadline ran out.
+    #[error("gave up after {attempts} attempt(s)")]
+    Call {
+        attempts: u32,
+        #[source]
+        source: CallError,
+    },
     /// The key service returned a key of the wrong size.
     #[error("returned {got} bytes instead of {expected}")]
     WrongLength { expected: usize, got: usize },
@@ -103,6 +130,49 @@ pub enum TokenIssuerError {
     Incomplete { field: &'static str },
 }
 
+/// The kubeadm ClusterConfiguration (the source of the API server's cert SANs) is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeadmConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not YAML of the expected shape.
+    #[error("{path} is not a kubeadm ClusterConfiguration")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    /// The file holds another kubeadm document (e.g. an InitConfiguration).
+    #[error("{path} holds a {kind}, not a ClusterConfiguration")]
+    WrongKind { path: PathBuf, kind: String },
+    /// A SAN cannot be an SSH principal.
+    #[error("{path}: apiServer.certSANs entry {san:?} {reason}")]
+    BadSan {
+        path: PathBuf,
+        san: String,
+        reason: String,
+    },
+}
+
+/// The SSH host certificate could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SshError {
+    /// The key service's seed cannot be an Ed25519 key.
+    #[error("the CA seed is {len} bytes; an Ed25519 seed is 32")]
+    CaSeed { len: usize },
+    /// The system random source failed.
+    #[error("no randomness for the certificate nonce and serial")]
+    Random,
+    /// No principals: the certificate would be valid for every host.
+    #[error("no principals to certify")]
+    NoPrincipals,
+}
+
 /// Why a join or rejoin ticket was not issued.
 #[derive(Debug, thiserror::Error)]
 pub enum TicketError {
@@ -116,6 +186,12 @@ pub enum TicketError {
         #[source]
         source: KmsError,
     },
+    /// The API server's cert SANs could not be read for the SSH host certificate.
+    #[error("reading the kubeadm ClusterConfiguration")]
+    KubeadmConfig(#[source] KubeadmConfigError),
+    /// Signing the SSH host certificate failed.
+    #[error("signing the SSH host certificate")]
+    Ssh(#[source] SshError),
     /// Getting Kubernetes credentials from token-issuer failed.
     #[error("token-issuer IssueNodeCredentials")]
     TokenIssuer(#[source] TokenIssuerError),
@@ -131,28 +207,42 @@ impl TicketError {
                 e @ (RequestError::NotForwarded { .. } | RequestError::MalformedIdentity { .. }),
             ) => Status::unauthenticated(e.to_string()),
             TicketError::Request(
-                e @ (RequestError::DiskUuid { .. } | RequestError::CertificateRequest { .. }),
+                e @ (RequestError::DiskUuid { .. }
+                | RequestError::CertificateRequest { .. }
+                | RequestError::HostPublicKey { .. }
+                | RequestError::Principals { .. }),
             ) => Status::invalid_argument(e.to_string()),
 
             // Key fetches change nothing, so every failure the node can wait out is Unavailable,
-            // including a missed deadline: retrying is safe and the right move.
+            // including a missed deadline: retrying is safe and the right move. join-core has
+            // already retried within its deadline; the message says so.
             TicketError::Kms { key, source } => match source {
-                KmsError::Call(CallError::Unreachable(_)) => {
-                    Status::unavailable(format!("key service unreachable while fetching the {key}"))
-                }
-                KmsError::Call(CallError::Timeout(after)) => Status::unavailable(format!(
+                KmsError::Call {
+                    attempts,
+                    source: CallError::Unreachable(_),
+                } => Status::unavailable(format!(
+                    "key service unreachable while fetching the {key} ({attempts} attempt(s))"
+                )),
+                KmsError::Call {
+                    source: CallError::Timeout(after),
+                    ..
+                } => Status::unavailable(format!(
                     "key service did not answer within {after:?} while fetching the {key}"
                 )),
-                KmsError::Call(CallError::Refused(status))
-                    if status.code() == Code::Unavailable =>
-                {
-                    Status::unavailable(format!(
-                        "key service unavailable while fetching the {key}: {}",
-                        status.message()
-                    ))
-                }
-                // join-core's key requests are fixed; a refusal is a server-side fault.
-                KmsError::Call(CallError::Refused(status)) => Status::internal(format!(
+                KmsError::Call {
+                    attempts,
+                    source: CallError::Refused(status),
+                } if status.code() == Code::Unavailable => Status::unavailable(format!(
+                    "key service unavailable while fetching the {key} ({attempts} attempt(s)): {}",
+                    status.message()
+                )),
+                // join-core's key requests are fixed; any other refusal (InvalidArgument for a
+                // length or id it should never send, PermissionDenied, ...) is a server-side
+                // fault the node cannot fix by retrying.
+                KmsError::Call {
+                    source: CallError::Refused(status),
+                    ..
+                } => Status::internal(format!(
                     "key service refused the {key} request ({:?})",
                     status.code()
                 )),
@@ -160,6 +250,14 @@ impl TicketError {
                     Status::internal(format!("key service returned a malformed {key}"))
                 }
             },
+
+            // The operator's configuration is broken; the node cannot fix that, and nothing
+            // was created (the file is read before token-issuer is asked).
+            TicketError::KubeadmConfig(_) => Status::internal(
+                "join-core cannot read the kubeadm ClusterConfiguration for the SSH host certificate",
+            ),
+
+            TicketError::Ssh(_) => Status::internal("join-core could not sign the SSH host certificate"),
 
             TicketError::TokenIssuer(source) => match source {
                 TokenIssuerError::Call(CallError::Unreachable(_)) => {
@@ -193,6 +291,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The kubeadm ClusterConfiguration is unusable.
+    #[error("unusable kubeadm ClusterConfiguration")]
+    KubeadmConfig(#[source] KubeadmConfigError),
     /// The measurement salt has the wrong size.
     #[error("the measurement salt in {path} is {len} bytes; it must be {expected}")]
     SaltLength {
@@ -238,6 +339,12 @@ mod tests {
             key: KeyName::StateDiskKey,
             source,
         };
+        let kms_call = |source| {
+            kms(KmsError::Call {
+                attempts: 1,
+                source,
+            })
+        };
         let local = Status::from_error("connection refused".into());
         assert!(local.source().is_some());
         let cases = [
@@ -250,15 +357,47 @@ mod tests {
                 Code::InvalidArgument,
             ),
             (
-                kms(CallError::from_status(local, Duration::ZERO).into()),
+                TicketError::Request(RequestError::HostPublicKey { reason: "r".into() }),
+                Code::InvalidArgument,
+            ),
+            (
+                TicketError::Request(RequestError::Principals { reason: "r".into() }),
+                Code::InvalidArgument,
+            ),
+            (
+                kms_call(CallError::from_status(local, Duration::ZERO)),
                 Code::Unavailable,
             ),
             (
-                kms(CallError::Timeout(Duration::ZERO).into()),
+                kms_call(CallError::Timeout(Duration::ZERO)),
                 Code::Unavailable,
             ),
             (
-                kms(CallError::from_status(Status::invalid_argument("x"), Duration::ZERO).into()),
+                kms_call(CallError::from_status(
+                    Status::unavailable("x"),
+                    Duration::ZERO,
+                )),
+                Code::Unavailable,
+            ),
+            (
+                kms_call(CallError::from_status(
+                    Status::invalid_argument("x"),
+                    Duration::ZERO,
+                )),
+                Code::Internal,
+            ),
+            (
+                kms_call(CallError::from_status(
+                    Status::permission_denied("x"),
+                    Duration::ZERO,
+                )),
+                Code::Internal,
+            ),
+            (
+                TicketError::KubeadmConfig(KubeadmConfigError::WrongKind {
+                    path: "f".into(),
+                    kind: "InitConfiguration".into(),
+                }),
                 Code::Internal,
             ),
             (
@@ -295,11 +434,15 @@ mod tests {
     fn chain_names_every_layer_once() {
         let error = TicketError::Kms {
             key: KeyName::MeasurementSecret,
-            source: CallError::Refused(Status::not_found("gone")).into(),
+            source: KmsError::Call {
+                attempts: 1,
+                source: CallError::Refused(Status::not_found("gone")),
+            },
         };
         assert_eq!(
             chain(&error),
-            "key service GetDataKey (measurement secret): answered with an error: \
+            "key service GetDataKey (measurement secret): gave up after 1 attempt(s): \
+             answered with an error: \
              code: 'Some requested entity was not found', message: \"gone\""
         );
     }

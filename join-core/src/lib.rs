@@ -7,11 +7,14 @@
 //!
 //! join-core serves `join.API` on a Unix socket that admits attest-proxy's uid alone, so the
 //! identity headers the proxy adds ([`plumbing::identity`]) can be believed; a request without
-//! them is refused. For a join it checks the request ([`request`]), fetches the node's state
-//! disk key and the measurement secret from the key service ([`keys`]) and only then asks
-//! token-issuer for Kubernetes credentials ([`credentials`]), so a key service failure creates
-//! nothing in Kubernetes. It holds no Kubernetes credential, and keys only for the request that
-//! fetched them. [`error`] sorts failures by layer and maps them to gRPC statuses in one place.
+//! them is refused. For a join it checks the request ([`request`], and the SSH host key and
+//! principals, [`ssh`]), fetches the node's state disk key, the measurement secret and the
+//! emergency SSH CA seed from the key service concurrently, retrying within one deadline
+//! ([`keys`], [`retry`]), reads the API server's cert SANs ([`kubeadm`]) and signs the node's
+//! SSH host certificate, and only then asks token-issuer for Kubernetes credentials
+//! ([`credentials`]), so every failure before that creates nothing in Kubernetes. It holds no
+//! Kubernetes credential, and keys only for the request that fetched them. [`error`] sorts
+//! failures by layer and maps them to gRPC statuses in one place.
 //!
 //! [`run`] serves until shutdown; [`JoinCore::bind`] then [`JoinCore::serve`] does the same in
 //! two steps, so a test knows the socket is listening before it connects.
@@ -23,7 +26,10 @@ pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod keys;
+pub mod kubeadm;
 pub mod request;
+pub mod retry;
+pub mod ssh;
 pub mod ticket;
 
 use std::path::{Path, PathBuf};
@@ -39,7 +45,9 @@ pub use error::Error;
 
 use credentials::CredentialsClient;
 use keys::KeyClient;
-use ticket::TicketService;
+use kubeadm::KubeadmConfig;
+use retry::RetryPolicy;
+use ticket::{HostCertificates, TicketService};
 
 /// Size of the measurement salt, as Constellation generates it.
 pub const MEASUREMENT_SALT_LEN: usize = 32;
@@ -58,14 +66,22 @@ pub struct JoinCore {
 }
 
 impl JoinCore {
-    /// Reads the measurement salt, sets up the backend channels (they connect on first use)
-    /// and binds the socket. Must run inside a tokio runtime.
+    /// Reads the measurement salt, checks the kubeadm ClusterConfiguration, sets up the backend
+    /// channels (they connect on first use) and binds the socket. Must run inside a tokio runtime.
     pub async fn bind(config: Config) -> Result<Self, Error> {
         let measurement_salt = read_measurement_salt(&config.measurement_salt_file)?;
+        let kubeadm = KubeadmConfig::open(&config.kubeadm_config).map_err(Error::KubeadmConfig)?;
         let service = TicketService::new(
-            KeyClient::new(config.kms_endpoint, config.kms_timeout),
+            KeyClient::new(
+                config.kms_endpoint,
+                RetryPolicy::new(config.kms_timeout, config.kms_attempt_timeout),
+            ),
             CredentialsClient::new(config.token_issuer_socket, config.token_issuer_timeout),
             measurement_salt,
+            HostCertificates {
+                kubeadm,
+                validity: config.ssh_cert_validity,
+            },
         );
         let listener =
             plumbing::unix::bind(&config.socket, config.socket_mode).map_err(Error::Socket)?;

@@ -6,7 +6,7 @@ use plumbing::identity;
 use tonic::metadata::MetadataMap;
 
 use crate::error::RequestError;
-use crate::keys::MEASUREMENT_SECRET_ID;
+use crate::keys::{MEASUREMENT_SECRET_ID, SSH_CA_SEED_ID};
 
 /// Longest disk UUID accepted. LUKS UUIDs, what Constellation nodes send, are 36 characters.
 pub const MAX_DISK_UUID_LEN: usize = 64;
@@ -71,7 +71,9 @@ pub fn check_disk_uuid(disk_uuid: &str) -> Result<(), RequestError> {
             "contains {bad:?}; only ASCII letters, digits and '-' are allowed"
         ));
     }
-    if disk_uuid == MEASUREMENT_SECRET_ID {
+    // Both already fail the character check above or would be refused here; stated outright
+    // so that loosening that check can never hand a node the cluster's own keys.
+    if disk_uuid == MEASUREMENT_SECRET_ID || disk_uuid == SSH_CA_SEED_ID {
         return refuse("names a reserved key".into());
     }
     Ok(())

@@ -1,7 +1,8 @@
-//! The `join.API` service: checks a request, then keys first, then Kubernetes credentials.
+//! The `join.API` service: checks a request, then keys and the SSH host certificate, then
+//! Kubernetes credentials.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use proto::join::api_server::Api;
 use proto::join::{
@@ -13,7 +14,18 @@ use tonic::{Request, Response, Status};
 use crate::credentials::CredentialsClient;
 use crate::error::{TicketError, chain};
 use crate::keys::KeyClient;
+use crate::kubeadm::KubeadmConfig;
 use crate::request::{self, Identity, MAX_DISK_UUID_LEN};
+use crate::ssh::{self, HostKey, SshCa};
+
+/// How join-core makes SSH host certificates.
+#[derive(Clone, Debug)]
+pub struct HostCertificates {
+    /// Where the API server's cert SANs, every certificate's extra principals, come from.
+    pub kubeadm: KubeadmConfig,
+    /// How long each certificate is valid.
+    pub validity: Duration,
+}
 
 /// Issues join and rejoin tickets.
 #[derive(Clone, Debug)]
@@ -21,6 +33,7 @@ pub struct TicketService {
     keys: KeyClient,
     credentials: CredentialsClient,
     measurement_salt: Arc<[u8]>,
+    host_certificates: HostCertificates,
 }
 
 impl TicketService {
@@ -29,19 +42,21 @@ impl TicketService {
         keys: KeyClient,
         credentials: CredentialsClient,
         measurement_salt: impl Into<Arc<[u8]>>,
+        host_certificates: HostCertificates,
     ) -> Self {
         Self {
             keys,
             credentials,
             measurement_salt: measurement_salt.into(),
+            host_certificates,
         }
     }
 
     /// A join ticket for an attested node.
     ///
-    /// The keys are fetched before token-issuer is asked, so a key service failure leaves
-    /// nothing behind in Kubernetes. Not yet filled in (the SSH work comes next):
-    /// `authorized_ca_public_key` and `host_certificate` are left empty.
+    /// Everything that can fail without side effects comes first: the request checks, the
+    /// keys, the cert SANs and the SSH host certificate. Only then is token-issuer asked, so a
+    /// failure before it leaves nothing behind in Kubernetes.
     async fn join(
         &self,
         identity: &Identity,
@@ -49,7 +64,33 @@ impl TicketService {
     ) -> Result<(IssueJoinTicketResponse, String), TicketError> {
         request::check_disk_uuid(&request.disk_uuid)?;
         request::check_certificate_request(&request.certificate_request)?;
-        let mut keys = self.keys.node_keys(&request.disk_uuid).await?;
+        let host_key = HostKey::parse(&request.host_public_key)?;
+        ssh::check_requested_principals(&request.host_certificate_principals)?;
+
+        let keys = self.keys.join_keys(&request.disk_uuid).await?;
+        let mut node_keys = keys.node;
+        let sans = self
+            .host_certificates
+            .kubeadm
+            .api_server_cert_sans()
+            .map_err(TicketError::KubeadmConfig)?;
+        let principals = ssh::principals(
+            &request.host_certificate_principals,
+            &sans,
+            identity.peer_addr.ip(),
+        );
+        let ca = SshCa::from_seed(&keys.ssh_ca_seed).map_err(TicketError::Ssh)?;
+        let host_certificate = ca
+            .host_certificate(
+                &host_key,
+                &principals,
+                &request.disk_uuid,
+                self.host_certificates.validity,
+            )
+            .map_err(TicketError::Ssh)?;
+        let authorized_ca_public_key = ca.authorized_key_line();
+        drop(ca);
+
         let credentials = self
             .credentials
             .issue(
@@ -59,9 +100,9 @@ impl TicketService {
             )
             .await?;
         let ticket = IssueJoinTicketResponse {
-            state_disk_key: std::mem::take(&mut *keys.state_disk_key),
+            state_disk_key: std::mem::take(&mut *node_keys.state_disk_key),
             measurement_salt: self.measurement_salt.to_vec(),
-            measurement_secret: std::mem::take(&mut *keys.measurement_secret),
+            measurement_secret: std::mem::take(&mut *node_keys.measurement_secret),
             kubelet_cert: credentials.kubelet_cert,
             api_server_endpoint: credentials.api_server_endpoint,
             token: credentials.token,
@@ -76,7 +117,8 @@ impl TicketService {
                 .collect(),
             kubernetes_version: credentials.kubernetes_version,
             kubernetes_components: credentials.kubernetes_components,
-            ..Default::default()
+            authorized_ca_public_key,
+            host_certificate,
         };
         Ok((ticket, credentials.node_name))
     }
