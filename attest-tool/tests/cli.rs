@@ -1,0 +1,307 @@
+//! The `attest-tool` binary run as an operator would: on the real RHEL 8 event log, and on
+//! documents a software attestation key issued for a node that booted what that log records.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use attestation::Policy;
+use soft_issuer::{KeyType, SoftIssuer};
+
+const NONCE_HEX: &str = "6e6f6e63652d6f662d7468652d68616e647368616b652d3031323334353637";
+const USER_DATA: [u8; 32] = [0x42; 32];
+
+fn rhel8_log_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../attestation/testdata/eventlogs/rhel8-uefi.bin")
+}
+
+fn tool(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attest-tool"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `replay-eventlog --bank sha256` of the RHEL 8 log, written as a config file.
+fn rhel8_config(dir: &Path) -> PathBuf {
+    let out = tool(&[
+        "replay-eventlog",
+        "--bank",
+        "sha256",
+        path_str(&rhel8_log_path()),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let path = dir.join("attestation-config.json");
+    std::fs::write(&path, &out.stdout).unwrap();
+    path
+}
+
+fn write_document(dir: &Path, issuer: &SoftIssuer) -> PathBuf {
+    let doc = issuer
+        .issue_document(&USER_DATA, &hex::decode(NONCE_HEX).unwrap())
+        .unwrap();
+    let path = dir.join("document.json");
+    std::fs::write(&path, doc).unwrap();
+    path
+}
+
+fn rhel8_node(key: KeyType) -> SoftIssuer {
+    SoftIssuer::new(key)
+        .unwrap()
+        .with_event_log(std::fs::read(rhel8_log_path()).unwrap())
+        .unwrap()
+}
+
+#[test]
+fn replay_prints_every_bank_with_the_known_pcrs() {
+    let out = tool(&["replay-eventlog", path_str(&rhel8_log_path())]);
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let banks = json.as_object().unwrap();
+    assert_eq!(
+        banks.keys().collect::<Vec<_>>(),
+        ["sha1", "sha256", "sha384"]
+    );
+    assert_eq!(json["sha384"]["7"]["expected"].as_str().unwrap().len(), 96);
+    assert_eq!(
+        json["sha256"]["7"]["expected"],
+        "5fd54361d580eb7592adb8deb236ff35444ceeac7148f24b3de63c041f12b3da"
+    );
+    assert_eq!(json["sha256"]["7"]["warnOnly"], false);
+    assert_eq!(
+        json["sha256"]["14"]["expected"],
+        "d8f57ebcc1a23cc46832696e1a657f720e1be8f5b405bb7204682114e363b455"
+    );
+    assert_eq!(
+        json["sha1"]["14"]["expected"],
+        "1f5149668c40524e01be9cbc3ad527645943f148"
+    );
+    assert_eq!(json["sha256"].as_object().unwrap().len(), 11);
+    // Registers in numeric order, as an operator reads them.
+    let text = stdout(&out);
+    assert!(text.find("\"9\"").unwrap() < text.find("\"14\"").unwrap());
+}
+
+#[test]
+fn replay_of_a_legacy_log_and_of_garbage() {
+    let legacy = rhel8_log_path().with_file_name("debian-10.bin");
+    let out = tool(&["replay-eventlog", path_str(&legacy)]);
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["sha1"]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.bin");
+    std::fs::write(&junk, [1, 2, 3]).unwrap();
+    let out = tool(&["replay-eventlog", path_str(&junk)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot parse the event log"));
+}
+
+#[test]
+fn policy_prints_what_the_service_enforces() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = rhel8_config(dir.path());
+    let out = tool(&[
+        "policy",
+        "--config",
+        path_str(&config),
+        "--variant",
+        "qemu-vtpm",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    let digest = Policy::from_attestation_config(&std::fs::read(&config).unwrap())
+        .unwrap()
+        .digest();
+    assert!(text.contains(&format!("policy digest: {digest}")), "{text}");
+    assert!(
+        text.contains("measurements: 11 (11 enforced, 0 warn-only)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "PCR  7  enforced   5fd54361d580eb7592adb8deb236ff35444ceeac7148f24b3de63c041f12b3da"
+        ),
+        "{text}"
+    );
+
+    let out = tool(&[
+        "policy",
+        "--config",
+        path_str(&config),
+        "--variant",
+        "aws-sev-snp",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, r#"{"measurements": {"4": {"expected": "zz"}}}"#).unwrap();
+    let out = tool(&[
+        "policy",
+        "--config",
+        path_str(&broken),
+        "--variant",
+        "qemu-vtpm",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not valid hex"));
+}
+
+#[test]
+fn verify_accepts_a_node_that_booted_what_the_log_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = rhel8_config(dir.path());
+    for key in [KeyType::EcdsaP256, KeyType::Rsa2048] {
+        let doc = write_document(dir.path(), &rhel8_node(key));
+        let user_data = hex::encode(USER_DATA);
+        let out = tool(&[
+            "verify",
+            "--config",
+            path_str(&config),
+            "--variant",
+            "qemu-vtpm",
+            "--nonce",
+            NONCE_HEX,
+            "--user-data",
+            &user_data,
+            path_str(&doc),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert!(
+            stdout(&out).starts_with("ACCEPTED: qemu-vtpm node"),
+            "{}",
+            stdout(&out)
+        );
+    }
+}
+
+#[test]
+fn verify_explains_rejections_like_the_audit_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = rhel8_config(dir.path());
+    // A node whose PCR 4 (boot loader) differs and PCR 9 too; the policy only warns about 9.
+    let node = rhel8_node(KeyType::EcdsaP256)
+        .with_pcrs([(4, [0xee; 32]), (9, [0x99; 32])])
+        .unwrap();
+    // The log no longer matches the PCRs, so drop it from the picture: issue without the log.
+    let node = SoftIssuer::ecdsa_p256()
+        .unwrap()
+        .with_pcrs(
+            node.pcrs()
+                .iter()
+                .map(|(&i, v)| (i, <[u8; 32]>::try_from(v.as_slice()).unwrap())),
+        )
+        .unwrap();
+    let doc = write_document(dir.path(), &node);
+    let mut policy: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    policy["measurements"]["9"]["warnOnly"] = true.into();
+    let warn_config = dir.path().join("warn.json");
+    std::fs::write(&warn_config, policy.to_string()).unwrap();
+
+    let out = tool(&[
+        "verify",
+        "--config",
+        path_str(&warn_config),
+        "--variant",
+        "qemu-vtpm",
+        "--nonce",
+        NONCE_HEX,
+        path_str(&doc),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.starts_with("REJECTED by check measurements"), "{text}");
+    assert!(text.contains("measurement 4 (enforced):"), "{text}");
+    assert!(
+        text.contains(&format!("actual   {}", "ee".repeat(32))),
+        "{text}"
+    );
+    assert!(
+        text.contains("expected 758a3d35f1b0ff5b135dacd07db0c8132c0ac665d944090d4bf96e66447a245c"),
+        "{text}"
+    );
+    assert!(text.contains("measurement 9 (warn-only):"), "{text}");
+
+    // The same decision as the JSON line attest-proxy logs.
+    let out = tool(&[
+        "verify",
+        "--config",
+        path_str(&warn_config),
+        "--variant",
+        "qemu-vtpm",
+        "--nonce",
+        NONCE_HEX,
+        "--json",
+        path_str(&doc),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["result"], "rejected");
+    assert_eq!(line["check"], "measurements");
+    assert_eq!(line["measurements"].as_array().unwrap().len(), 2);
+    let digest = Policy::from_attestation_config(policy.to_string().as_bytes())
+        .unwrap()
+        .digest();
+    assert_eq!(line["policy"], digest);
+
+    // A wrong nonce and wrong user data are named as such.
+    let good = write_document(dir.path(), &rhel8_node(KeyType::Rsa2048));
+    let out = tool(&[
+        "verify",
+        "--config",
+        path_str(&config),
+        "--variant",
+        "qemu-vtpm",
+        "--nonce",
+        "00",
+        path_str(&good),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).starts_with("REJECTED by check nonce"),
+        "{}",
+        stdout(&out)
+    );
+    let out = tool(&[
+        "verify",
+        "--config",
+        path_str(&config),
+        "--variant",
+        "qemu-vtpm",
+        "--nonce",
+        NONCE_HEX,
+        "--user-data",
+        "01",
+        path_str(&good),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).starts_with("REJECTED by check user_data"),
+        "{}",
+        stdout(&out)
+    );
+    let out = tool(&[
+        "verify",
+        "--config",
+        path_str(&config),
+        "--variant",
+        "qemu-vtpm",
+        "--nonce",
+        "xyz",
+        path_str(&good),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
