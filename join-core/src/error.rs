@@ -148,7 +148,7 @@ pub enum KubeadmConfigError {
         source: serde_yaml::Error,
     },
     /// The file holds another kubeadm document (e.g. an InitConfiguration).
-    #[error("{path} holds a {kind}, not a ClusterConfiguration")]
+    #[error("{path} holds kind {kind}, not ClusterConfiguration")]
     WrongKind { path: PathBuf, kind: String },
     /// A SAN cannot be an SSH principal.
     #[error("{path}: apiServer.certSANs entry {san:?} {reason}")]
@@ -257,7 +257,9 @@ impl TicketError {
                 "join-core cannot read the kubeadm ClusterConfiguration for the SSH host certificate",
             ),
 
-            TicketError::Ssh(_) => Status::internal("join-core could not sign the SSH host certificate"),
+            TicketError::Ssh(_) => {
+                Status::internal("join-core could not sign the SSH host certificate")
+            }
 
             TicketError::TokenIssuer(source) => match source {
                 TokenIssuerError::Call(CallError::Unreachable(_)) => {

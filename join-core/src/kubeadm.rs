@@ -47,10 +47,11 @@ impl KubeadmConfig {
 
     /// `apiServer.certSANs`, in file order; empty when the field is absent.
     pub fn api_server_cert_sans(&self) -> Result<Vec<String>, KubeadmConfigError> {
-        let text = std::fs::read_to_string(&self.path).map_err(|source| KubeadmConfigError::Read {
-            path: self.path.clone(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(&self.path).map_err(|source| KubeadmConfigError::Read {
+                path: self.path.clone(),
+                source,
+            })?;
         parse_cert_sans(&self.path, &text)
     }
 }

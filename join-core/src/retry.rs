@@ -194,7 +194,11 @@ mod tests {
         })
         .await
         .unwrap_err();
-        assert!(started.elapsed() <= Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() <= Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(matches!(gave_up.last, CallError::Timeout(d) if d == Duration::from_secs(3)));
         assert_eq!(timeouts[0], Duration::from_secs(2));
         assert!(timeouts[1] < Duration::from_secs(1), "{timeouts:?}");

@@ -100,11 +100,9 @@ impl HostKey {
         }
         // Re-encoded by the parser, so the certificate carries a canonical key whatever the
         // node sent; the leading algorithm name is dropped (the certificate names its own type).
-        let canonical = key
-            .to_bytes()
-            .map_err(|e| RequestError::HostPublicKey {
-                reason: format!("cannot be re-encoded ({e})"),
-            })?;
+        let canonical = key.to_bytes().map_err(|e| RequestError::HostPublicKey {
+            reason: format!("cannot be re-encoded ({e})"),
+        })?;
         let fields = skip_string(&canonical)
             .ok_or_else(|| RequestError::HostPublicKey {
                 reason: "cannot be re-encoded".into(),
@@ -206,9 +204,8 @@ pub struct SshCa {
 impl SshCa {
     /// The CA whose Ed25519 private key is `seed` (32 bytes from the key service).
     pub fn from_seed(seed: &[u8]) -> Result<Self, SshError> {
-        let pair = Ed25519KeyPair::from_seed_unchecked(seed).map_err(|_| SshError::CaSeed {
-            len: seed.len(),
-        })?;
+        let pair = Ed25519KeyPair::from_seed_unchecked(seed)
+            .map_err(|_| SshError::CaSeed { len: seed.len() })?;
         Ok(Self { pair })
     }
 
@@ -358,7 +355,9 @@ mod tests {
         assert_eq!(cert.valid_principals(), &principals[..]);
         assert_eq!(cert.key_id(), "disk-1");
         assert_eq!(
-            PublicKey::from(cert.public_key().clone()).to_bytes().unwrap(),
+            PublicKey::from(cert.public_key().clone())
+                .to_bytes()
+                .unwrap(),
             wire
         );
         assert_eq!(
@@ -425,7 +424,10 @@ mod tests {
         ];
         for (wire, mentions) in cases {
             let error = HostKey::parse(wire).unwrap_err().to_string();
-            assert!(error.contains(mentions), "{error:?} should mention {mentions:?}");
+            assert!(
+                error.contains(mentions),
+                "{error:?} should mention {mentions:?}"
+            );
         }
     }
 
@@ -434,8 +436,18 @@ mod tests {
         check_requested_principals(&strings(&["node-1", "10.0.0.7", "fe80::1", "a_b.c"])).unwrap();
         check_requested_principals(&[]).unwrap();
         let too_long = "a".repeat(MAX_PRINCIPAL_LEN + 1);
-        for bad in ["", "a b", "a,b", "*", "*.example.com", "host?", "!host", "ü", "a\n", &too_long]
-        {
+        for bad in [
+            "",
+            "a b",
+            "a,b",
+            "*",
+            "*.example.com",
+            "host?",
+            "!host",
+            "ü",
+            "a\n",
+            &too_long,
+        ] {
             assert!(
                 check_requested_principals(&strings(&["ok", bad])).is_err(),
                 "{bad:?}"
@@ -449,7 +461,11 @@ mod tests {
     fn principals_are_requested_then_sans_or_the_peer() {
         let peer: IpAddr = "192.0.2.7".parse().unwrap();
         assert_eq!(
-            principals(&strings(&["n", "10.0.0.1"]), &strings(&["10.0.0.1", "api"]), peer),
+            principals(
+                &strings(&["n", "10.0.0.1"]),
+                &strings(&["10.0.0.1", "api"]),
+                peer
+            ),
             strings(&["n", "10.0.0.1", "api"])
         );
         assert_eq!(

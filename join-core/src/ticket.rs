@@ -79,17 +79,19 @@ impl TicketService {
             &sans,
             identity.peer_addr.ip(),
         );
-        let ca = SshCa::from_seed(&keys.ssh_ca_seed).map_err(TicketError::Ssh)?;
-        let host_certificate = ca
-            .host_certificate(
-                &host_key,
-                &principals,
-                &request.disk_uuid,
-                self.host_certificates.validity,
-            )
-            .map_err(TicketError::Ssh)?;
-        let authorized_ca_public_key = ca.authorized_key_line();
-        drop(ca);
+        // The CA key lives only for this block; the seed is wiped with `keys`.
+        let (host_certificate, authorized_ca_public_key) = {
+            let ca = SshCa::from_seed(&keys.ssh_ca_seed).map_err(TicketError::Ssh)?;
+            let certificate = ca
+                .host_certificate(
+                    &host_key,
+                    &principals,
+                    &request.disk_uuid,
+                    self.host_certificates.validity,
+                )
+                .map_err(TicketError::Ssh)?;
+            (certificate, ca.authorized_key_line())
+        };
 
         let credentials = self
             .credentials

@@ -1,12 +1,19 @@
 //! join-core in process, end to end: a real tonic client over a real Unix socket, a real key
 //! service on loopback, and a test-only token-issuer on another Unix socket that records what
 //! it was asked (the real token-issuer is its own crate; this one answers in its wire format).
+//! Key service failures a real one cannot be made to show on cue (answering `Unavailable`,
+//! answering slowly, refusing) come from a test-only kms.API server that derives keys exactly
+//! as the real one does.
 
 #![allow(clippy::unwrap_used)] // Tests may panic on unexpected failures.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 
 use join_core::{Config, JoinCore};
 use plumbing::identity;
@@ -15,6 +22,8 @@ use plumbing::telemetry::LogFormat;
 use plumbing::unix::PeerPolicy;
 use proto::join::api_client::ApiClient;
 use proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
+use proto::kms::api_server::{Api as KmsApi, ApiServer as KmsServer};
+use proto::kms::{GetDataKeyRequest, GetDataKeyResponse};
 use proto::tokenissuer::token_issuer_server::{TokenIssuer, TokenIssuerServer};
 use proto::tokenissuer::{IssueNodeCredentialsRequest, IssueNodeCredentialsResponse};
 use tonic::transport::{Channel, Uri};
@@ -27,6 +36,12 @@ const DISK_UUID: &str = "8c3e1d9a-4f2b-4a51-9d0e-7b6c5a4f3e21";
 const PEER: &str = "192.0.2.7:40123";
 /// Not a parseable CSR, but shaped like DER; join-core leaves real CSR checks to token-issuer.
 const CSR: &[u8] = &[0x30, 0x82, 0x01, 0x0a, 0xde, 0xad, 0xbe, 0xef];
+/// What the node asks its host certificate to name, as a Constellation node does: its
+/// addresses and hostname.
+const REQUESTED_PRINCIPALS: [&str; 2] = ["10.0.0.7", "worker-0"];
+/// The API server's cert SANs in the mounted ClusterConfiguration; one repeats a requested
+/// principal (it must appear once).
+const API_SERVER_SANS: [&str; 3] = ["10.9.0.1", "10.0.0.7", "api.cluster.example"];
 
 fn own_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
@@ -34,12 +49,109 @@ fn own_uid() -> u32 {
     std::fs::metadata(dir.path()).unwrap().uid()
 }
 
+fn master() -> keyservice::MasterSecret {
+    keyservice::MasterSecret::new(MASTER_SECRET.to_vec(), MASTER_SALT.to_vec()).unwrap()
+}
+
 fn expected_key(id: &str) -> Vec<u8> {
-    keyservice::MasterSecret::new(MASTER_SECRET.to_vec(), MASTER_SALT.to_vec())
+    master().derive_key(id, 32).unwrap().to_vec()
+}
+
+/// The emergency SSH CA public key, computed here from the seed the key service derives.
+fn expected_ca_public_key() -> Vec<u8> {
+    Ed25519KeyPair::from_seed_unchecked(&expected_key("ca_emergency_ssh"))
         .unwrap()
-        .derive_key(id, 32)
-        .unwrap()
+        .public_key()
+        .as_ref()
         .to_vec()
+}
+
+fn ssh_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&u32::try_from(bytes.len()).unwrap().to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// The node's Ed25519 host public key in SSH wire format.
+fn host_public_key() -> Vec<u8> {
+    let pair = Ed25519KeyPair::from_seed_unchecked(&[0x33; 32]).unwrap();
+    let mut wire = Vec::new();
+    ssh_string(&mut wire, b"ssh-ed25519");
+    ssh_string(&mut wire, pair.public_key().as_ref());
+    wire
+}
+
+/// Checks an OpenSSH host certificate line the way an SSH client would: parses it, and
+/// verifies its Ed25519 signature with `ca_public_key` over everything before the signature
+/// field (PROTOCOL.certkeys). Returns the parsed certificate for further checks.
+fn verify_host_certificate(line: &[u8], ca_public_key: &[u8]) -> ssh_key::Certificate {
+    let text = std::str::from_utf8(line).unwrap();
+    assert!(text.ends_with('\n'), "one newline-terminated line");
+    let cert = ssh_key::Certificate::from_openssh(text).unwrap();
+    assert_eq!(cert.cert_type(), ssh_key::certificate::CertType::Host);
+
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(text.split(' ').nth(1).unwrap().trim_end())
+        .unwrap();
+    // string(string("ssh-ed25519") || string(64-byte signature)) closes the certificate.
+    let signature_field = 4 + (4 + 11) + (4 + 64);
+    let (signed, signature_field) = blob.split_at(blob.len() - signature_field);
+    assert_eq!(&signature_field[..4], &83u32.to_be_bytes());
+    assert_eq!(&signature_field[4..19], b"\0\0\0\x0bssh-ed25519");
+    let signature = &signature_field[23..];
+    let ca = UnparsedPublicKey::new(&ED25519, ca_public_key);
+    ca.verify(signed, signature)
+        .expect("host certificate signed by the emergency SSH CA");
+    let mut tampered = signed.to_vec();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    assert!(ca.verify(&tampered, signature).is_err());
+    cert
+}
+
+/// How the key service behaves in one test.
+#[derive(Clone, Copy, Debug)]
+enum Kms {
+    /// The real key service.
+    Up,
+    /// Nothing listens: connections are refused.
+    Down,
+    /// Answers `Unavailable` to the first calls, then derives keys.
+    UnavailableFirst(u32),
+    /// Answers every call only after this long.
+    Slow(Duration),
+    /// Refuses every call with this code.
+    Refusing(Code),
+}
+
+/// A kms.API server that misbehaves on cue and otherwise derives keys as the real one does.
+struct FakeKms {
+    behaviour: Kms,
+    calls: Arc<AtomicU32>,
+}
+
+#[tonic::async_trait]
+impl KmsApi for FakeKms {
+    async fn get_data_key(
+        &self,
+        request: Request<GetDataKeyRequest>,
+    ) -> Result<Response<GetDataKeyResponse>, Status> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.behaviour {
+            Kms::UnavailableFirst(n) if call < n => {
+                return Err(Status::unavailable("key service is starting"));
+            }
+            Kms::Slow(delay) => tokio::time::sleep(delay).await,
+            Kms::Refusing(code) => return Err(Status::new(code, "refused")),
+            _ => {}
+        }
+        let request = request.into_inner();
+        let key = master()
+            .derive_key(&request.data_key_id, request.length as usize)
+            .unwrap();
+        Ok(Response::new(GetDataKeyResponse {
+            data_key: key.to_vec(),
+        }))
+    }
 }
 
 /// How the fake token-issuer answers.
@@ -75,33 +187,69 @@ impl TokenIssuer for FakeTokenIssuer {
             kubelet_cert: b"-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
                 .to_vec(),
             node_name: "worker-0".into(),
+            kubernetes_version: "v1.30.4".into(),
+            kubernetes_components: vec![proto::components::Component {
+                url: "https://example.invalid/kubelet".into(),
+                hash: format!("sha256:{}", "cd".repeat(32)),
+                install_path: "/run/state/bin/kubelet".into(),
+                extract: false,
+            }],
+            control_plane_files: vec![proto::tokenissuer::ControlPlaneFile {
+                name: "etcd/ca.key".into(),
+                data: b"-----BEGIN EC PRIVATE KEY-----\n".to_vec(),
+            }],
         }))
     }
 }
 
 /// Which parts of the system are up for one test.
 struct Setup {
-    kms_up: bool,
+    kms: Kms,
+    kms_timeout: Duration,
+    kms_attempt_timeout: Duration,
     token_issuer: Option<Answer>,
     proxy_uid: u32,
     token_issuer_timeout: Duration,
+    /// `apiServer.certSANs` of the mounted ClusterConfiguration.
+    api_server_sans: Vec<&'static str>,
 }
 
 impl Default for Setup {
     fn default() -> Self {
         Self {
-            kms_up: true,
+            kms: Kms::Up,
+            kms_timeout: Duration::from_secs(2),
+            kms_attempt_timeout: Duration::from_secs(1),
             token_issuer: Some(Answer::Credentials),
             proxy_uid: own_uid(),
             token_issuer_timeout: Duration::from_secs(5),
+            api_server_sans: API_SERVER_SANS.to_vec(),
         }
     }
+}
+
+/// A kubeadm ClusterConfiguration as kubeadm writes it into the kubeadm-config ConfigMap.
+fn cluster_configuration(sans: &[&str]) -> String {
+    let mut yaml = String::from("apiServer:\n");
+    if !sans.is_empty() {
+        yaml.push_str("  certSANs:\n");
+        for san in sans {
+            yaml.push_str(&format!("  - {san}\n"));
+        }
+    }
+    yaml.push_str(
+        "  extraArgs:\n    profiling: \"false\"\napiVersion: kubeadm.k8s.io/v1beta3\n\
+         clusterName: constell\nkind: ClusterConfiguration\nkubernetesVersion: v1.30.4\n",
+    );
+    yaml
 }
 
 struct System {
     _dir: tempfile::TempDir,
     client: ApiClient<Channel>,
     token_issuer_calls: Arc<Mutex<Vec<IssueNodeCredentialsRequest>>>,
+    kms_calls: Arc<AtomicU32>,
+    kubeadm_config: PathBuf,
     socket: PathBuf,
     stop: Vec<Trigger>,
     join_core: tokio::task::JoinHandle<()>,
@@ -113,22 +261,45 @@ impl System {
         let dir = tempfile::tempdir().unwrap();
         let mut stop = Vec::new();
 
-        let kms_endpoint = if setup.kms_up {
-            let config = keyservice::Config::local(
-                "127.0.0.1:0".parse().unwrap(),
-                &MASTER_SECRET,
-                &MASTER_SALT,
-            );
-            let server = keyservice::KeyServer::bind(config).await.unwrap();
-            let addr = server.local_addr();
-            let (trigger, shutdown) = shutdown::channel();
-            tokio::spawn(server.serve(shutdown));
-            stop.push(trigger);
-            addr
-        } else {
-            // A port that was free a moment ago: connections are refused.
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap()
+        let kms_calls = Arc::new(AtomicU32::new(0));
+        let kms_endpoint = match setup.kms {
+            Kms::Up => {
+                let config = keyservice::Config::local(
+                    "127.0.0.1:0".parse().unwrap(),
+                    &MASTER_SECRET,
+                    &MASTER_SALT,
+                );
+                let server = keyservice::KeyServer::bind(config).await.unwrap();
+                let addr = server.local_addr();
+                let (trigger, shutdown) = shutdown::channel();
+                tokio::spawn(server.serve(shutdown));
+                stop.push(trigger);
+                addr
+            }
+            Kms::Down => {
+                // A port that was free a moment ago: connections are refused.
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                listener.local_addr().unwrap()
+            }
+            behaviour => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                let fake = FakeKms {
+                    behaviour,
+                    calls: kms_calls.clone(),
+                };
+                let (trigger, shutdown) = shutdown::channel();
+                tokio::spawn(
+                    tonic::transport::Server::builder()
+                        .add_service(KmsServer::new(fake))
+                        .serve_with_incoming_shutdown(
+                            tokio_stream::wrappers::TcpListenerStream::new(listener),
+                            shutdown.wait(),
+                        ),
+                );
+                stop.push(trigger);
+                addr
+            }
         };
 
         let token_issuer_socket = dir.path().join("token-issuer.sock");
@@ -153,16 +324,25 @@ impl System {
 
         let salt_file = dir.path().join("measurementSalt");
         std::fs::write(&salt_file, MEASUREMENT_SALT).unwrap();
+        let kubeadm_config = dir.path().join("ClusterConfiguration");
+        std::fs::write(
+            &kubeadm_config,
+            cluster_configuration(&setup.api_server_sans),
+        )
+        .unwrap();
         let socket = dir.path().join("join-core.sock");
         let config = Config {
             socket: socket.clone(),
             socket_mode: 0o600,
             proxy_uid: setup.proxy_uid,
             kms_endpoint: format!("http://{kms_endpoint}").parse::<Uri>().unwrap(),
-            kms_timeout: Duration::from_secs(2),
+            kms_timeout: setup.kms_timeout,
+            kms_attempt_timeout: setup.kms_attempt_timeout,
             token_issuer_socket,
             token_issuer_timeout: setup.token_issuer_timeout,
             measurement_salt_file: salt_file,
+            kubeadm_config: kubeadm_config.clone(),
+            ssh_cert_validity: Duration::from_secs(24 * 60 * 60),
             drain_timeout: Duration::from_secs(2),
             log_format: LogFormat::Text,
         };
@@ -176,6 +356,8 @@ impl System {
             client: ApiClient::new(plumbing::unix::channel(&socket)),
             _dir: dir,
             token_issuer_calls,
+            kms_calls,
+            kubeadm_config,
             socket,
             stop,
             join_core,
@@ -233,8 +415,8 @@ fn join_request() -> IssueJoinTicketRequest {
         disk_uuid: DISK_UUID.into(),
         certificate_request: CSR.to_vec(),
         is_control_plane: false,
-        host_public_key: Vec::new(),
-        host_certificate_principals: Vec::new(),
+        host_public_key: host_public_key(),
+        host_certificate_principals: REQUESTED_PRINCIPALS.map(String::from).to_vec(),
     }
 }
 
@@ -281,12 +463,49 @@ async fn issues_a_full_join_ticket() {
             .kubelet_cert
             .starts_with(b"-----BEGIN CERTIFICATE-----")
     );
-    // The next issue's fields.
-    assert!(ticket.control_plane_files.is_empty());
-    assert!(ticket.kubernetes_components.is_empty());
-    assert!(ticket.kubernetes_version.is_empty());
-    assert!(ticket.authorized_ca_public_key.is_empty());
-    assert!(ticket.host_certificate.is_empty());
+    // token-issuer's Kubernetes-side parts pass through unchanged.
+    assert_eq!(ticket.kubernetes_version, "v1.30.4");
+    assert_eq!(ticket.kubernetes_components.len(), 1);
+    assert_eq!(
+        ticket.kubernetes_components[0].install_path,
+        "/run/state/bin/kubelet"
+    );
+    assert_eq!(ticket.control_plane_files.len(), 1);
+    assert_eq!(ticket.control_plane_files[0].name, "etcd/ca.key");
+
+    // The CA key line parses and is the key from the `ca_emergency_ssh` seed.
+    let ca_line = std::str::from_utf8(&ticket.authorized_ca_public_key).unwrap();
+    assert!(ca_line.starts_with("ssh-ed25519 ") && ca_line.ends_with('\n'));
+    let ca_key = ssh_key::PublicKey::from_openssh(ca_line.trim_end()).unwrap();
+    let ca_public_key = expected_ca_public_key();
+    assert_eq!(
+        ca_key.key_data().ed25519().unwrap().as_ref(),
+        &ca_public_key[..]
+    );
+    // The host certificate verifies with that key, certifies the node's host key, and names
+    // the requested principals, then the SANs (the repeated one once).
+    let cert = verify_host_certificate(&ticket.host_certificate, &ca_public_key);
+    assert_eq!(
+        ssh_key::PublicKey::from(cert.public_key().clone())
+            .to_bytes()
+            .unwrap(),
+        host_public_key()
+    );
+    assert_eq!(cert.signature_key(), ca_key.key_data());
+    assert_eq!(
+        cert.valid_principals(),
+        ["10.0.0.7", "worker-0", "10.9.0.1", "api.cluster.example"]
+    );
+    assert_eq!(cert.key_id(), DISK_UUID);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(cert.valid_after() <= now && now < cert.valid_before());
+    assert_eq!(
+        cert.valid_before() - cert.valid_after(),
+        24 * 60 * 60 + 5 * 60
+    );
 
     let calls = system.token_issuer_calls();
     assert_eq!(calls.len(), 1);
@@ -294,6 +513,56 @@ async fn issues_a_full_join_ticket() {
     assert!(calls[0].is_control_plane);
     assert_eq!(calls[0].peer_address, PEER);
 
+    system.stop().await;
+}
+
+#[tokio::test]
+async fn without_api_server_sans_the_peer_address_is_a_principal() {
+    let system = System::start(Setup {
+        api_server_sans: Vec::new(),
+        ..Setup::default()
+    })
+    .await;
+    let ticket = system.join(join_request()).await.unwrap();
+    let cert = verify_host_certificate(&ticket.host_certificate, &expected_ca_public_key());
+    assert_eq!(
+        cert.valid_principals(),
+        ["10.0.0.7", "worker-0", "192.0.2.7"]
+    );
+
+    // A node that asks for nothing still gets a certificate for its address, never one
+    // without principals (which OpenSSH would accept for any host).
+    let mut request = join_request();
+    request.host_certificate_principals.clear();
+    let ticket = system.join(request).await.unwrap();
+    let cert = verify_host_certificate(&ticket.host_certificate, &expected_ca_public_key());
+    assert_eq!(cert.valid_principals(), ["192.0.2.7"]);
+    system.stop().await;
+}
+
+#[tokio::test]
+async fn the_kubeadm_config_is_read_for_each_join() {
+    let system = System::start(Setup::default()).await;
+    std::fs::write(
+        &system.kubeadm_config,
+        cluster_configuration(&["203.0.113.9"]),
+    )
+    .unwrap();
+    let ticket = system.join(join_request()).await.unwrap();
+    let cert = verify_host_certificate(&ticket.host_certificate, &expected_ca_public_key());
+    assert_eq!(
+        cert.valid_principals(),
+        ["10.0.0.7", "worker-0", "203.0.113.9"]
+    );
+
+    // Broken after startup: the join is refused before token-issuer is asked.
+    std::fs::write(&system.kubeadm_config, "kind: InitConfiguration\n").unwrap();
+    assert_status(
+        system.join(join_request()).await,
+        Code::Internal,
+        "kubeadm ClusterConfiguration",
+    );
+    assert_eq!(system.token_issuer_calls().len(), 1);
     system.stop().await;
 }
 
@@ -350,7 +619,7 @@ async fn requests_without_identity_headers_are_refused() {
 async fn bad_requests_are_refused_before_any_backend_call() {
     // The key service is down: had any request reached it, the answer would be Unavailable.
     let system = System::start(Setup {
-        kms_up: false,
+        kms: Kms::Down,
         ..Setup::default()
     })
     .await;
@@ -363,6 +632,19 @@ async fn bad_requests_are_refused_before_any_backend_call() {
         certificate_request,
         ..join_request()
     };
+    let with_host_key = |host_public_key: Vec<u8>| IssueJoinTicketRequest {
+        host_public_key,
+        ..join_request()
+    };
+    let with_principals = |principals: &[&str]| IssueJoinTicketRequest {
+        host_certificate_principals: principals.iter().map(|p| (*p).to_owned()).collect(),
+        ..join_request()
+    };
+    let mut rsa_key = Vec::new();
+    ssh_string(&mut rsa_key, b"ssh-rsa");
+    ssh_string(&mut rsa_key, &[1, 0, 1]);
+    ssh_string(&mut rsa_key, &[0x00, 0xc5, 0x17, 0x29]);
+    let many: Vec<&str> = vec!["node"; 65];
     let cases = [
         (with_uuid(""), "disk_uuid: empty"),
         (with_uuid("../../etc/passwd"), "disk_uuid"),
@@ -377,6 +659,16 @@ async fn bad_requests_are_refused_before_any_backend_call() {
             with_csr([&[0x30][..], &[0u8; 16 * 1024]].concat()),
             "at most",
         ),
+        (with_host_key(Vec::new()), "host_public_key: empty"),
+        (
+            with_host_key(b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5".to_vec()),
+            "host_public_key: not an SSH public key",
+        ),
+        (with_host_key(rsa_key), "key type ssh-rsa is not certified"),
+        (with_principals(&["ok", ""]), "principal 1"),
+        (with_principals(&["*"]), "pattern character"),
+        (with_principals(&["a b"]), "host_certificate_principals"),
+        (with_principals(&many), "at most 64"),
     ];
     for (request, mentions) in cases {
         assert_status(system.join(request).await, Code::InvalidArgument, mentions);
@@ -394,15 +686,22 @@ async fn bad_requests_are_refused_before_any_backend_call() {
 #[tokio::test]
 async fn key_service_down_is_unavailable_and_creates_nothing() {
     let system = System::start(Setup {
-        kms_up: false,
+        kms: Kms::Down,
         ..Setup::default()
     })
     .await;
 
+    let started = Instant::now();
     assert_status(
         system.join(join_request()).await,
         Code::Unavailable,
-        "key service",
+        "key service unreachable",
+    );
+    // Retried, but within the deadline (2 s) and with some slack for a loaded machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
     );
     assert_status(
         system.rejoin(DISK_UUID).await,
@@ -417,7 +716,74 @@ async fn key_service_down_is_unavailable_and_creates_nothing() {
 }
 
 #[tokio::test]
+async fn slow_key_service_is_unavailable_within_the_deadline_and_creates_nothing() {
+    let system = System::start(Setup {
+        kms: Kms::Slow(Duration::from_secs(30)),
+        kms_timeout: Duration::from_millis(1200),
+        kms_attempt_timeout: Duration::from_millis(500),
+        ..Setup::default()
+    })
+    .await;
+    let started = Instant::now();
+    assert_status(
+        system.join(join_request()).await,
+        Code::Unavailable,
+        "key service did not answer within",
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(3),
+        "the overall deadline holds: {elapsed:?}"
+    );
+    // Each key was asked more than once: hung attempts are cut short and retried.
+    assert!(system.kms_calls.load(Ordering::SeqCst) > 3);
+    assert!(system.token_issuer_calls().is_empty());
+    system.stop().await;
+}
+
+#[tokio::test]
+async fn key_service_recovering_within_the_deadline_is_retried() {
+    let system = System::start(Setup {
+        kms: Kms::UnavailableFirst(4),
+        ..Setup::default()
+    })
+    .await;
+    let ticket = system.join(join_request()).await.unwrap();
+    assert_eq!(ticket.state_disk_key, expected_key(DISK_UUID));
+    assert_eq!(ticket.measurement_secret, expected_key("measurementSecret"));
+    verify_host_certificate(&ticket.host_certificate, &expected_ca_public_key());
+    // Three keys, four refusals first: at least seven calls.
+    assert!(system.kms_calls.load(Ordering::SeqCst) >= 7);
+    assert_eq!(system.token_issuer_calls().len(), 1);
+    system.stop().await;
+}
+
+#[tokio::test]
+async fn key_service_refusals_are_internal_and_not_retried() {
+    let system = System::start(Setup {
+        kms: Kms::Refusing(Code::InvalidArgument),
+        ..Setup::default()
+    })
+    .await;
+    assert_status(
+        system.join(join_request()).await,
+        Code::Internal,
+        "key service refused",
+    );
+    assert_status(
+        system.rejoin(DISK_UUID).await,
+        Code::Internal,
+        "key service refused",
+    );
+    // join asks for three keys, rejoin for two, each once.
+    assert_eq!(system.kms_calls.load(Ordering::SeqCst), 5);
+    assert!(system.token_issuer_calls().is_empty());
+    system.stop().await;
+}
+
+#[tokio::test]
 async fn token_issuer_down_is_unavailable() {
+    // Nothing can be created: token-issuer is the only process that creates anything.
     let system = System::start(Setup {
         token_issuer: None,
         ..Setup::default()
@@ -503,7 +869,7 @@ async fn peers_other_than_the_proxy_uid_are_cut_off() {
 }
 
 #[tokio::test]
-async fn wrong_size_measurement_salt_stops_startup() {
+async fn bad_salt_or_kubeadm_config_stops_startup() {
     let dir = tempfile::tempdir().unwrap();
     let salt_file = dir.path().join("measurementSalt");
     std::fs::write(&salt_file, b"short\n").unwrap();
@@ -513,15 +879,32 @@ async fn wrong_size_measurement_salt_stops_startup() {
         proxy_uid: own_uid(),
         kms_endpoint: "http://127.0.0.1:9000".parse().unwrap(),
         kms_timeout: Duration::from_secs(1),
+        kms_attempt_timeout: Duration::from_secs(1),
         token_issuer_socket: dir.path().join("token-issuer.sock"),
         token_issuer_timeout: Duration::from_secs(1),
-        measurement_salt_file: salt_file,
+        measurement_salt_file: salt_file.clone(),
+        kubeadm_config: dir.path().join("ClusterConfiguration"),
+        ssh_cert_validity: Duration::from_secs(60),
         drain_timeout: Duration::from_secs(1),
         log_format: LogFormat::Text,
     };
-    let error = JoinCore::bind(config).await.unwrap_err();
+    let error = JoinCore::bind(config.clone()).await.unwrap_err();
     assert!(
         matches!(error, join_core::Error::SaltLength { len: 6, .. }),
+        "{error}"
+    );
+
+    // A good salt but no kubeadm ClusterConfiguration: startup stops too.
+    std::fs::write(&salt_file, MEASUREMENT_SALT).unwrap();
+    let error = JoinCore::bind(config.clone()).await.unwrap_err();
+    assert!(
+        matches!(error, join_core::Error::KubeadmConfig(_)),
+        "{error}"
+    );
+    std::fs::write(&config.kubeadm_config, "kind: JoinConfiguration\n").unwrap();
+    let error = JoinCore::bind(config).await.unwrap_err();
+    assert!(
+        matches!(error, join_core::Error::KubeadmConfig(_)),
         "{error}"
     );
 }
