@@ -318,3 +318,39 @@ fn command(name: &str) -> anyhow::Result<Command> {
     );
     Ok(command)
 }
+
+/// Writes `files` into `dir` the way the kubelet updates a ConfigMap volume: the new contents go
+/// into a fresh `..<timestamp>` directory, a `..data_tmp` symlink to it is renamed over `..data`
+/// (the one atomic step), each visible file is a symlink through `..data`, and the previous
+/// timestamped directory is removed. A visible name that is still a plain file (as
+/// [`System::start`] writes the attestation config) is replaced by the symlink, a remove and a
+/// create as a watcher sees it.
+pub fn project_config_map(dir: &Path, files: &[(&str, &[u8])]) -> anyhow::Result<()> {
+    use std::os::unix::fs::symlink;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("clock before 1970")?;
+    let generation = format!("..{}.{:09}", stamp.as_secs(), stamp.subsec_nanos());
+    std::fs::create_dir_all(dir.join(&generation))?;
+    for (name, contents) in files {
+        write(&dir.join(&generation).join(name), contents)?;
+    }
+    let previous = std::fs::read_link(dir.join("..data")).ok();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    symlink(&generation, &tmp)?;
+    std::fs::rename(&tmp, dir.join("..data")).context("swapping ..data")?;
+    for (name, _) in files {
+        let visible = dir.join(name);
+        match std::fs::symlink_metadata(&visible) {
+            Ok(meta) if meta.file_type().is_symlink() => continue,
+            Ok(_) => std::fs::remove_file(&visible)?,
+            Err(_) => {}
+        }
+        symlink(Path::new("..data").join(name), &visible)?;
+    }
+    if let Some(previous) = previous {
+        std::fs::remove_dir_all(dir.join(previous))?;
+    }
+    Ok(())
+}
