@@ -1,0 +1,586 @@
+//! The benchmark: three setups on this machine, side by side, at several concurrencies.
+//!
+//! - **A, the floor**: plain mutual TLS (ECDSA P-256 client certificates signed by a CA, the
+//!   server's self-signed P-256 certificate as attest-proxy's) and one unary `join.API` call to
+//!   the trivial upstream, which terminates TLS itself, in a process of its own.
+//! - **B**: aTLS with attestation verification (soft-issuer documents, the qemu-vtpm validator)
+//!   through the real attest-proxy binary to the same trivial upstream on a Unix socket.
+//! - **C**: full joins through the whole system (`local-cluster`: attest-proxy, join-core,
+//!   token-issuer, the key service as processes, the Kubernetes API stand-in inside
+//!   local-cluster's own process).
+//!
+//! The load generator runs in this process. CPU per operation is the `utime + stime` the setup's
+//! server-side processes spent during a step, divided by the step's successful operations; the
+//! load generator's own CPU is reported apart and is not in the ratios.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use soft_issuer::KeyType;
+use testsupport::process::{Process, bin, free_port};
+
+use crate::mtls::ClientCa;
+use crate::node::{SoftAttestation, Target};
+use crate::procstat::{self, Watched};
+use crate::report::Report;
+use crate::run::{self, LoadConfig, Mode, RetryPolicy, Stop};
+
+/// One of the three setups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Setup {
+    A,
+    B,
+    C,
+}
+
+impl Setup {
+    /// What the setup measures, for the report.
+    pub fn description(self) -> &'static str {
+        match self {
+            Setup::A => "plain mutual TLS (P-256) + one unary gRPC call to a trivial upstream",
+            Setup::B => {
+                "aTLS + attestation verification through attest-proxy to the trivial upstream"
+            }
+            Setup::C => "full joins through the whole system",
+        }
+    }
+
+    /// A legend's worth of the description.
+    pub fn short(self) -> &'static str {
+        match self {
+            Setup::A => "A: mutual TLS + trivial gRPC",
+            Setup::B => "B: aTLS + attestation, attest-proxy, trivial gRPC",
+            Setup::C => "C: full joins, whole system",
+        }
+    }
+}
+
+/// How to run the benchmark.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchConfig {
+    pub setups: Vec<Setup>,
+    pub concurrencies: Vec<usize>,
+    /// Measured time per (setup, concurrency).
+    #[serde(with = "humantime_serde_secs")]
+    pub step: Duration,
+    /// Unmeasured load at each setup's start (connections, thread pools, caches warm up).
+    #[serde(with = "humantime_serde_secs")]
+    pub warmup: Duration,
+    /// Deadline of one attempt.
+    #[serde(with = "humantime_serde_secs")]
+    pub timeout: Duration,
+    #[serde(skip)]
+    pub retry: Option<RetryPolicy>,
+    /// The simulated nodes' attestation key type.
+    #[serde(skip)]
+    pub key_type: KeyType,
+    /// Where results.json, results.svg and the processes' logs go.
+    pub out_dir: PathBuf,
+}
+
+/// Durations in the JSON as seconds.
+mod humantime_serde_secs {
+    pub fn serialize<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+/// The figures of one setup.
+#[derive(Clone, Debug, Serialize)]
+pub struct SetupResults {
+    pub setup: Setup,
+    pub description: &'static str,
+    /// The processes whose CPU counts as the setup's.
+    pub server_processes: Vec<String>,
+    pub steps: Vec<Report>,
+}
+
+/// B or C against A at one concurrency.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Ratio {
+    pub concurrency: usize,
+    /// Server CPU per operation of B over A's.
+    pub b_over_a_cpu: Option<f64>,
+    /// Throughput of B over A's.
+    pub b_over_a_throughput: Option<f64>,
+    /// attest-proxy's CPU alone (without the trivial upstream behind it) over A's.
+    pub b_proxy_over_a_cpu: Option<f64>,
+    pub c_over_a_cpu: Option<f64>,
+    pub c_over_a_throughput: Option<f64>,
+}
+
+/// Everything one benchmark run found.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchResults {
+    pub machine: Machine,
+    pub config: BenchConfig,
+    pub setups: Vec<SetupResults>,
+    pub ratios: Vec<Ratio>,
+}
+
+/// Where it ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub kernel: String,
+    /// Seconds since the Unix epoch when the benchmark started.
+    pub started_unix: u64,
+}
+
+impl Machine {
+    fn current() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_owned())
+            .unwrap_or_default();
+        Self {
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+            cpu_model,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
+/// A started setup: its processes (stopped when dropped), where nodes dial, what to watch.
+struct Running {
+    target: Arc<Target>,
+    watched: Vec<Watched>,
+    processes: Vec<Process>,
+    /// local-cluster must get SIGTERM so it stops its own children; its kept files go after.
+    cluster: Option<(Process, Option<PathBuf>)>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some((mut cluster, dir)) = self.cluster.take() {
+            if cluster.terminate(Duration::from_secs(15)).is_err() {
+                cluster.kill();
+            }
+            if let Some(dir) = dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        for p in &mut self.processes {
+            p.kill();
+        }
+    }
+}
+
+fn rust_log() -> String {
+    std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned())
+}
+
+fn watch(name: &str, process: &Process) -> Watched {
+    Watched {
+        name: name.to_owned(),
+        pid: process.id(),
+        server_side: true,
+    }
+}
+
+fn loopback(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Result<Running> {
+    let logs = config.out_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let attestation = || SoftAttestation::matching_harness_policy(config.key_type);
+    let policy = work.join("attestationConfig");
+    std::fs::write(&policy, testsupport::harness::attestation_config(&[]))?;
+    let me = std::env::current_exe().context("locating the loadgen binary")?;
+    match setup {
+        Setup::A => {
+            let ca = ClientCa::generate()?;
+            let (ca_cert, ca_key) = (work.join("client-ca.pem"), work.join("client-ca.key"));
+            ca.write(&ca_cert, &ca_key)?;
+            let addr = loopback(free_port()?);
+            let mut server = Process::spawn(
+                "A-trivial-mtls",
+                Command::new(&me)
+                    .env("RUST_LOG", rust_log())
+                    .args(["serve-trivial", "--tls-listen", &addr.to_string()])
+                    .arg("--client-ca-cert")
+                    .arg(&ca_cert),
+                &logs,
+            )?;
+            server.wait_for_tcp(addr)?;
+            Ok(Running {
+                target: Arc::new(Target::Mtls {
+                    addr,
+                    ca: Arc::new(ca),
+                }),
+                watched: vec![watch("trivial upstream (mTLS)", &server)],
+                processes: vec![server],
+                cluster: None,
+            })
+        }
+        Setup::B => {
+            let socket = work.join("trivial.sock");
+            let mut upstream = Process::spawn(
+                "B-trivial-unix",
+                Command::new(&me)
+                    .env("RUST_LOG", rust_log())
+                    .args(["serve-trivial", "--unix-socket"])
+                    .arg(&socket),
+                &logs,
+            )?;
+            upstream.wait_for_socket(&socket)?;
+            let addr = loopback(free_port()?);
+            let mut proxy = Process::spawn(
+                "B-attest-proxy",
+                Command::new(bin("attest-proxy")?)
+                    .env("RUST_LOG", rust_log())
+                    .args(["--listen", &addr.to_string(), "--variant", "qemu-vtpm"])
+                    .arg("--upstream-socket")
+                    .arg(&socket)
+                    .arg("--attestation-config")
+                    .arg(&policy),
+                &logs,
+            )?;
+            proxy.wait_for_tcp(addr)?;
+            Ok(Running {
+                target: Arc::new(Target::Atls {
+                    addr,
+                    attestation: attestation()?,
+                }),
+                watched: vec![
+                    watch("attest-proxy", &proxy),
+                    watch("trivial upstream (unix)", &upstream),
+                ],
+                processes: vec![proxy, upstream],
+                cluster: None,
+            })
+        }
+        Setup::C => {
+            let addr = loopback(free_port()?);
+            let mut cluster = Process::spawn(
+                "C-local-cluster",
+                Command::new(bin("local-cluster")?)
+                    .env("RUST_LOG", rust_log())
+                    .args(["--serve", "--no-demo", "--listen", &addr.to_string()])
+                    .arg("--attestation-config")
+                    .arg(&policy),
+                &logs,
+            )?;
+            // local-cluster starts swtpm and five services before the proxy listens.
+            cluster.wait_until(&format!("tcp {addr}"), Duration::from_secs(60), || {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            })?;
+            let dir = cluster
+                .log()
+                .lines()
+                .find_map(|l| l.split_once("(files and logs in ").map(|(_, d)| d.to_owned()))
+                .map(|d| PathBuf::from(d.trim_end_matches(')')));
+            let watched = local_cluster_processes(cluster.id()).with_context(|| {
+                format!("finding local-cluster's processes; its log:\n{}", cluster.log())
+            })?;
+            Ok(Running {
+                target: Arc::new(Target::Atls {
+                    addr,
+                    attestation: attestation()?,
+                }),
+                watched,
+                processes: vec![],
+                cluster: Some((cluster, dir)),
+            })
+        }
+    }
+}
+
+/// The service's processes of a running `local-cluster` (pid `cluster`): its children
+/// attest-proxy, join-core, token-issuer and keyservice, and local-cluster itself, which hosts the
+/// Kubernetes API stand-in.
+pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
+    let mut watched = Vec::new();
+    for (pid, comm) in procstat::children(cluster)? {
+        // swtpm only serves local-cluster's own demo node; the load attests in software.
+        if comm != "swtpm" {
+            watched.push(Watched {
+                name: comm,
+                pid,
+                server_side: true,
+            });
+        }
+    }
+    for name in ["attest-proxy", "join-core", "token-issuer", "keyservice"] {
+        if !watched.iter().any(|w| w.name == name) {
+            bail!("process {cluster} has no {name} child");
+        }
+    }
+    watched.push(Watched {
+        name: "kube-standin (local-cluster)".to_owned(),
+        pid: cluster,
+        server_side: true,
+    });
+    Ok(watched)
+}
+
+/// Runs every setup at every concurrency, printing each report as it comes.
+pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
+    std::fs::create_dir_all(&config.out_dir)
+        .with_context(|| format!("creating {}", config.out_dir.display()))?;
+    let machine = Machine::current();
+    let prefix = run::random_prefix();
+    let mut setups = Vec::new();
+    for &setup in &config.setups {
+        let work = tempfile::Builder::new().prefix("loadgen-bench-").tempdir()?;
+        println!("== {setup:?}: {}", setup.description());
+        let running = start(setup, &config, work.path())
+            .await
+            .with_context(|| format!("starting setup {setup:?}"))?;
+        let mut watched = running.watched.clone();
+        watched.push(Watched {
+            name: "loadgen".to_owned(),
+            pid: std::process::id(),
+            server_side: false,
+        });
+        let load = |label: String, concurrency, duration| LoadConfig {
+            label,
+            mode: Mode::Closed {
+                concurrency,
+                stop: Stop::Duration(duration),
+            },
+            timeout: config.timeout,
+            retry: config.retry,
+            node_prefix: format!("{prefix}-{}", format!("{setup:?}").to_lowercase()),
+        };
+        if !config.warmup.is_zero() {
+            let warm = load(format!("{setup:?} warm-up"), 4, config.warmup);
+            let report = run::run(running.target.clone(), &warm, &watched).await?;
+            if report.succeeded == 0 {
+                bail!("setup {setup:?} answers no join during the warm-up:\n{report}");
+            }
+        }
+        let mut steps = Vec::new();
+        for &concurrency in &config.concurrencies {
+            let step = load(format!("{setup:?}"), concurrency, config.step);
+            let report = run::run(running.target.clone(), &step, &watched).await?;
+            println!("{report}");
+            steps.push(report);
+        }
+        setups.push(SetupResults {
+            setup,
+            description: setup.description(),
+            server_processes: running.watched.iter().map(|w| w.name.clone()).collect(),
+            steps,
+        });
+        drop(running);
+    }
+    let ratios = ratios(&setups, &config.concurrencies);
+    Ok(BenchResults {
+        machine,
+        config,
+        setups,
+        ratios,
+    })
+}
+
+fn step(setups: &[SetupResults], setup: Setup, concurrency: usize) -> Option<&Report> {
+    setups
+        .iter()
+        .find(|s| s.setup == setup)?
+        .steps
+        .iter()
+        .find(|r| r.concurrency == Some(concurrency))
+}
+
+fn div(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+fn throughput(r: Option<&Report>) -> Option<f64> {
+    r.map(|r| r.joins_per_second)
+}
+
+fn cpu(r: Option<&Report>) -> Option<f64> {
+    r.and_then(|r| r.server_cpu_ms_per_join)
+}
+
+fn proxy_cpu(r: Option<&Report>) -> Option<f64> {
+    r?.processes
+        .iter()
+        .find(|p| p.name == "attest-proxy")?
+        .cpu_ms_per_join
+}
+
+/// B/A and C/A at each concurrency, where both figures exist.
+pub fn ratios(setups: &[SetupResults], concurrencies: &[usize]) -> Vec<Ratio> {
+    concurrencies
+        .iter()
+        .map(|&c| {
+            let (a, b, cc) = (
+                step(setups, Setup::A, c),
+                step(setups, Setup::B, c),
+                step(setups, Setup::C, c),
+            );
+            Ratio {
+                concurrency: c,
+                b_over_a_cpu: div(cpu(b), cpu(a)),
+                b_over_a_throughput: div(throughput(b), throughput(a)),
+                b_proxy_over_a_cpu: div(proxy_cpu(b), cpu(a)),
+                c_over_a_cpu: div(cpu(cc), cpu(a)),
+                c_over_a_throughput: div(throughput(cc), throughput(a)),
+            }
+        })
+        .collect()
+}
+
+fn cell(v: Option<f64>, precision: usize) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.precision$}"))
+}
+
+/// The side-by-side table.
+pub fn summary(results: &BenchResults) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>5} | {:>27} | {:>24} | {:>24} | {:>13} | {:>13} | {:>8}",
+        "conc",
+        "ops/s       A      B      C",
+        "cpu ms/op   A    B    C",
+        "p99 ms      A    B    C",
+        "B/A cpu  tput",
+        "C/A cpu  tput",
+        "errors"
+    );
+    for ratio in &results.ratios {
+        let c = ratio.concurrency;
+        let r = |s| step(&results.setups, s, c);
+        let errors: u64 = [Setup::A, Setup::B, Setup::C]
+            .into_iter()
+            .filter_map(r)
+            .map(|r| r.failed)
+            .sum();
+        let _ = writeln!(
+            out,
+            "{:>5} | {:>9} {:>8} {:>8} | {:>8} {:>7} {:>7} | {:>8} {:>7} {:>7} | {:>6} {:>6} | {:>6} {:>6} | {:>8}",
+            c,
+            cell(throughput(r(Setup::A)), 0),
+            cell(throughput(r(Setup::B)), 0),
+            cell(throughput(r(Setup::C)), 0),
+            cell(cpu(r(Setup::A)), 3),
+            cell(cpu(r(Setup::B)), 3),
+            cell(cpu(r(Setup::C)), 3),
+            cell(r(Setup::A).map(|r| r.latency.p99_ms), 1),
+            cell(r(Setup::B).map(|r| r.latency.p99_ms), 1),
+            cell(r(Setup::C).map(|r| r.latency.p99_ms), 1),
+            cell(ratio.b_over_a_cpu, 2),
+            cell(ratio.b_over_a_throughput, 2),
+            cell(ratio.c_over_a_cpu, 2),
+            cell(ratio.c_over_a_throughput, 2),
+            errors
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Outcome, ProcessReadings};
+    use crate::procstat::{Memory, Sample};
+
+    fn report(concurrency: usize, joins: usize, proxy_ticks: u64, other_ticks: u64) -> Report {
+        let outcomes: Vec<Outcome> = (0..joins)
+            .map(|_| Outcome {
+                latency: Duration::from_millis(2),
+                result: Ok(()),
+                retried: vec![],
+            })
+            .collect();
+        let sample = |t| Sample {
+            cpu_ticks: t,
+            memory: Memory::default(),
+        };
+        let readings = ProcessReadings {
+            watched: vec![
+                Watched {
+                    name: "attest-proxy".into(),
+                    pid: 1,
+                    server_side: true,
+                },
+                Watched {
+                    name: "other".into(),
+                    pid: 2,
+                    server_side: true,
+                },
+            ],
+            before: vec![sample(0), sample(0)],
+            after: vec![sample(proxy_ticks), sample(other_ticks)],
+            ticks_per_second: 100,
+        };
+        Report::new(
+            "x",
+            "y",
+            Some(concurrency),
+            Duration::from_secs(1),
+            &outcomes,
+            &readings,
+        )
+    }
+
+    fn setup(setup: Setup, steps: Vec<Report>) -> SetupResults {
+        SetupResults {
+            setup,
+            description: setup.description(),
+            server_processes: vec![],
+            steps,
+        }
+    }
+
+    #[test]
+    fn ratios_compare_with_a_at_the_same_concurrency() {
+        // A: 100 ops/s at 1 tick each (10 ms); B: 50 ops/s at 3 ticks (2 of them the proxy).
+        let setups = vec![
+            setup(Setup::A, vec![report(16, 100, 0, 100)]),
+            setup(Setup::B, vec![report(16, 50, 100, 50)]),
+        ];
+        let ratios = ratios(&setups, &[16, 64]);
+        let r = &ratios[0];
+        assert!((r.b_over_a_cpu.unwrap() - 3.0).abs() < 1e-9);
+        assert!((r.b_proxy_over_a_cpu.unwrap() - 2.0).abs() < 1e-9);
+        assert!((r.b_over_a_throughput.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(r.c_over_a_cpu, None);
+        // No step at 64: no ratio, and the table still prints.
+        assert_eq!(ratios[1].b_over_a_cpu, None);
+        let results = BenchResults {
+            machine: Machine::current(),
+            config: BenchConfig {
+                setups: vec![Setup::A, Setup::B],
+                concurrencies: vec![16, 64],
+                step: Duration::from_secs(1),
+                warmup: Duration::ZERO,
+                timeout: Duration::from_secs(1),
+                retry: None,
+                key_type: KeyType::EcdsaP256,
+                out_dir: PathBuf::from("x"),
+            },
+            setups,
+            ratios,
+        };
+        let table = summary(&results);
+        assert!(table.contains("3.00"), "{table}");
+        let json = serde_json::to_value(&results).unwrap();
+        assert_eq!(json["ratios"][0]["b_over_a_cpu"], 3.0);
+        assert_eq!(json["config"]["step"], 1.0);
+    }
+}

@@ -1,0 +1,31 @@
+//! Load generator and benchmark for the join service.
+//!
+//! The load generator ([`run::run`]) simulates nodes joining a running system: each node has its
+//! own keys (a kubelet CSR with its own key, an SSH host key, its own software attestation key
+//! from `soft-issuer`), dials a new connection per join with a full aTLS handshake (a fresh
+//! certificate key and attestation document per handshake, as a Constellation node does) and
+//! calls `IssueJoinTicket`. It reports joins per second, latency percentiles, errors by gRPC
+//! status and message, and for each of the service's processes the CPU seconds per join and the
+//! peak resident memory ([`report::Report`]).
+//!
+//! The benchmark ([`bench`]) runs three setups side by side on one machine: a plain mutual-TLS
+//! floor (A), aTLS with attestation through attest-proxy to a trivial upstream (B), and full
+//! joins through the whole system (C), and writes the figures as JSON and SVG.
+//!
+//! Nothing here is part of the service; `soft-issuer` documents prove nothing and are accepted
+//! only because the qemu-vtpm variant trusts the attestation key as presented.
+
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod mtls;
+pub mod node;
+pub mod plot;
+pub mod procstat;
+pub mod report;
+pub mod run;
+pub mod trivial;
+
+pub use node::{SoftAttestation, Target};
+pub use report::Report;
+pub use run::{LoadConfig, Mode, RetryPolicy, Stop};

@@ -1,0 +1,354 @@
+//! `loadgen`: simulated nodes joining a running join service, the benchmark's trivial upstream,
+//! and the A/B/C benchmark itself.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use loadgen::bench::{self, BenchConfig, Setup};
+use loadgen::mtls::{self, ClientCa};
+use loadgen::procstat::Watched;
+use loadgen::{LoadConfig, Mode, RetryPolicy, SoftAttestation, Stop, Target};
+use soft_issuer::KeyType;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadgen",
+    about = "Simulated nodes joining the join service (real aTLS, real CSRs, software attestation), \
+             and the A/B/C benchmark"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulate nodes joining a running system and report throughput, latency, errors and the
+    /// CPU and memory of the service's processes. Exits 2 if any join failed.
+    Run(RunArgs),
+    /// The benchmark's trivial join.API upstream (fixed answers), over mutual TLS or a Unix socket.
+    ServeTrivial(ServeArgs),
+    /// The benchmark: A (mutual TLS floor), B (aTLS through attest-proxy), C (full joins), side by
+    /// side at several concurrencies; writes results.json and results.svg.
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Ak {
+    /// ECDSA P-256, a fresh key per simulated node.
+    EcdsaP256,
+    /// RSA-2048 (soft-issuer's one shipped key, shared by all nodes), as go-tpm-tools' RSA AK.
+    Rsa2048,
+}
+
+impl From<Ak> for KeyType {
+    fn from(ak: Ak) -> Self {
+        match ak {
+            Ak::EcdsaP256 => KeyType::EcdsaP256,
+            Ak::Rsa2048 => KeyType::Rsa2048,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct RetryArgs {
+    /// Attempts per node in all (retries of ResourceExhausted and Unavailable, with jittered
+    /// exponential backoff).
+    #[arg(long, default_value_t = 8)]
+    retry_attempts: u32,
+    /// Backoff ceiling before the first retry; doubles per retry.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    retry_base: Duration,
+    /// Largest backoff ceiling.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    retry_max: Duration,
+}
+
+impl RetryArgs {
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.retry_attempts.max(1),
+            base: self.retry_base,
+            max: self.retry_max,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The join service (attest-proxy) address; with --mtls-ca-cert, a mutual-TLS server's.
+    #[arg(long)]
+    addr: SocketAddr,
+    /// Nodes joining at once (closed loop).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Stop after this many nodes.
+    #[arg(long, conflicts_with = "duration")]
+    count: Option<u64>,
+    /// Stop starting nodes after this long (e.g. 10s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Open loop instead: nodes start at this rate per second (for --duration), whatever the
+    /// answers.
+    #[arg(long, requires = "duration", conflicts_with = "count")]
+    rate: Option<f64>,
+    /// With --rate: at most this many nodes in flight; later ones wait (and their latency shows it).
+    #[arg(long, default_value_t = 4096)]
+    max_in_flight: usize,
+    /// Deadline of one attempt (connect, handshake, call).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Retry ResourceExhausted and Unavailable with jittered backoff (retries are counted apart).
+    #[arg(long)]
+    retry: bool,
+    #[command(flatten)]
+    retry_args: RetryArgs,
+    /// The simulated nodes' attestation key.
+    #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
+    ak: Ak,
+    /// A PCR value the nodes quote, INDEX=HEX (repeatable). Default: the test harness's boot
+    /// measurements (PCRs 4, 9, 11, 12), which local-cluster's default policy enforces.
+    #[arg(long = "pcr", value_parser = parse_pcr)]
+    pcrs: Vec<(u32, [u8; 32])>,
+    /// Dial plain mutual TLS instead of aTLS: the client CA certificate (PEM) the server trusts...
+    #[arg(long, requires = "mtls_ca_key")]
+    mtls_ca_cert: Option<PathBuf>,
+    /// ... and its key (PEM), to issue each node's client certificate.
+    #[arg(long, requires = "mtls_ca_cert")]
+    mtls_ca_key: Option<PathBuf>,
+    /// A service process to measure, NAME=PID (repeatable).
+    #[arg(long = "pid", value_parser = parse_pid)]
+    pids: Vec<(String, u32)>,
+    /// A running local-cluster's pid: measure its service processes (and the stand-in in it).
+    #[arg(long)]
+    harness_pid: Option<u32>,
+    /// Also write the report as JSON to this file ("-": JSON on stdout instead of text).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Node name prefix (default: random, so runs against one cluster never reuse names).
+    #[arg(long)]
+    node_prefix: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct ServeMode {
+    /// Serve mutual TLS on this TCP address (setup A).
+    #[arg(long, requires = "client_ca_cert")]
+    tls_listen: Option<SocketAddr>,
+    /// Serve on this Unix socket (setup B, behind attest-proxy).
+    #[arg(long)]
+    unix_socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    mode: ServeMode,
+    /// With --tls-listen: the CA whose client certificates are accepted (PEM).
+    #[arg(long)]
+    client_ca_cert: Option<PathBuf>,
+    /// With --unix-socket: the uid allowed to connect (default: this process's, which is
+    /// attest-proxy's in the benchmark).
+    #[arg(long)]
+    peer_uid: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Setups to run.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Setup::A, Setup::B, Setup::C])]
+    setups: Vec<Setup>,
+    /// Concurrencies to run each setup at.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16, 64, 256])]
+    concurrency: Vec<usize>,
+    /// Measured time per setup and concurrency.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    step: Duration,
+    /// Unmeasured load when a setup starts.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Deadline of one attempt.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Do not retry ResourceExhausted and Unavailable (by default nodes retry, as they should).
+    #[arg(long)]
+    no_retry: bool,
+    #[command(flatten)]
+    retry_args: RetryArgs,
+    /// The simulated nodes' attestation key.
+    #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
+    ak: Ak,
+    /// Where results.json, results.svg and the processes' logs go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+}
+
+fn parse_pcr(text: &str) -> Result<(u32, [u8; 32]), String> {
+    let (index, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not INDEX=HEX"))?;
+    let index = index
+        .parse()
+        .map_err(|_| format!("PCR index {index:?} is not a number"))?;
+    let bytes = hex::decode(value).map_err(|e| format!("PCR {index} value: {e}"))?;
+    let value = bytes
+        .try_into()
+        .map_err(|b: Vec<u8>| format!("PCR {index} value has {} bytes, not 32", b.len()))?;
+    Ok((index, value))
+}
+
+fn parse_pid(text: &str) -> Result<(String, u32), String> {
+    let (name, pid) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=PID"))?;
+    let pid = pid
+        .parse()
+        .map_err(|_| format!("pid {pid:?} is not a number"))?;
+    Ok((name.to_owned(), pid))
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<bool> {
+    let target = match (&args.mtls_ca_cert, &args.mtls_ca_key) {
+        (Some(cert), Some(key)) => Target::Mtls {
+            addr: args.addr,
+            ca: Arc::new(ClientCa::load(cert, key)?),
+        },
+        _ => Target::Atls {
+            addr: args.addr,
+            attestation: if args.pcrs.is_empty() {
+                SoftAttestation::matching_harness_policy(args.ak.into())?
+            } else {
+                SoftAttestation::new(args.ak.into(), args.pcrs.clone())?
+            },
+        },
+    };
+    let mode = match (args.rate, args.count, args.duration) {
+        (Some(per_second), _, Some(duration)) => Mode::Open {
+            per_second,
+            duration,
+            max_in_flight: args.max_in_flight,
+        },
+        (None, Some(n), _) => Mode::Closed {
+            concurrency: args.concurrency,
+            stop: Stop::Count(n),
+        },
+        (None, None, Some(d)) => Mode::Closed {
+            concurrency: args.concurrency,
+            stop: Stop::Duration(d),
+        },
+        _ => bail!("say how much load: --count N or --duration D (with --rate R for an open loop)"),
+    };
+    let mut watched: Vec<Watched> = args
+        .pids
+        .iter()
+        .map(|(name, pid)| Watched {
+            name: name.clone(),
+            pid: *pid,
+            server_side: true,
+        })
+        .collect();
+    if let Some(pid) = args.harness_pid {
+        watched.extend(bench::local_cluster_processes(pid)?);
+    }
+    watched.push(Watched {
+        name: "loadgen".to_owned(),
+        pid: std::process::id(),
+        server_side: false,
+    });
+    let label = match target {
+        Target::Atls { addr, .. } => format!("joins via aTLS at {addr}"),
+        Target::Mtls { addr, .. } => format!("mutual TLS calls at {addr}"),
+    };
+    let config = LoadConfig {
+        label,
+        mode,
+        timeout: args.timeout,
+        retry: args.retry.then(|| args.retry_args.policy()),
+        node_prefix: args
+            .node_prefix
+            .clone()
+            .unwrap_or_else(loadgen::run::random_prefix),
+    };
+    let report = loadgen::run::run(Arc::new(target), &config, &watched).await?;
+    let json = serde_json::to_string_pretty(&report)?;
+    match args.json.as_deref() {
+        Some(path) if path.as_os_str() == "-" => println!("{json}"),
+        Some(path) => {
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+            print!("{report}");
+        }
+        None => print!("{report}"),
+    }
+    Ok(report.failed == 0)
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let shutdown = plumbing::shutdown::Shutdown::on_signal();
+    match (args.mode.tls_listen, args.mode.unix_socket) {
+        (Some(addr), _) => {
+            let ca = args
+                .client_ca_cert
+                .context("--tls-listen needs --client-ca-cert")?;
+            let tls = mtls::server_config(&ca)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening on {addr}"))?;
+            loadgen::trivial::serve_mtls(listener, tls, shutdown).await?;
+        }
+        (None, Some(path)) => {
+            let uid = match args.peer_uid {
+                Some(uid) => uid,
+                None => testsupport::harness::own_uid()?,
+            };
+            loadgen::trivial::serve_unix(&path, uid, shutdown).await?;
+        }
+        (None, None) => bail!("say where to serve: --tls-listen or --unix-socket"),
+    }
+    Ok(())
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let config = BenchConfig {
+        setups: args.setups,
+        concurrencies: args.concurrency,
+        step: args.step,
+        warmup: args.warmup,
+        timeout: args.timeout,
+        retry: (!args.no_retry).then(|| args.retry_args.policy()),
+        key_type: args.ak.into(),
+        out_dir: args.out,
+    };
+    let out = config.out_dir.clone();
+    let results = bench::run(config).await?;
+    println!("== side by side (CPU: the setup's server-side processes, per successful operation)");
+    print!("{}", bench::summary(&results));
+    let json = out.join("results.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&results)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    let svg = out.join("results.svg");
+    std::fs::write(&svg, loadgen::plot::svg(&results))
+        .with_context(|| format!("writing {}", svg.display()))?;
+    println!("results: {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text);
+    match cli.command {
+        Command::Run(args) => {
+            if !run(args).await? {
+                std::process::exit(2);
+            }
+        }
+        Command::ServeTrivial(args) => serve(args).await?,
+        Command::Bench(args) => bench(args).await?,
+    }
+    Ok(())
+}

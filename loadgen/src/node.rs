@@ -1,0 +1,271 @@
+//! One simulated node: its own keys, a real kubelet CSR and SSH host key, and one join per call,
+//! each over a new connection with a full handshake.
+//!
+//! A node dials like a Constellation node does: TCP, then aTLS (a fresh certificate key and a
+//! fresh attestation document for the server's nonce, see `atls::Connector`), then HTTP/2 and one
+//! unary `IssueJoinTicket`. Setup A's nodes dial plain mutual TLS instead ([`crate::mtls`]).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use node_client::keys::{self, SshHostKey};
+use proto::join::IssueJoinTicketRequest;
+use proto::join::api_client::ApiClient;
+use rand::Rng as _;
+use soft_issuer::{KeyType, SoftIssuer, SoftIssuerError};
+use testsupport::harness::{BOOT_MEASUREMENTS, extended_once};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tonic::Code;
+
+use crate::mtls::{ClientCa, MtlsError};
+use crate::report::Failure;
+
+/// Why a simulated node could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cannot make the node's kubelet CSR or SSH host key")]
+    Keys(#[from] keys::KeyError),
+    #[error("cannot make the node's attestation key")]
+    Attestation(#[from] SoftIssuerError),
+    #[error("cannot make the node's client certificate")]
+    Mtls(#[from] MtlsError),
+}
+
+/// How simulated nodes attest: soft-issuer documents (qemu-vtpm, the exact TPM format, signed
+/// in-process) quoting the given PCR values.
+#[derive(Clone, Debug)]
+pub struct SoftAttestation {
+    key_type: KeyType,
+    pcrs: Vec<(u32, [u8; 32])>,
+    // ring cannot generate RSA keys, so every node shares soft-issuer's one RSA key; P-256
+    // attestation keys are generated per node.
+    rsa: Option<SoftIssuer>,
+}
+
+impl SoftAttestation {
+    /// Nodes with attestation keys of `key_type` whose quotes carry `pcrs` (the others zero).
+    pub fn new(key_type: KeyType, pcrs: Vec<(u32, [u8; 32])>) -> Result<Self, NodeError> {
+        let rsa = match key_type {
+            KeyType::Rsa2048 => Some(SoftIssuer::rsa_2048()?.with_pcrs(pcrs.clone())?),
+            KeyType::EcdsaP256 => None,
+        };
+        Ok(Self {
+            key_type,
+            pcrs,
+            rsa,
+        })
+    }
+
+    /// Nodes whose PCRs are the test harness's boot measurements, so they satisfy the policy the
+    /// harness writes (`testsupport::harness::attestation_config`), which `local-cluster` and
+    /// the benchmark's attest-proxy enforce.
+    pub fn matching_harness_policy(key_type: KeyType) -> Result<Self, NodeError> {
+        let pcrs = BOOT_MEASUREMENTS
+            .iter()
+            .map(|&(index, byte)| (index, extended_once(&[byte; 32])))
+            .collect();
+        Self::new(key_type, pcrs)
+    }
+
+    fn issuer(&self) -> Result<SoftIssuer, NodeError> {
+        Ok(match &self.rsa {
+            Some(rsa) => rsa.clone(),
+            None => SoftIssuer::new(self.key_type)?.with_pcrs(self.pcrs.clone())?,
+        })
+    }
+}
+
+/// What the simulated nodes dial, and how they prove who they are.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// aTLS with attestation: attest-proxy (setups B and C).
+    Atls {
+        addr: SocketAddr,
+        attestation: SoftAttestation,
+    },
+    /// Plain mutual TLS with CA-signed client certificates (setup A).
+    Mtls { addr: SocketAddr, ca: Arc<ClientCa> },
+}
+
+impl Target {
+    /// The address nodes dial.
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Target::Atls { addr, .. } | Target::Mtls { addr, .. } => *addr,
+        }
+    }
+
+    /// A new node called `name` at `ip`, with all its keys made.
+    pub fn node(&self, name: &str, ip: IpAddr) -> Result<Node, NodeError> {
+        let kubelet = keys::kubelet_request(name, &[ip])?;
+        let ssh = SshHostKey::generate()?;
+        let request = IssueJoinTicketRequest {
+            disk_uuid: random_uuid(),
+            certificate_request: kubelet.csr_der,
+            is_control_plane: false,
+            host_public_key: ssh.public_wire,
+            host_certificate_principals: vec![],
+        };
+        let credential = match self {
+            Target::Atls { attestation, .. } => {
+                Credential::Atls(atls::Connector::new(Arc::new(attestation.issuer()?)))
+            }
+            Target::Mtls { ca, .. } => Credential::Mtls(tokio_rustls::TlsConnector::from(
+                ca.client_config(name)?,
+            )),
+        };
+        Ok(Node {
+            name: name.to_owned(),
+            addr: self.addr(),
+            request,
+            credential,
+        })
+    }
+}
+
+/// The `index`-th node's address in 10.0.0.0/8 (the CSR carries it as an IP SAN).
+pub fn node_ip(index: u64) -> IpAddr {
+    let [_, _, _, _, _, b, c, d] = index.to_be_bytes();
+    IpAddr::V4(Ipv4Addr::new(10, b, c, d))
+}
+
+/// A random version-4 UUID, as a node's state disk has.
+fn random_uuid() -> String {
+    let mut b: [u8; 16] = rand::rng().random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+enum Credential {
+    /// One connector per node: its attestation key; each handshake makes a fresh certificate
+    /// key and document.
+    Atls(atls::Connector),
+    Mtls(tokio_rustls::TlsConnector),
+}
+
+/// A simulated node, ready to join.
+pub struct Node {
+    name: String,
+    addr: SocketAddr,
+    request: IssueJoinTicketRequest,
+    credential: Credential,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// The node's name (its kubelet CSR says `system:node:<name>`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One join over a new connection, answered within `timeout` or failed as
+    /// `DeadlineExceeded`.
+    pub async fn join(&self, timeout: Duration) -> Result<(), Failure> {
+        match tokio::time::timeout(timeout, self.attempt()).await {
+            Ok(result) => result,
+            Err(_) => Err(Failure::new(
+                Code::DeadlineExceeded,
+                "no answer within the client's deadline",
+            )),
+        }
+    }
+
+    async fn attempt(&self) -> Result<(), Failure> {
+        let tcp = TcpStream::connect(self.addr)
+            .await
+            .map_err(|e| Failure::new(Code::Unavailable, &format!("tcp connect: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        let handshake_failed =
+            |e: &dyn std::error::Error| Failure::new(Code::Unavailable, &format!("tls handshake: {}", chain(e)));
+        match &self.credential {
+            Credential::Atls(connector) => {
+                let tls = connector
+                    .connect(tcp)
+                    .await
+                    .map_err(|e| handshake_failed(&e))?;
+                call(tls, self.request.clone()).await
+            }
+            Credential::Mtls(connector) => {
+                let tls = connector
+                    .connect(crate::mtls::server_name(self.addr), tcp)
+                    .await
+                    .map_err(|e| handshake_failed(&e))?;
+                call(tls, self.request.clone()).await
+            }
+        }
+    }
+}
+
+/// HTTP/2 on the fresh TLS stream and one `IssueJoinTicket`.
+async fn call<IO>(io: IO, request: IssueJoinTicketRequest) -> Result<(), Failure>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+            .await
+            .map_err(|e| Failure::new(Code::Unavailable, &format!("http/2 handshake: {}", chain(&e))))?;
+    // The connection task ends by itself once the last sender below is dropped.
+    tokio::spawn(connection);
+    let service = tower::service_fn(move |request: http::Request<tonic::body::Body>| {
+        let mut send = send.clone();
+        async move { send.send_request(request).await }
+    });
+    let mut client = ApiClient::with_origin(service, http::Uri::from_static("http://join-service"));
+    match client.issue_join_ticket(request).await {
+        Ok(_) => Ok(()),
+        Err(status) => Err(Failure::new(status.code(), status.message())),
+    }
+}
+
+/// An error and its sources, as one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_version_4() {
+        let u = random_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"));
+        assert_ne!(u, random_uuid());
+    }
+
+    #[test]
+    fn node_ips_are_distinct() {
+        assert_eq!(node_ip(0), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)));
+        assert_eq!(node_ip(65_793), IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1)));
+    }
+}

@@ -1,0 +1,226 @@
+//! The benchmark's picture: grouped bars of A, B and C per concurrency, for throughput, server CPU
+//! per operation and p99 latency. Plain SVG written by hand; a plotting crate would bring a font
+//! stack and far more code than three bar charts need.
+
+use std::fmt::Write as _;
+
+use crate::bench::{BenchResults, Setup};
+use crate::report::Report;
+
+const PANEL_W: f64 = 400.0;
+const PANEL_H: f64 = 300.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 12.0;
+const TOP: f64 = 56.0;
+const BOTTOM: f64 = 44.0;
+const COLORS: [(Setup, &str); 3] = [
+    (Setup::A, "#4e79a7"),
+    (Setup::B, "#f28e2b"),
+    (Setup::C, "#59a14f"),
+];
+
+/// One panel: a title and a figure taken from each report.
+struct Panel {
+    title: &'static str,
+    value: fn(&Report) -> Option<f64>,
+}
+
+const PANELS: [Panel; 3] = [
+    Panel {
+        title: "throughput (operations/s)",
+        value: |r| Some(r.joins_per_second),
+    },
+    Panel {
+        title: "server CPU per operation (ms)",
+        value: |r| r.server_cpu_ms_per_join,
+    },
+    Panel {
+        title: "p99 latency (ms)",
+        value: |r| (r.latency.count > 0).then_some(r.latency.p99_ms),
+    },
+];
+
+/// A round axis maximum at or above `max` and its tick step (1, 2 or 5 times a power of ten).
+pub fn axis(max: f64) -> (f64, f64) {
+    if !(max > 0.0) || !max.is_finite() {
+        return (1.0, 0.2);
+    }
+    let raw = max / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * magnitude);
+    ((max / step).ceil() * step, step)
+}
+
+fn label(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The SVG document.
+pub fn svg(results: &BenchResults) -> String {
+    let concurrencies = &results.config.concurrencies;
+    let width = PANEL_W * PANELS.len() as f64;
+    let height = PANEL_H + 40.0;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let title = format!(
+        "join service benchmark: {} CPUs ({}), {} s per step",
+        results.machine.cpus,
+        results.machine.cpu_model,
+        results.config.step.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
+        width / 2.0,
+        escape(&title)
+    );
+    // Legend.
+    let mut x = width / 2.0 - 480.0;
+    for (setup, color) in COLORS {
+        if results.setups.iter().any(|s| s.setup == setup) {
+            let _ = writeln!(
+                out,
+                r#"<rect x="{x}" y="30" width="10" height="10" fill="{color}"/><text x="{}" y="39">{}</text>"#,
+                x + 14.0,
+                escape(setup.short())
+            );
+            x += 330.0;
+        }
+    }
+    for (i, panel) in PANELS.iter().enumerate() {
+        let x0 = i as f64 * PANEL_W;
+        let y0 = 40.0;
+        let plot_w = PANEL_W - LEFT - RIGHT;
+        let plot_h = PANEL_H - TOP - BOTTOM;
+        let bottom = y0 + TOP + plot_h;
+        let values: Vec<(usize, Setup, &str, f64)> = concurrencies
+            .iter()
+            .enumerate()
+            .flat_map(|(ci, &c)| {
+                COLORS.iter().filter_map(move |&(setup, color)| {
+                    let report = results
+                        .setups
+                        .iter()
+                        .find(|s| s.setup == setup)?
+                        .steps
+                        .iter()
+                        .find(|r| r.concurrency == Some(c))?;
+                    Some((ci, setup, color, (panel.value)(report)?))
+                })
+            })
+            .collect();
+        let max = values.iter().map(|v| v.3).fold(0.0, f64::max);
+        let (axis_max, step) = axis(max);
+        let y = |v: f64| bottom - v / axis_max * plot_h;
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" text-anchor="middle" font-size="13">{}</text>"#,
+            x0 + LEFT + plot_w / 2.0,
+            y0 + TOP - 16.0,
+            panel.title
+        );
+        // Grid and y labels.
+        let mut tick = 0.0;
+        while tick <= axis_max + step / 2.0 {
+            let ty = y(tick);
+            let _ = writeln!(
+                out,
+                r##"<line x1="{}" y1="{ty:.1}" x2="{}" y2="{ty:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+                x0 + LEFT,
+                x0 + LEFT + plot_w,
+                x0 + LEFT - 6.0,
+                ty + 4.0,
+                label(tick)
+            );
+            tick += step;
+        }
+        let _ = writeln!(
+            out,
+            r#"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="black"/><line x1="{0}" y1="{2}" x2="{3}" y2="{2}" stroke="black"/>"#,
+            x0 + LEFT,
+            y0 + TOP,
+            bottom,
+            x0 + LEFT + plot_w
+        );
+        // Bars: one group per concurrency, one bar per setup.
+        let group_w = plot_w / concurrencies.len().max(1) as f64;
+        let bar_w = (group_w - 12.0) / COLORS.len() as f64;
+        for (ci, c) in concurrencies.iter().enumerate() {
+            let gx = x0 + LEFT + ci as f64 * group_w;
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{c}</text>"#,
+                gx + group_w / 2.0,
+                bottom + 16.0
+            );
+        }
+        for (ci, setup, color, v) in &values {
+            let slot = COLORS.iter().position(|(s, _)| s == setup).unwrap_or(0);
+            let bx = x0 + LEFT + *ci as f64 * group_w + 6.0 + slot as f64 * bar_w;
+            let by = y(*v);
+            let _ = writeln!(
+                out,
+                r#"<rect x="{bx:.1}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{setup:?} at concurrency {}: {}</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
+                bar_w - 1.0,
+                bottom - by,
+                concurrencies[*ci],
+                label(*v),
+                bx + bar_w / 2.0,
+                by - 3.0,
+                label(*v)
+            );
+        }
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" text-anchor="middle">concurrency</text>"#,
+            x0 + LEFT + plot_w / 2.0,
+            bottom + 32.0
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axes_are_round() {
+        assert_eq!(axis(0.0), (1.0, 0.2));
+        assert_eq!(axis(f64::NAN), (1.0, 0.2));
+        assert_eq!(axis(1234.0), (1400.0, 200.0));
+        assert_eq!(axis(1.0), (1.0, 0.2));
+        let (max, step) = axis(0.37);
+        assert!((max - 0.4).abs() < 1e-9 && (step - 0.1).abs() < 1e-9);
+        assert_eq!(axis(48.0), (50.0, 10.0));
+    }
+
+    #[test]
+    fn labels_and_escaping() {
+        assert_eq!(label(1234.4), "1234");
+        assert_eq!(label(12.34), "12.3");
+        assert_eq!(label(0.1234), "0.12");
+        assert_eq!(escape("a<b>&c"), "a&lt;b&gt;&amp;c");
+    }
+}

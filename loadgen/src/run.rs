@@ -1,0 +1,320 @@
+//! Drives simulated nodes against a target: a fixed number of concurrent nodes (closed loop) for
+//! a count or a duration, or nodes arriving at a target rate (open loop).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rand::Rng as _;
+use tokio::time::Instant;
+
+use crate::node::{NodeError, Target, node_ip};
+use crate::procstat::{self, ProcError, Watched};
+use crate::report::{Failure, Outcome, ProcessReadings, Report};
+
+/// Why a run could not be carried out (a node refused is not this; it is in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot make a simulated node")]
+    Node(#[from] NodeError),
+    #[error("cannot read a watched process (did it die during the run?)")]
+    Proc(#[from] ProcError),
+    #[error("a load task failed")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// When a closed-loop run ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stop {
+    /// After this many nodes have joined (or failed to).
+    Count(u64),
+    /// No node starts after this long; those in flight finish.
+    Duration(Duration),
+}
+
+/// How nodes arrive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mode {
+    /// `concurrency` nodes at a time, each starting as soon as one finishes.
+    Closed { concurrency: usize, stop: Stop },
+    /// `per_second` nodes start per second for `duration`, whatever the answers; at most
+    /// `max_in_flight` at once (later ones wait, and their latency counts from when they were
+    /// due, so a slow service shows in the percentiles instead of lowering the rate unseen).
+    Open {
+        per_second: f64,
+        duration: Duration,
+        max_in_flight: usize,
+    },
+}
+
+impl Mode {
+    /// How the report describes the mode.
+    pub fn describe(&self) -> String {
+        match self {
+            Mode::Closed { concurrency, stop } => match stop {
+                Stop::Count(n) => format!("concurrency {concurrency}, {n} joins"),
+                Stop::Duration(d) => format!(
+                    "concurrency {concurrency} for {}",
+                    humantime::format_duration(*d)
+                ),
+            },
+            Mode::Open {
+                per_second,
+                duration,
+                max_in_flight,
+            } => format!(
+                "{per_second}/s for {} (at most {max_in_flight} in flight)",
+                humantime::format_duration(*duration)
+            ),
+        }
+    }
+}
+
+/// Retrying `ResourceExhausted` and `Unavailable` with jittered exponential backoff, as a node
+/// should when the service sheds load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The backoff ceiling before the first retry; it doubles per retry.
+    pub base: Duration,
+    /// The largest backoff ceiling.
+    pub max: Duration,
+}
+
+impl RetryPolicy {
+    /// Backoff before retry number `retry` (0-based): uniformly random up to
+    /// `min(max, base * 2^retry)` ("full jitter"), so nodes refused together do not come back
+    /// together.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1u32.checked_shl(retry).unwrap_or(u32::MAX))
+            .min(self.max);
+        if ceiling.is_zero() {
+            return ceiling;
+        }
+        rand::rng().random_range(Duration::ZERO..=ceiling)
+    }
+}
+
+/// A run's parameters.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// What the report calls the run.
+    pub label: String,
+    pub mode: Mode,
+    /// Deadline of one attempt (connect, handshake, call).
+    pub timeout: Duration,
+    /// `None`: every failure is final.
+    pub retry: Option<RetryPolicy>,
+    /// Prefix of the node names, so runs against one system do not reuse names.
+    pub node_prefix: String,
+}
+
+/// Node names of one run: `<prefix>-<index>`.
+#[derive(Debug)]
+struct Namer {
+    prefix: String,
+    next: AtomicU64,
+}
+
+/// A short random prefix for node names, lowercase as Kubernetes node names must be.
+pub fn random_prefix() -> String {
+    let bytes: [u8; 3] = rand::rng().random();
+    format!("lg{}", hex::encode(bytes))
+}
+
+/// Runs `config` against `target`, watching `watched` for CPU and memory.
+pub async fn run(
+    target: Arc<Target>,
+    config: &LoadConfig,
+    watched: &[Watched],
+) -> Result<Report, RunError> {
+    let ticks = procstat::clock_ticks_per_second();
+    let namer = Arc::new(Namer {
+        prefix: config.node_prefix.clone(),
+        next: AtomicU64::new(0),
+    });
+    let before = procstat::sample(watched)?;
+    let start = Instant::now();
+    let outcomes = match config.mode {
+        Mode::Closed { concurrency, stop } => {
+            closed(target, config, namer, concurrency.max(1), stop, start).await?
+        }
+        Mode::Open {
+            per_second,
+            duration,
+            max_in_flight,
+        } => open(target, config, namer, per_second, duration, max_in_flight, start).await?,
+    };
+    let elapsed = start.elapsed();
+    let after = procstat::sample(watched)?;
+    let concurrency = match config.mode {
+        Mode::Closed { concurrency, .. } => Some(concurrency),
+        Mode::Open { .. } => None,
+    };
+    Ok(Report::new(
+        &config.label,
+        &config.mode.describe(),
+        concurrency,
+        elapsed,
+        &outcomes,
+        &ProcessReadings {
+            watched: watched.to_vec(),
+            before,
+            after,
+            ticks_per_second: ticks,
+        },
+    ))
+}
+
+async fn closed(
+    target: Arc<Target>,
+    config: &LoadConfig,
+    namer: Arc<Namer>,
+    concurrency: usize,
+    stop: Stop,
+    start: Instant,
+) -> Result<Vec<Outcome>, RunError> {
+    let claimed = Arc::new(AtomicU64::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (target, namer, claimed) = (target.clone(), namer.clone(), claimed.clone());
+        let (timeout, retry) = (config.timeout, config.retry);
+        workers.spawn(async move {
+            let mut outcomes = Vec::new();
+            loop {
+                let more = match stop {
+                    Stop::Count(n) => claimed.fetch_add(1, Ordering::Relaxed) < n,
+                    Stop::Duration(d) => start.elapsed() < d,
+                };
+                if !more {
+                    break;
+                }
+                outcomes.push(one_node(&target, &namer, timeout, retry, None).await?);
+            }
+            Ok::<_, RunError>(outcomes)
+        });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(done) = workers.join_next().await {
+        outcomes.extend(done??);
+    }
+    Ok(outcomes)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn open(
+    target: Arc<Target>,
+    config: &LoadConfig,
+    namer: Arc<Namer>,
+    per_second: f64,
+    duration: Duration,
+    max_in_flight: usize,
+    start: Instant,
+) -> Result<Vec<Outcome>, RunError> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
+    let interval = Duration::from_secs_f64(1.0 / per_second.max(1e-3));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut outcomes = Vec::new();
+    for i in 0u32.. {
+        let due = start + interval.saturating_mul(i);
+        if due.duration_since(start) >= duration {
+            break;
+        }
+        tokio::time::sleep_until(due).await;
+        let (target, namer, slots) = (target.clone(), namer.clone(), slots.clone());
+        let (timeout, retry) = (config.timeout, config.retry);
+        tasks.spawn(async move {
+            // The semaphore is never closed, so acquiring only waits.
+            let _slot = slots.acquire_owned().await;
+            one_node(&target, &namer, timeout, retry, Some(due)).await
+        });
+        // Collect finished tasks as we go so a long run does not hold every result twice.
+        while let Some(done) = tasks.try_join_next() {
+            outcomes.push(done??);
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        outcomes.push(done??);
+    }
+    Ok(outcomes)
+}
+
+/// Makes the next node and joins it, retrying as `retry` says. Latency counts from `due` if
+/// given, else from the first attempt (the node's keys are made before).
+async fn one_node(
+    target: &Target,
+    namer: &Namer,
+    timeout: Duration,
+    retry: Option<RetryPolicy>,
+    due: Option<Instant>,
+) -> Result<Outcome, RunError> {
+    let index = namer.next.fetch_add(1, Ordering::Relaxed);
+    let node = target.node(&format!("{}-{index}", namer.prefix), node_ip(index))?;
+    let started = due.unwrap_or_else(Instant::now);
+    let mut retried: Vec<Failure> = Vec::new();
+    loop {
+        let result = node.join(timeout).await;
+        match (result, retry) {
+            (Err(failure), Some(policy))
+                if failure.retryable() && (retried.len() as u32) + 1 < policy.max_attempts =>
+            {
+                tokio::time::sleep(policy.backoff(retried.len() as u32)).await;
+                retried.push(failure);
+            }
+            (result, _) => {
+                return Ok(Outcome {
+                    latency: started.elapsed(),
+                    result,
+                    retried,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_under_a_doubling_ceiling() {
+        let policy = RetryPolicy {
+            max_attempts: 10,
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(100),
+        };
+        for retry in 0..40 {
+            let ceiling = Duration::from_millis(10 * (1u64 << retry.min(20))).min(policy.max);
+            for _ in 0..20 {
+                assert!(policy.backoff(retry) <= ceiling);
+            }
+        }
+        // Jitter: twenty draws under a 100 ms ceiling are not all equal.
+        let draws: std::collections::HashSet<Duration> =
+            (0..20).map(|_| policy.backoff(5)).collect();
+        assert!(draws.len() > 1);
+        let none = RetryPolicy {
+            base: Duration::ZERO,
+            ..policy
+        };
+        assert_eq!(none.backoff(3), Duration::ZERO);
+    }
+
+    #[test]
+    fn modes_describe_themselves() {
+        let closed = Mode::Closed {
+            concurrency: 64,
+            stop: Stop::Duration(Duration::from_secs(5)),
+        };
+        assert_eq!(closed.describe(), "concurrency 64 for 5s");
+        let count = Mode::Closed {
+            concurrency: 1,
+            stop: Stop::Count(10),
+        };
+        assert_eq!(count.describe(), "concurrency 1, 10 joins");
+        assert!(random_prefix().starts_with("lg"));
+    }
+}
