@@ -107,14 +107,9 @@ impl KeyServer {
                 TcpListenerStream::new(self.listener),
                 shutdown.clone().wait(),
             );
-        let drain_timeout = self.drain_timeout;
-        tokio::select! {
-            served = serve => served.map_err(Error::Serve),
-            () = async { shutdown.wait().await; tokio::time::sleep(drain_timeout).await } => {
-                tracing::warn!(?drain_timeout, "drain timeout passed; dropping open connections");
-                Ok(())
-            }
-        }
+        plumbing::shutdown::drain(serve, shutdown, self.drain_timeout)
+            .await
+            .map_err(Error::Serve)
     }
 }
 
