@@ -4,7 +4,11 @@ use std::net::IpAddr;
 
 use base64::Engine;
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
-use ring::signature::KeyPair as _;
+use ring::signature::{Ed25519KeyPair, KeyPair as _};
+use ssh_key::private::{Ed25519Keypair, Ed25519PrivateKey, KeypairData};
+use ssh_key::public::Ed25519PublicKey;
+use ssh_key::{LineEnding, PrivateKey};
+use zeroize::Zeroizing;
 
 /// Why key material could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +19,12 @@ pub enum KeyError {
     /// Generating the SSH host key failed.
     #[error("cannot generate the SSH host key")]
     Ssh,
+    /// The SSH host key is not an Ed25519 PKCS#8 document this crate wrote.
+    #[error("the SSH host key is not an Ed25519 PKCS#8 key")]
+    SshPkcs8,
+    /// Encoding the SSH host key in OpenSSH's format failed.
+    #[error("cannot encode the SSH host key for OpenSSH")]
+    SshEncode(#[source] ssh_key::Error),
 }
 
 /// The kubelet's private key and the CSR the cluster CA signs.
@@ -43,10 +53,20 @@ pub fn kubelet_request(node_name: &str, ips: &[IpAddr]) -> Result<KubeletRequest
     })
 }
 
+/// The fixed start of an Ed25519 PKCS#8 v2 document (RFC 8410 OneAsymmetricKey, the form ring
+/// reads and writes): SEQUENCE, version 1, the Ed25519 algorithm identifier, then the 32-byte
+/// seed as an OCTET STRING inside an OCTET STRING.
+const PKCS8_V2_PREFIX: [u8; 16] = [
+    0x30, 0x51, 0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
+/// What follows the seed: the `[1]` (implicit BIT STRING) public key, 32 bytes, no unused bits.
+const PKCS8_V2_PUBLIC_KEY_TAG: [u8; 3] = [0x81, 0x21, 0x00];
+const ED25519_SEED_LEN: usize = 32;
+
 /// An Ed25519 SSH host key.
 #[derive(Debug)]
 pub struct SshHostKey {
-    /// PKCS#8 DER of the private key.
+    /// PKCS#8 (v2, RFC 8410) DER of the private key.
     pub pkcs8: Vec<u8>,
     /// The public key in SSH wire format (`string "ssh-ed25519"`, `string key`), as
     /// `IssueJoinTicketRequest.host_public_key` carries it.
@@ -57,10 +77,8 @@ impl SshHostKey {
     /// A fresh host key.
     pub fn generate() -> Result<Self, KeyError> {
         let rng = ring::rand::SystemRandom::new();
-        let pkcs8 =
-            ring::signature::Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| KeyError::Ssh)?;
-        let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
-            .map_err(|_| KeyError::Ssh)?;
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| KeyError::Ssh)?;
+        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|_| KeyError::Ssh)?;
         let mut public_wire = Vec::new();
         put_ssh_string(&mut public_wire, b"ssh-ed25519");
         put_ssh_string(&mut public_wire, pair.public_key().as_ref());
@@ -70,6 +88,12 @@ impl SshHostKey {
         })
     }
 
+    /// The private key in OpenSSH's format (`-----BEGIN OPENSSH PRIVATE KEY-----`), what
+    /// sshd's `HostKey` reads.
+    pub fn openssh_private_key(&self) -> Result<Zeroizing<String>, KeyError> {
+        openssh_private_key(&self.pkcs8)
+    }
+
     /// The public key as an OpenSSH `authorized_keys` / `.pub` line.
     pub fn public_line(&self) -> String {
         format!(
@@ -77,6 +101,39 @@ impl SshHostKey {
             base64::engine::general_purpose::STANDARD.encode(&self.public_wire)
         )
     }
+}
+
+/// An Ed25519 private key given as PKCS#8 v2 (what [`SshHostKey::generate`] makes) in
+/// OpenSSH's private key format, unencrypted, for sshd.
+pub fn openssh_private_key(pkcs8: &[u8]) -> Result<Zeroizing<String>, KeyError> {
+    // ring checks the document and that its public key belongs to its seed; the seed then sits
+    // at a fixed offset, since the v2 layout for Ed25519 has no variable-length parts.
+    let pair = Ed25519KeyPair::from_pkcs8(pkcs8).map_err(|_| KeyError::SshPkcs8)?;
+    let seed_end = PKCS8_V2_PREFIX.len() + ED25519_SEED_LEN;
+    let (Some(prefix), Some(seed), Some(tag)) = (
+        pkcs8.get(..PKCS8_V2_PREFIX.len()),
+        pkcs8.get(PKCS8_V2_PREFIX.len()..seed_end),
+        pkcs8.get(seed_end..seed_end + PKCS8_V2_PUBLIC_KEY_TAG.len()),
+    ) else {
+        return Err(KeyError::SshPkcs8);
+    };
+    if prefix != PKCS8_V2_PREFIX || tag != PKCS8_V2_PUBLIC_KEY_TAG {
+        return Err(KeyError::SshPkcs8);
+    }
+    let seed: Zeroizing<[u8; ED25519_SEED_LEN]> =
+        Zeroizing::new(seed.try_into().map_err(|_| KeyError::SshPkcs8)?);
+    let public: [u8; 32] = pair
+        .public_key()
+        .as_ref()
+        .try_into()
+        .map_err(|_| KeyError::SshPkcs8)?;
+    let keypair = Ed25519Keypair {
+        public: Ed25519PublicKey(public),
+        private: Ed25519PrivateKey::from_bytes(&seed),
+    };
+    PrivateKey::new(KeypairData::Ed25519(keypair), "")
+        .and_then(|key| key.to_openssh(LineEnding::LF))
+        .map_err(KeyError::SshEncode)
 }
 
 fn put_ssh_string(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -123,5 +180,27 @@ mod tests {
             key.public_line()
                 .starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5")
         );
+    }
+
+    #[test]
+    fn openssh_private_key_holds_the_same_key() {
+        let key = SshHostKey::generate().unwrap();
+        let pem = key.openssh_private_key().unwrap();
+        assert!(pem.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----\n"));
+        let parsed = PrivateKey::from_openssh(pem.as_bytes()).unwrap();
+        assert_eq!(
+            parsed.public_key().to_bytes().unwrap(),
+            key.public_wire,
+            "the private key file's public half is the key sent to the join service"
+        );
+        // The seed went through unchanged: ring makes the same public key from it.
+        let seed = parsed.key_data().ed25519().unwrap().private.to_bytes();
+        let pair = Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
+        assert_eq!(&key.public_wire[19..], pair.public_key().as_ref());
+
+        assert!(matches!(
+            openssh_private_key(b"not pkcs8"),
+            Err(KeyError::SshPkcs8)
+        ));
     }
 }

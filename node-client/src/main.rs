@@ -68,8 +68,13 @@ struct JoinArgs {
     /// Join as a control-plane node.
     #[arg(long)]
     control_plane: bool,
-    /// Extra SSH principals for the host certificate.
-    #[arg(long = "principal", value_delimiter = ',')]
+    /// Extra SSH principals for the host certificate. The node name and every `--ip` are always
+    /// asked for, as a Constellation node asks for its hostname and addresses.
+    #[arg(
+        long = "principal",
+        env = "JOIN_CLIENT_PRINCIPALS",
+        value_delimiter = ','
+    )]
     principals: Vec<String>,
 }
 
@@ -95,6 +100,24 @@ fn client(common: &Common) -> anyhow::Result<Client> {
     )?)
 }
 
+/// The host certificate principals to ask for: the node's addresses and name, then the extras,
+/// each once.
+fn host_principals(args: &JoinArgs) -> Vec<String> {
+    let mut principals: Vec<String> = Vec::new();
+    let all = args
+        .ips
+        .iter()
+        .map(ToString::to_string)
+        .chain([args.node_name.clone()])
+        .chain(args.principals.iter().cloned());
+    for principal in all {
+        if !principals.contains(&principal) {
+            principals.push(principal);
+        }
+    }
+    principals
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -108,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
                 certificate_request: kubelet.csr_der.clone(),
                 is_control_plane: args.control_plane,
                 host_public_key: ssh.public_wire.clone(),
-                host_certificate_principals: args.principals.clone(),
+                host_certificate_principals: host_principals(&args),
             };
             let ticket = client(&args.common)?.join(request).await?;
             let keys = ticket::NodeKeys {
