@@ -19,6 +19,7 @@
 
 mod apply;
 mod faults;
+pub mod fixtures;
 pub mod rbac;
 mod resources;
 mod secrets;

@@ -293,6 +293,12 @@ pub fn too_large() -> Failure {
 pub fn for_code(code: u16, what: &str) -> Failure {
     match code {
         401 => unauthorized(),
+        403 => failure(
+            403,
+            "Forbidden",
+            format!("forbidden: {what}"),
+            Some(Details::default()),
+        ),
         404 => no_such_resource(),
         409 => failure(
             409,

@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use crate::kube_api::KubeError;
+use crate::kube_api::bounded;
+
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -99,7 +102,7 @@ impl BootstrapToken {
 }
 
 /// RFC 3339 in UTC with whole seconds, as Go's `time.RFC3339` formats it.
-fn rfc3339_seconds(t: time::OffsetDateTime) -> String {
+pub(crate) fn rfc3339_seconds(t: time::OffsetDateTime) -> String {
     let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
     let t = t.to_offset(time::UtcOffset::UTC);
     // Formatting a valid UTC date with this description cannot fail; fall back to the
@@ -107,53 +110,6 @@ fn rfc3339_seconds(t: time::OffsetDateTime) -> String {
     t.format(&f)
         .or_else(|_| t.format(&time::format_description::well_known::Rfc3339))
         .unwrap_or_default()
-}
-
-/// How a Kubernetes call failed, sorted by what the caller can do about it.
-#[derive(Debug, thiserror::Error)]
-pub enum KubeError {
-    /// The API server answered with a failure `Status`.
-    #[error("Kubernetes API answered {code} {reason}: {message}")]
-    Api {
-        /// HTTP status.
-        code: u16,
-        /// `Status.reason`.
-        reason: String,
-        /// `Status.message`.
-        message: String,
-        /// The client error.
-        #[source]
-        source: kube::Error,
-    },
-    /// No answer: connection, TLS or protocol failure.
-    #[error("Kubernetes API unreachable")]
-    Transport(#[source] kube::Error),
-    /// No answer within the deadline.
-    #[error("Kubernetes API did not answer within {0:?}")]
-    Timeout(Duration),
-}
-
-impl KubeError {
-    fn from_kube(e: kube::Error) -> Self {
-        match e {
-            kube::Error::Api(ref s) => Self::Api {
-                code: s.code,
-                reason: s.reason.clone(),
-                message: s.message.clone(),
-                source: e,
-            },
-            other => Self::Transport(other),
-        }
-    }
-
-    /// Whether the request may have been carried out although it reported failure, so the
-    /// caller cannot know whether the object exists.
-    pub fn outcome_unknown(&self) -> bool {
-        match self {
-            Self::Api { code, .. } => *code >= 500,
-            Self::Transport(_) | Self::Timeout(_) => true,
-        }
-    }
 }
 
 /// The Secrets API as token-issuer uses it: create, and delete for rollback.
@@ -175,30 +131,24 @@ impl TokenStore {
 
     /// Creates the token's Secret.
     pub async fn create(&self, secret: &Secret) -> Result<(), KubeError> {
-        match tokio::time::timeout(
+        bounded(
             self.timeout,
             self.api.create(&PostParams::default(), secret),
         )
         .await
-        {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(KubeError::from_kube(e)),
-            Err(_) => Err(KubeError::Timeout(self.timeout)),
-        }
+        .map(drop)
     }
 
     /// Deletes a Secret; absent counts as deleted.
     pub async fn delete(&self, name: &str) -> Result<(), KubeError> {
-        match tokio::time::timeout(
+        match bounded(
             self.timeout,
             self.api.delete(name, &DeleteParams::default()),
         )
         .await
         {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
-            Ok(Err(e)) => Err(KubeError::from_kube(e)),
-            Err(_) => Err(KubeError::Timeout(self.timeout)),
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other.map(drop),
         }
     }
 }

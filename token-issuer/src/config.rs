@@ -46,9 +46,29 @@ pub struct Config {
         default_value = "/etc/kubernetes/pki/ca.key"
     )]
     pub ca_key: PathBuf,
-    /// The API server endpoint nodes join through, `host:port`.
-    #[arg(long, env = "TOKEN_ISSUER_API_SERVER_ENDPOINT")]
-    pub api_server_endpoint: String,
+    /// The API server endpoint nodes join through, `host:port`. Takes precedence over
+    /// `--api-server-host`/`--api-server-port`.
+    #[arg(
+        long,
+        env = "TOKEN_ISSUER_API_SERVER_ENDPOINT",
+        required_unless_present = "api_server_host"
+    )]
+    pub api_server_endpoint: Option<String>,
+    /// The API server's host, when no endpoint is given. In the pod: the control-plane node's
+    /// own IP from the downward API (`status.hostIP`), since the service runs beside the API
+    /// server on every control-plane node. IPv6 addresses are bracketed for the endpoint.
+    #[arg(long, env = "TOKEN_ISSUER_API_SERVER_HOST")]
+    pub api_server_host: Option<String>,
+    /// The API server's port, with `--api-server-host`.
+    #[arg(long, env = "TOKEN_ISSUER_API_SERVER_PORT", default_value = "6443")]
+    pub api_server_port: u16,
+    /// kubeadm's PKI directory; control-plane joiners get its shared CA keys and certificates.
+    #[arg(
+        long,
+        env = "TOKEN_ISSUER_PKI_DIR",
+        default_value = "/etc/kubernetes/pki"
+    )]
+    pub pki_dir: PathBuf,
     /// Kubeconfig for the Kubernetes API; default: in-cluster service account, else KUBECONFIG.
     #[arg(long, env = "TOKEN_ISSUER_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -62,6 +82,23 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "TOKEN_ISSUER_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
+}
+
+impl Config {
+    /// The `host:port` handed to nodes: `--api-server-endpoint`, else host and port.
+    pub fn api_server_endpoint(&self) -> Option<String> {
+        if let Some(endpoint) = &self.api_server_endpoint {
+            return Some(endpoint.clone());
+        }
+        let host = self.api_server_host.as_deref()?.trim();
+        if host.is_empty() {
+            return None;
+        }
+        Some(match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => std::net::SocketAddr::new(ip, self.api_server_port).to_string(),
+            Err(_) => format!("{host}:{}", self.api_server_port),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -83,7 +120,23 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.peer_uid, 1001);
+        assert_eq!(c.api_server_endpoint().unwrap(), "10.0.0.1:6443");
+        assert_eq!(c.pki_dir, PathBuf::from("/etc/kubernetes/pki"));
         assert_eq!(c.kube_timeout, Duration::from_secs(3));
         assert_eq!(c.ca_key, PathBuf::from("/etc/kubernetes/pki/ca.key"));
+    }
+
+    #[test]
+    fn endpoint_from_downward_api_host_ip() {
+        let parse = |host: &str| {
+            Config::try_parse_from(["token-issuer", "--peer-uid", "1", "--api-server-host", host])
+                .unwrap()
+                .api_server_endpoint()
+                .unwrap()
+        };
+        assert_eq!(parse("192.0.2.10"), "192.0.2.10:6443");
+        assert_eq!(parse("fd00::10"), "[fd00::10]:6443");
+        assert_eq!(parse("cp.example.com"), "cp.example.com:6443");
+        assert!(Config::try_parse_from(["token-issuer", "--peer-uid", "1"]).is_err());
     }
 }

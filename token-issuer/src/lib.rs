@@ -2,16 +2,22 @@
 //!
 //! join-core asks it, over a Unix socket that admits join-core's uid only, for a node's
 //! Kubernetes credentials: a bootstrap token ([`bootstrap`]), the kubelet certificate signed by
-//! the cluster CA ([`ca`]) and the discovery hash. The node's CSR is validated first ([`csr`]);
-//! a refused request touches nothing in Kubernetes. [`service`] orders the steps and maps
-//! errors to gRPC codes in one place.
+//! the cluster CA ([`ca`]), the discovery hash, the cluster's Kubernetes version and components
+//! ([`cluster_version`]), a `JoiningNode` record of the join ([`joining`]) and, for
+//! control-plane joiners, the shared control-plane PKI ([`pki`]). The node's CSR is validated
+//! first ([`csr`]); a refused request touches nothing in Kubernetes. [`service`] orders the
+//! steps, undoes what a failed join created, and maps errors to gRPC codes in one place.
 
 #![forbid(unsafe_code)]
 
 pub mod bootstrap;
 pub mod ca;
+pub mod cluster_version;
 mod config;
 pub mod csr;
+pub mod joining;
+pub mod kube_api;
+pub mod pki;
 pub mod service;
 
 use std::path::PathBuf;
@@ -25,7 +31,7 @@ pub use config::Config;
 /// Why token-issuer could not start or keep serving.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The configured endpoint is not `host:port`.
+    /// The configured endpoint is not `host:port` (or none is configured).
     #[error("api server endpoint {0:?} is not host:port")]
     Endpoint(String),
     /// The cluster CA could not be loaded.
@@ -85,16 +91,20 @@ async fn kube_client(config: &Config) -> Result<kube::Client, Error> {
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     // kube-rs builds its rustls config from the process default provider; ours is ring.
     let _ = rustls23::crypto::ring::default_provider().install_default();
-    if !valid_endpoint(&config.api_server_endpoint) {
-        return Err(Error::Endpoint(config.api_server_endpoint.clone()));
+    let endpoint = config.api_server_endpoint().unwrap_or_default();
+    if !valid_endpoint(&endpoint) {
+        return Err(Error::Endpoint(endpoint));
     }
     let ca = ca::ClusterCa::load(&config.ca_cert, &config.ca_key).map_err(Error::Ca)?;
     let client = kube_client(&config).await?;
-    let service = service::Service::new(
+    let service = service::Service::new(service::Parts {
         ca,
-        bootstrap::TokenStore::new(client, config.kube_timeout),
-        config.api_server_endpoint.clone(),
-    );
+        tokens: bootstrap::TokenStore::new(client.clone(), config.kube_timeout),
+        versions: cluster_version::VersionReader::new(client.clone(), config.kube_timeout),
+        joining: joining::JoiningNodes::new(client, config.kube_timeout),
+        pki: pki::PkiDir::new(config.pki_dir.clone()),
+        api_server_endpoint: endpoint,
+    });
 
     let listener = unix::bind(&config.socket, config.socket_mode).map_err(Error::Bind)?;
     let incoming = unix::incoming(listener, PeerPolicy::uids([config.peer_uid]));

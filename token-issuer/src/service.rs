@@ -1,26 +1,52 @@
 //! The `TokenIssuer` gRPC service and the one place its errors become `tonic::Status`.
 //!
 //! Order of work, chosen so a refused or failed request leaves nothing behind:
-//! 1. validate the CSR (untrusted input) — nothing has been touched yet;
-//! 2. sign the kubelet certificate — still local;
-//! 3. create the bootstrap token Secret — the only Kubernetes write, and the last fallible
-//!    step. If its outcome is unknown (5xx, timeout, broken connection: the write may have
-//!    happened), the Secret is deleted by name before answering.
+//! 1. validate the CSR (untrusted input);
+//! 2. sign the kubelet certificate (local);
+//! 3. control-plane joiners: read the control-plane PKI files (local);
+//! 4. read the `NodeVersion` and its components ConfigMap (reads);
+//! 5. record the join as a `JoiningNode` (first write; for a control-plane node it is also the
+//!    lock, so a second concurrent control-plane joiner is refused before any token exists);
+//! 6. create the bootstrap token Secret (last write).
 //!
-//! Step 3 runs in its own task, so a caller that hangs up mid-call cannot cut it between the
-//! write and the rollback; if the caller is gone when the token exists, the token is deleted,
-//! because nobody will ever receive it.
+//! Every check and read comes before the first write. If step 6 fails, the `JoiningNode` from
+//! step 5 is removed. If a write's outcome is unknown (5xx, timeout, broken connection: it may
+//! have happened), what it may have created is removed too. Steps 5–6 and their rollback run in
+//! their own task, so a caller that hangs up cannot cut between a write and its rollback; if the
+//! caller is gone once both exist, both are removed, because nobody will ever receive them.
+//!
+//! When a rollback itself fails, the leftovers expire on their own: the token Secret at its
+//! `expiration` (15 minutes; kube-controller-manager's token cleaner deletes it), a worker's
+//! `JoiningNode` at its 48 h deadline and the control-plane one after 10 minutes (the node
+//! operator removes expired records, and the next control-plane join here replaces an expired
+//! lock). Each is logged at error level with its name.
+//!
+//! ## Status codes (all chosen here, in [`kube_code`] and `From<IssueError> for Status`)
+//!
+//! | failure | code | why |
+//! |---|---|---|
+//! | CSR refused, key not certifiable | `InvalidArgument` | the node's request; retrying it won't help |
+//! | API server 401/403 | `Internal` | our credential or RBAC is wrong: a deployment fault, not the node's (`PermissionDenied` would blame the node) |
+//! | API server 404; `NodeVersion`/ConfigMap incomplete | `FailedPrecondition` | the cluster is not set up for joins until an operator fixes it |
+//! | another control-plane node is joining | `Aborted` | a concurrency conflict that clears by itself: retry the whole join later (`FailedPrecondition` would say "don't retry until fixed", `AlreadyExists` names an object the node never asked for) |
+//! | API server 409 otherwise (token-id collision, stale precondition) | `Aborted` | retrying draws a new token / reads afresh |
+//! | API server 429, 5xx, unreachable, timeout | `Unavailable` | transient; retry |
+//! | API server 400/422, signing failure, PKI files unreadable | `Internal` | our bug or our pod's mounts |
 
 use std::sync::Arc;
 
 use proto::tokenissuer::token_issuer_server::TokenIssuer;
 use proto::tokenissuer::{IssueNodeCredentialsRequest, IssueNodeCredentialsResponse};
 use tokio::sync::oneshot;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
-use crate::bootstrap::{BootstrapToken, KubeError, TOKEN_TTL, TokenStore};
+use crate::bootstrap::{BootstrapToken, TOKEN_TTL, TokenStore};
 use crate::ca::{ClusterCa, SignError};
+use crate::cluster_version::{VersionError, VersionReader};
 use crate::csr::{self, CsrError};
+use crate::joining::{JoiningError, JoiningNodes, Record};
+use crate::kube_api::KubeError;
+use crate::pki::{PkiDir, PkiError};
 
 /// Why issuing credentials failed; each variant names the step.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +57,15 @@ pub enum IssueError {
     /// Signing the kubelet certificate failed.
     #[error("signing the kubelet certificate: {0}")]
     Sign(#[source] SignError),
+    /// Reading the control-plane PKI failed.
+    #[error("reading the control-plane PKI: {0}")]
+    ControlPlaneFiles(#[source] PkiError),
+    /// Reading the cluster's version and components failed.
+    #[error("reading the cluster version: {0}")]
+    ClusterVersion(#[source] VersionError),
+    /// Recording the join as a `JoiningNode` failed (or the control-plane lock is held).
+    #[error("recording the join: {0}")]
+    JoiningNode(#[source] JoiningError),
     /// Creating the bootstrap token Secret failed.
     #[error("creating bootstrap token secret {name}: {source}")]
     CreateToken {
@@ -40,66 +75,85 @@ pub enum IssueError {
         #[source]
         source: KubeError,
     },
-    /// The creating task died (panic or runtime shutdown).
-    #[error("creating bootstrap token secret {0}: task aborted")]
-    TaskAborted(String),
+    /// The writing task died (panic or runtime shutdown).
+    #[error("writing the join's Kubernetes objects: task aborted")]
+    TaskAborted,
+}
+
+/// The gRPC code for a failed Kubernetes call.
+fn kube_code(e: &KubeError) -> Code {
+    match e {
+        KubeError::Api {
+            code: 401 | 403, ..
+        } => Code::Internal,
+        KubeError::Api { code: 404, .. } => Code::FailedPrecondition,
+        KubeError::Api { code: 409, .. } => Code::Aborted,
+        KubeError::Api { code: 429, .. } => Code::Unavailable,
+        KubeError::Api { code, .. } if *code >= 500 => Code::Unavailable,
+        KubeError::Api { .. } => Code::Internal,
+        KubeError::Transport(_) | KubeError::Timeout(_) => Code::Unavailable,
+    }
 }
 
 impl From<IssueError> for Status {
     fn from(e: IssueError) -> Status {
-        use tonic::Code;
         let code = match &e {
-            // The caller sent something we will not sign: its fault, and retrying won't help.
             IssueError::Csr(_) => Code::InvalidArgument,
-            // The node's key is of a kind we cannot certify.
             IssueError::Sign(SignError::PublicKey(_) | SignError::DnsName(_)) => {
                 Code::InvalidArgument
             }
             IssueError::Sign(SignError::Sign(_)) => Code::Internal,
-            IssueError::CreateToken { source, .. } => match source {
-                // Our own credential or RBAC is wrong: a deployment fault, not the caller's,
-                // so not PermissionDenied (that would blame the node).
-                KubeError::Api {
-                    code: 401 | 403, ..
-                } => Code::Internal,
-                // Token-id collision: a retry draws a new id.
-                KubeError::Api { code: 409, .. } => Code::Aborted,
-                // Missing namespace and the like: the cluster is not set up for joins yet.
-                KubeError::Api { code: 404, .. } => Code::FailedPrecondition,
-                KubeError::Api { code: 429, .. } => Code::Unavailable,
-                KubeError::Api { code, .. } if *code >= 500 => Code::Unavailable,
-                // 400/422: we built a Secret the server refuses — our bug.
-                KubeError::Api { .. } => Code::Internal,
-                KubeError::Transport(_) | KubeError::Timeout(_) => Code::Unavailable,
-            },
-            IssueError::TaskAborted(_) => Code::Internal,
+            IssueError::ControlPlaneFiles(_) => Code::Internal,
+            IssueError::ClusterVersion(
+                VersionError::ReadNodeVersion(source) | VersionError::ReadComponents { source, .. },
+            ) => kube_code(source),
+            IssueError::ClusterVersion(
+                VersionError::MissingField(_)
+                | VersionError::MissingKey { .. }
+                | VersionError::BadComponents { .. },
+            ) => Code::FailedPrecondition,
+            IssueError::JoiningNode(JoiningError::ControlPlaneBusy { .. }) => Code::Aborted,
+            IssueError::JoiningNode(
+                JoiningError::Apply { source, .. }
+                | JoiningError::Create(source)
+                | JoiningError::ReadExisting(source)
+                | JoiningError::DeleteExpired(source),
+            ) => kube_code(source),
+            IssueError::CreateToken { source, .. } => kube_code(source),
+            IssueError::TaskAborted => Code::Internal,
         };
         Status::new(code, e.to_string())
     }
 }
 
-/// The service: the CA, the Secrets API and the endpoint to hand out.
-#[derive(Debug, Clone)]
-pub struct Service {
-    inner: Arc<Inner>,
+/// What the service is built from.
+#[derive(Debug)]
+pub struct Parts {
+    /// The cluster CA.
+    pub ca: ClusterCa,
+    /// The bootstrap token Secrets.
+    pub tokens: TokenStore,
+    /// The `NodeVersion` and components reader.
+    pub versions: VersionReader,
+    /// The `JoiningNode` records.
+    pub joining: JoiningNodes,
+    /// The control-plane PKI directory.
+    pub pki: PkiDir,
+    /// The endpoint handed to nodes.
+    pub api_server_endpoint: String,
 }
 
-#[derive(Debug)]
-struct Inner {
-    ca: ClusterCa,
-    tokens: TokenStore,
-    api_server_endpoint: String,
+/// The service.
+#[derive(Debug, Clone)]
+pub struct Service {
+    inner: Arc<Parts>,
 }
 
 impl Service {
-    /// A service issuing with `ca`, storing tokens through `tokens`.
-    pub fn new(ca: ClusterCa, tokens: TokenStore, api_server_endpoint: String) -> Self {
+    /// A service issuing with `parts`.
+    pub fn new(parts: Parts) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                ca,
-                tokens,
-                api_server_endpoint,
-            }),
+            inner: Arc::new(parts),
         }
     }
 
@@ -108,33 +162,54 @@ impl Service {
         &self,
         req: &IssueNodeCredentialsRequest,
     ) -> Result<IssueNodeCredentialsResponse, IssueError> {
+        let parts = &self.inner;
         let node = csr::validate(&req.certificate_request).map_err(IssueError::Csr)?;
-        let kubelet_cert = self
-            .inner
-            .ca
-            .sign_kubelet(&node)
-            .map_err(IssueError::Sign)?;
+        let kubelet_cert = parts.ca.sign_kubelet(&node).map_err(IssueError::Sign)?;
+        let control_plane_files = if req.is_control_plane {
+            parts
+                .pki
+                .read()
+                .await
+                .map_err(IssueError::ControlPlaneFiles)?
+        } else {
+            Vec::new()
+        };
+        let version = parts
+            .versions
+            .read()
+            .await
+            .map_err(IssueError::ClusterVersion)?;
 
+        let now = time::OffsetDateTime::now_utc();
+        let record = Record::new(&node.node_name, req.is_control_plane, now);
         let token = BootstrapToken::generate();
-        let name = token.secret_name();
-        let secret = token.to_secret(&node.node_name, time::OffsetDateTime::now_utc() + TOKEN_TTL);
+        let secret = token.to_secret(&node.node_name, now + TOKEN_TTL);
         let (done_tx, done_rx) = oneshot::channel();
-        let tokens = self.inner.tokens.clone();
-        let task_name = name.clone();
+        let task_parts = self.inner.clone();
+        let reference = version.components_reference.clone();
+        let task_token = token.clone();
+        let task_record = record.clone();
         tokio::spawn(async move {
-            let result = tokens.create(&secret).await;
-            if result.as_ref().is_err_and(KubeError::outcome_unknown) {
-                rollback(&tokens, &task_name, "outcome of create unknown").await;
-            }
-            let created = result.is_ok();
-            if done_tx.send(result).is_err() && created {
-                rollback(&tokens, &task_name, "caller went away").await;
+            let result = write(
+                &task_parts,
+                &task_record,
+                &reference,
+                &task_token,
+                &secret,
+                now,
+            )
+            .await;
+            let written = result.is_ok();
+            if done_tx.send(result).is_err() && written {
+                let why = "caller went away";
+                forget_token(&task_parts, &task_token.secret_name(), why).await;
+                forget_record(&task_parts, &task_record, why).await;
             }
         });
         match done_rx.await {
             Ok(Ok(())) => {}
-            Ok(Err(source)) => return Err(IssueError::CreateToken { name, source }),
-            Err(_) => return Err(IssueError::TaskAborted(name)),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(IssueError::TaskAborted),
         }
 
         tracing::info!(
@@ -142,26 +217,79 @@ impl Service {
             peer = %req.peer_address,
             control_plane = req.is_control_plane,
             token_id = %token.id,
+            joining_node = %record.name,
+            kubernetes_version = %version.kubernetes_version,
             "issued node credentials"
         );
         Ok(IssueNodeCredentialsResponse {
             token: token.token_string(),
-            discovery_token_ca_cert_hash: self.inner.ca.discovery_hash().to_owned(),
-            api_server_endpoint: self.inner.api_server_endpoint.clone(),
+            discovery_token_ca_cert_hash: parts.ca.discovery_hash().to_owned(),
+            api_server_endpoint: parts.api_server_endpoint.clone(),
             kubelet_cert: kubelet_cert.into_bytes(),
             node_name: node.node_name,
-            ..Default::default()
+            kubernetes_version: version.kubernetes_version,
+            kubernetes_components: version.components,
+            control_plane_files,
         })
     }
 }
 
-async fn rollback(tokens: &TokenStore, name: &str, why: &str) {
-    match tokens.delete(name).await {
+/// Steps 5 and 6, undoing step 5 (and whatever an unknown outcome may have left) on failure.
+async fn write(
+    parts: &Parts,
+    record: &Record,
+    components_reference: &str,
+    token: &BootstrapToken,
+    secret: &k8s_openapi::api::core::v1::Secret,
+    now: time::OffsetDateTime,
+) -> Result<(), IssueError> {
+    if let Err(e) = parts
+        .joining
+        .record(record, components_reference, now)
+        .await
+    {
+        if e.outcome_unknown() {
+            forget_record(parts, record, "outcome of the JoiningNode write unknown").await;
+        }
+        return Err(IssueError::JoiningNode(e));
+    }
+    let name = token.secret_name();
+    if let Err(source) = parts.tokens.create(secret).await {
+        // AlreadyExists on a fresh random id almost always is our own write: kube-rs retries a
+        // create answered 503/504, and the retry finds what the first attempt stored. (A true
+        // collision needs one of the few live tokens to share the id, odds about n in 2e9; the
+        // node whose token that was then retries its join.)
+        if source.outcome_unknown() || source.is_already_exists() {
+            forget_token(parts, &name, "outcome of the token create unknown").await;
+        }
+        forget_record(parts, record, "creating the bootstrap token failed").await;
+        return Err(IssueError::CreateToken { name, source });
+    }
+    Ok(())
+}
+
+async fn forget_token(parts: &Parts, name: &str, why: &str) {
+    match parts.tokens.delete(name).await {
         Ok(()) => tracing::info!(secret = name, why, "rolled back bootstrap token"),
-        // Left for the token cleaner, which deletes it at expiry (15 minutes).
         Err(error) => {
             tracing::error!(secret = name, why, error = %error, "cannot roll back bootstrap token; it expires on its own")
         }
+    }
+}
+
+async fn forget_record(parts: &Parts, record: &Record, why: &str) {
+    match parts.joining.forget(record).await {
+        Ok(true) => tracing::info!(joining_node = %record.name, why, "rolled back JoiningNode"),
+        Ok(false) => {
+            tracing::debug!(joining_node = %record.name, why, "no JoiningNode of this join to roll back")
+        }
+        Err(error) => tracing::error!(
+            joining_node = %record.name,
+            deadline = %record.deadline,
+            why,
+            error = %error,
+            "cannot roll back JoiningNode; it expires at its deadline"
+        ),
     }
 }
 

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kube_standin::fixtures::{components_json, constellation_version, token_issuer_grants};
 use kube_standin::{Fault, Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
 use plumbing::shutdown::{self, Trigger};
 use proto::tokenissuer::IssueNodeCredentialsRequest;
@@ -25,22 +26,45 @@ fn own_uid() -> u32 {
     f.as_file().metadata().unwrap().uid()
 }
 
-/// The RBAC token-issuer gets in deploy/: create and delete Secrets in kube-system, nothing else.
-fn issuer_user(verbs: &[&str]) -> User {
+/// token-issuer's service account with the RBAC it needs, except that on Secrets it may only
+/// do `secret_verbs`.
+fn issuer_user(secret_verbs: &[&str]) -> User {
+    let mut grants: Vec<Grant> = token_issuer_grants()
+        .into_iter()
+        .filter(|g| !g.rule.resources.contains(&"secrets".to_owned()))
+        .collect();
+    grants.push(Grant::namespaced(
+        "kube-system",
+        PolicyRule::new(secret_verbs, &[""], &["secrets"]),
+    ));
+    User::service_account(TOKEN, "kube-system", "join-token-issuer", grants)
+}
+
+/// The RBAC token-issuer gets in deploy/.
+fn full_user() -> User {
     User::service_account(
         TOKEN,
         "kube-system",
         "join-token-issuer",
-        vec![Grant::namespaced(
-            "kube-system",
-            PolicyRule::new(verbs, &[""], &["secrets"]),
-        )],
+        token_issuer_grants(),
     )
+}
+
+const K8S_VERSION: &str = "v1.31.1";
+const COMPONENTS_REF: &str = "k8s-components-sha256-0123abcd";
+
+/// Fills a PKI directory with the eight control-plane files, each holding its own name.
+fn write_pki(dir: &Path) {
+    std::fs::create_dir_all(dir.join("etcd")).unwrap();
+    for name in token_issuer::pki::CONTROL_PLANE_FILES {
+        std::fs::write(dir.join(name), format!("-----PEM of {name}-----\n")).unwrap();
+    }
 }
 
 struct Harness {
     standin: Running,
     socket: PathBuf,
+    pki_dir: PathBuf,
     trigger: Trigger,
     task: tokio::task::JoinHandle<Result<(), token_issuer::Error>>,
     ca_cert: PathBuf,
@@ -53,10 +77,27 @@ impl Harness {
     }
 
     async fn start_with_ca(user: User, peer_uid: u32, cert: &str, key: &str) -> Self {
+        let seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json());
+        Self::start_seeded(user, peer_uid, cert, key, &seed).await
+    }
+
+    /// Starts with the stand-in holding exactly `seed`.
+    async fn start_seeded(
+        user: User,
+        peer_uid: u32,
+        cert: &str,
+        key: &str,
+        seed: &[serde_json::Value],
+    ) -> Self {
         let standin = KubeStandin::start(StandinConfig::new(vec![user]))
             .await
             .unwrap();
+        for object in seed {
+            standin.seed(object.clone()).unwrap();
+        }
         let dir = tempfile::tempdir().unwrap();
+        let pki_dir = dir.path().join("pki");
+        write_pki(&pki_dir);
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, standin.kubeconfig(TOKEN)).unwrap();
         let socket = dir.path().join("token-issuer.sock");
@@ -67,7 +108,10 @@ impl Harness {
             peer_uid,
             ca_cert: ca_cert.clone(),
             ca_key: Path::new(FIXTURES).join(key),
-            api_server_endpoint: "10.0.0.1:6443".into(),
+            api_server_endpoint: Some("10.0.0.1:6443".into()),
+            api_server_host: None,
+            api_server_port: 6443,
+            pki_dir: pki_dir.clone(),
             kubeconfig: Some(kubeconfig),
             kube_timeout: Duration::from_secs(5),
             grace_period: Duration::from_secs(2),
@@ -85,6 +129,7 @@ impl Harness {
         Self {
             standin,
             socket,
+            pki_dir,
             trigger,
             task,
             ca_cert,
@@ -96,11 +141,19 @@ impl Harness {
         &self,
         csr: Vec<u8>,
     ) -> Result<proto::tokenissuer::IssueNodeCredentialsResponse, tonic::Status> {
+        self.issue_as(csr, false).await
+    }
+
+    async fn issue_as(
+        &self,
+        csr: Vec<u8>,
+        is_control_plane: bool,
+    ) -> Result<proto::tokenissuer::IssueNodeCredentialsResponse, tonic::Status> {
         let mut client = TokenIssuerClient::new(plumbing::unix::channel(self.socket.clone()));
         client
             .issue_node_credentials(IssueNodeCredentialsRequest {
                 certificate_request: csr,
-                is_control_plane: false,
+                is_control_plane,
                 peer_address: "192.0.2.7:51000".into(),
             })
             .await
@@ -111,11 +164,29 @@ impl Harness {
         self.standin.secrets("kube-system")
     }
 
+    fn joining_nodes(&self) -> Vec<kube_standin::StoredObject> {
+        self.standin.joining_nodes()
+    }
+
+    /// No token and no JoiningNode exist.
+    fn assert_nothing_created(&self, what: &str) {
+        assert!(
+            self.secrets().is_empty(),
+            "{what}: token left: {:?}",
+            self.methods()
+        );
+        assert!(
+            self.joining_nodes().is_empty(),
+            "{what}: JoiningNode left: {:?}",
+            self.joining_nodes()
+        );
+    }
+
     fn methods(&self) -> Vec<String> {
         self.standin
             .requests()
             .into_iter()
-            .map(|r| format!("{} {}", r.method, r.code))
+            .map(|r| format!("{} {} {}", r.method, r.path, r.code))
             .collect()
     }
 
@@ -154,7 +225,7 @@ fn pem_der(pem: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn valid_csr_gets_token_certificate_and_hash() {
-    let h = Harness::start(issuer_user(&["create", "delete"]), own_uid()).await;
+    let h = Harness::start(full_user(), own_uid()).await;
     let before = ::time::OffsetDateTime::now_utc();
     let resp = h
         .issue(node_csr("worker-0", &["10.0.0.5", "fd00::5"]))
@@ -291,7 +362,7 @@ async fn valid_csr_gets_token_certificate_and_hash() {
 
 #[tokio::test]
 async fn bad_csrs_are_invalid_argument_and_create_nothing() {
-    let h = Harness::start(issuer_user(&["create", "delete"]), own_uid()).await;
+    let h = Harness::start(full_user(), own_uid()).await;
 
     let mut bad_sig = node_csr("worker-0", &["10.0.0.5"]);
     let last = bad_sig.len() - 1;
@@ -350,9 +421,9 @@ async fn bad_csrs_are_invalid_argument_and_create_nothing() {
             status.message()
         );
     }
-    assert!(h.standin.objects().is_empty());
+    h.assert_nothing_created("bad CSRs");
     assert!(
-        h.standin.requests().iter().all(|r| r.method != "POST"),
+        h.standin.requests().is_empty(),
         "a refused CSR never reaches Kubernetes: {:?}",
         h.methods()
     );
@@ -373,45 +444,57 @@ async fn forbidden_by_rbac_is_internal_and_names_the_step() {
         status.message()
     );
     assert!(status.message().contains("403"), "{}", status.message());
-    assert!(h.secrets().is_empty());
+    // The JoiningNode written before the token was refused is gone again.
+    h.assert_nothing_created("403 on the token");
+    assert!(
+        h.methods().iter().any(|m| m
+            .starts_with("DELETE /apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-0")
+            && m.ends_with(" 200")),
+        "{:?}",
+        h.methods()
+    );
     h.stop().await;
 }
 
 #[tokio::test]
 async fn conflict_is_aborted() {
-    let h = Harness::start(issuer_user(&["create", "delete"]), own_uid()).await;
-    h.standin.inject(Fault::once(409).on("POST"));
+    let h = Harness::start(full_user(), own_uid()).await;
+    h.standin.inject(Fault::once(409).on("POST").at("/secrets"));
     let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
     assert!(status.message().contains("409"));
-    assert!(h.secrets().is_empty());
+    h.assert_nothing_created("409 on the token");
     h.stop().await;
 }
 
 #[tokio::test]
 async fn server_errors_are_unavailable_and_leave_nothing_behind() {
-    let h = Harness::start(issuer_user(&["create", "delete"]), own_uid()).await;
+    let h = Harness::start(full_user(), own_uid()).await;
 
     // Refused before the write.
-    h.standin.inject(Fault::once(500).on("POST"));
+    h.standin.inject(Fault::once(500).on("POST").at("/secrets"));
     let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert!(status.message().contains("creating bootstrap token secret"));
-    assert!(h.secrets().is_empty());
+    h.assert_nothing_created("500 before the write");
 
     // Written, then the answer lost: token-issuer must delete what it cannot know about.
-    h.standin.inject(Fault::once(500).on("POST").after_commit());
+    h.standin
+        .inject(Fault::once(500).on("POST").at("/secrets").after_commit());
     let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    assert!(h.secrets().is_empty(), "rolled back: {:?}", h.methods());
+    h.assert_nothing_created("500 after the write");
     assert!(
-        h.methods().contains(&"DELETE 200".to_owned()),
+        h.methods().iter().any(
+            |m| m.starts_with("DELETE /api/v1/namespaces/kube-system/secrets/")
+                && m.ends_with(" 200")
+        ),
         "{:?}",
         h.methods()
     );
 
     // Throttling is retried by the client and then succeeds.
-    h.standin.inject(Fault::once(429).on("POST"));
+    h.standin.inject(Fault::once(429).on("POST").at("/secrets"));
     h.issue(node_csr("worker-0", &[])).await.unwrap();
     assert_eq!(h.secrets().len(), 1);
     h.stop().await;
@@ -419,25 +502,34 @@ async fn server_errors_are_unavailable_and_leave_nothing_behind() {
 
 #[tokio::test]
 async fn slow_api_server_times_out_as_unavailable_and_is_rolled_back() {
-    let h = Harness::start(issuer_user(&["create", "delete"]), own_uid()).await;
-    h.standin.set_delay(Duration::from_secs(6)); // beyond the 5 s kube timeout
+    let h = Harness::start(full_user(), own_uid()).await;
+    // Token create and its rollback both take longer than the 5 s kube timeout; the delete,
+    // sent after the create, lands after it.
+    h.standin.inject(
+        Fault::slow(Duration::from_secs(6))
+            .at("/api/v1/namespaces/kube-system/secrets")
+            .times(2),
+    );
     let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    h.standin.set_delay(Duration::ZERO);
+    // kube-rs's read timeout (the same 5 s) or our deadline, whichever fires first.
+    assert!(
+        status
+            .message()
+            .contains("creating bootstrap token secret bootstrap-token-"),
+        "{}",
+        status.message()
+    );
     // The stand-in may still complete the slow create after the client gave up; whatever
     // happened, no token may survive.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(h.secrets().is_empty(), "{:?}", h.methods());
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    h.assert_nothing_created("slow API server");
     h.stop().await;
 }
 
 #[tokio::test]
 async fn other_uids_are_refused() {
-    let h = Harness::start(
-        issuer_user(&["create", "delete"]),
-        own_uid().wrapping_add(4242),
-    )
-    .await;
+    let h = Harness::start(full_user(), own_uid().wrapping_add(4242)).await;
     let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
     // The listener closes the connection unanswered; depending on timing tonic reports that
     // as Unavailable (connect) or a transport error (broken pipe mid-request).
@@ -455,13 +547,7 @@ async fn other_uids_are_refused() {
 
 #[tokio::test]
 async fn sec1_ec_ca_key_works() {
-    let h = Harness::start_with_ca(
-        issuer_user(&["create", "delete"]),
-        own_uid(),
-        "ca-ec.crt",
-        "ca-ec-sec1.key",
-    )
-    .await;
+    let h = Harness::start_with_ca(full_user(), own_uid(), "ca-ec.crt", "ca-ec-sec1.key").await;
     let resp = h.issue(node_csr("worker-0", &["10.0.0.5"])).await.unwrap();
     let ca_der = pem_der(&std::fs::read(&h.ca_cert).unwrap());
     let (_, ca) = X509Certificate::from_der(&ca_der).unwrap();
@@ -502,4 +588,385 @@ fn pkcs8_ca_key_and_mismatch() {
         matches!(err, token_issuer::ca::LoadError::Mismatch { .. }),
         "{err}"
     );
+}
+
+fn rfc3339(s: &str) -> ::time::OffsetDateTime {
+    ::time::OffsetDateTime::parse(s, &::time::format_description::well_known::Rfc3339).unwrap()
+}
+
+fn spec<'a>(o: &'a kube_standin::StoredObject, field: &str) -> &'a serde_json::Value {
+    &o.object["spec"][field]
+}
+
+/// Asserts `deadline` lies `ttl` after a moment between `before` and now.
+fn assert_deadline(
+    deadline: &serde_json::Value,
+    before: ::time::OffsetDateTime,
+    ttl: ::time::Duration,
+) {
+    let d = rfc3339(deadline.as_str().unwrap());
+    let after = ::time::OffsetDateTime::now_utc();
+    assert!(
+        d >= before + ttl - ::time::Duration::seconds(1) && d <= after + ttl,
+        "deadline {d} not {ttl} after the join"
+    );
+}
+
+#[tokio::test]
+async fn worker_join_gets_version_components_and_a_joining_node() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    let before = ::time::OffsetDateTime::now_utc();
+    let resp = h.issue(node_csr("worker-0", &["10.0.0.5"])).await.unwrap();
+
+    assert_eq!(resp.kubernetes_version, K8S_VERSION);
+    let want: Vec<serde_json::Value> = serde_json::from_str(&components_json()).unwrap();
+    assert_eq!(resp.kubernetes_components.len(), want.len());
+    for (got, want) in resp.kubernetes_components.iter().zip(&want) {
+        assert_eq!(got.url, want["url"].as_str().unwrap());
+        assert_eq!(got.hash, want["hash"].as_str().unwrap());
+        assert_eq!(got.install_path, want["install_path"].as_str().unwrap());
+        assert_eq!(got.extract, want["extract"].as_bool().unwrap_or(false));
+    }
+    assert!(
+        resp.control_plane_files.is_empty(),
+        "workers get no CA keys"
+    );
+
+    let nodes = h.joining_nodes();
+    assert_eq!(nodes.len(), 1);
+    let n = &nodes[0];
+    assert_eq!(n.name, "worker-0");
+    assert_eq!(n.object["apiVersion"], "update.edgeless.systems/v1alpha1");
+    assert_eq!(n.object["kind"], "JoiningNode");
+    assert_eq!(spec(n, "name"), "worker-0");
+    assert_eq!(spec(n, "componentsreference"), COMPONENTS_REF);
+    assert_eq!(spec(n, "iscontrolplane"), false);
+    assert_deadline(spec(n, "deadline"), before, ::time::Duration::hours(48));
+    assert!(
+        h.methods()
+            .iter()
+            .any(|m| m == "PATCH /apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-0 201"),
+        "workers are recorded by server-side apply: {:?}",
+        h.methods()
+    );
+
+    // A retried join refreshes the same record by apply.
+    let rv = n.object["metadata"]["resourceVersion"].clone();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    h.issue(node_csr("worker-0", &["10.0.0.5"])).await.unwrap();
+    let nodes = h.joining_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_ne!(nodes[0].object["metadata"]["resourceVersion"], rv);
+    assert_ne!(spec(&nodes[0], "deadline"), spec(n, "deadline"));
+    assert_eq!(h.secrets().len(), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn control_plane_join_gets_the_pki_and_takes_the_lock() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    let before = ::time::OffsetDateTime::now_utc();
+    let resp = h
+        .issue_as(node_csr("cp-1", &["10.0.0.2"]), true)
+        .await
+        .unwrap();
+
+    let names: Vec<&str> = resp
+        .control_plane_files
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        [
+            "ca.crt",
+            "ca.key",
+            "etcd/ca.crt",
+            "etcd/ca.key",
+            "front-proxy-ca.crt",
+            "front-proxy-ca.key",
+            "sa.key",
+            "sa.pub"
+        ]
+    );
+    for f in &resp.control_plane_files {
+        assert_eq!(
+            f.data,
+            std::fs::read(h.pki_dir.join(&f.name)).unwrap(),
+            "{}",
+            f.name
+        );
+    }
+    assert_eq!(resp.kubernetes_version, K8S_VERSION);
+    assert!(!resp.kubernetes_components.is_empty());
+
+    let nodes = h.joining_nodes();
+    assert_eq!(nodes.len(), 1);
+    let n = &nodes[0];
+    assert_eq!(n.name, "control-plane");
+    assert_eq!(spec(n, "name"), "cp-1");
+    assert_eq!(spec(n, "iscontrolplane"), true);
+    assert_eq!(spec(n, "componentsreference"), COMPONENTS_REF);
+    assert_deadline(spec(n, "deadline"), before, ::time::Duration::minutes(10));
+    assert_eq!(h.secrets().len(), 1);
+
+    // While it is held, the next control-plane node is told to retry; workers still join.
+    let busy = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap_err();
+    assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
+    assert!(
+        busy.message().contains("cp-1") && busy.message().contains("retry"),
+        "{}",
+        busy.message()
+    );
+    h.issue(node_csr("worker-9", &[])).await.unwrap();
+    assert_eq!(
+        h.secrets().len(),
+        2,
+        "the refused control-plane node got no token"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn two_control_plane_nodes_at_once_one_joins_one_retries() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    let (a, b) = tokio::join!(
+        h.issue_as(node_csr("cp-a", &[]), true),
+        h.issue_as(node_csr("cp-b", &[]), true)
+    );
+    let (winner, loser) = match (a, b) {
+        (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+        other => panic!("exactly one control-plane join must succeed: {other:?}"),
+    };
+    assert_eq!(loser.code(), Code::Aborted, "{loser:?}");
+    assert!(
+        loser.message().contains("retry later"),
+        "{}",
+        loser.message()
+    );
+    assert_eq!(h.secrets().len(), 1);
+    let (id, _) = winner.token.split_once('.').unwrap();
+    assert_eq!(h.secrets()[0].name, format!("bootstrap-token-{id}"));
+    let nodes = h.joining_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(spec(&nodes[0], "name"), winner.node_name.as_str());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn expired_control_plane_lock_is_replaced() {
+    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    seed.push(serde_json::json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "JoiningNode",
+        "metadata": {"name": "control-plane"},
+        "spec": {"name": "cp-dead", "componentsreference": COMPONENTS_REF,
+                 "iscontrolplane": true, "deadline": "2020-01-01T00:00:00Z"},
+    }));
+    let h = Harness::start_seeded(
+        full_user(),
+        own_uid(),
+        "ca-rsa.crt",
+        "ca-rsa-pkcs1.key",
+        &seed,
+    )
+    .await;
+    h.issue_as(node_csr("cp-new", &[]), true).await.unwrap();
+    let nodes = h.joining_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(spec(&nodes[0], "name"), "cp-new");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn api_server_failures_give_specific_statuses_and_leave_nothing() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    let joining = "/apis/update.edgeless.systems/v1alpha1/joiningnodes";
+    let secrets = "/api/v1/namespaces/kube-system/secrets";
+    let cases: Vec<(&str, Fault, bool, Code, &str)> = vec![
+        (
+            "403 on the NodeVersion",
+            Fault::once(403).at("/nodeversions/"),
+            false,
+            Code::Internal,
+            "reading NodeVersion constellation-version: Kubernetes API answered 403",
+        ),
+        (
+            "500 on the ConfigMap",
+            Fault::once(500).at("/configmaps/"),
+            false,
+            Code::Unavailable,
+            "reading components ConfigMap kube-system/",
+        ),
+        (
+            "403 on the JoiningNode",
+            Fault::once(403).on("PATCH").at(joining),
+            false,
+            Code::Internal,
+            "applying JoiningNode worker-0: Kubernetes API answered 403",
+        ),
+        (
+            "500 after applying the JoiningNode",
+            Fault::once(500).on("PATCH").at(joining).after_commit(),
+            false,
+            Code::Unavailable,
+            "applying JoiningNode worker-0",
+        ),
+        (
+            "409 on the token",
+            Fault::once(409).on("POST").at(secrets),
+            false,
+            Code::Aborted,
+            "creating bootstrap token secret bootstrap-token-",
+        ),
+        (
+            "500 on the token",
+            Fault::once(500).on("POST").at(secrets),
+            false,
+            Code::Unavailable,
+            "creating bootstrap token secret",
+        ),
+        // kube-rs retries a 503; the retry finds the token the first attempt stored.
+        (
+            "503 after creating the token",
+            Fault::once(503).on("POST").at(secrets).after_commit(),
+            false,
+            Code::Aborted,
+            "already exists",
+        ),
+        (
+            "403 on the control-plane JoiningNode",
+            Fault::once(403).on("POST").at(joining),
+            true,
+            Code::Internal,
+            "creating JoiningNode control-plane: Kubernetes API answered 403",
+        ),
+        (
+            "500 after creating the control-plane JoiningNode",
+            Fault::once(500).on("POST").at(joining).after_commit(),
+            true,
+            Code::Unavailable,
+            "creating JoiningNode control-plane",
+        ),
+        (
+            "409 on the control-plane token",
+            Fault::once(409).on("POST").at(secrets),
+            true,
+            Code::Aborted,
+            "creating bootstrap token secret",
+        ),
+        (
+            "500 on the control-plane token",
+            Fault::once(500).on("POST").at(secrets).after_commit(),
+            true,
+            Code::Unavailable,
+            "creating bootstrap token secret",
+        ),
+    ];
+    for (what, fault, cp, code, needle) in cases {
+        h.standin.inject(fault);
+        let name = if cp { "cp-0" } else { "worker-0" };
+        let status = h.issue_as(node_csr(name, &[]), cp).await.unwrap_err();
+        assert_eq!(status.code(), code, "{what}: {status:?}");
+        assert!(
+            status.message().contains(needle),
+            "{what}: {}",
+            status.message()
+        );
+        h.assert_nothing_created(what);
+    }
+    // A control-plane create answered 503 after it was stored: kube-rs's retry finds the lock
+    // this very join holds, and the join goes on.
+    h.standin
+        .inject(Fault::once(503).on("POST").at(joining).after_commit());
+    h.issue_as(node_csr("cp-0", &[]), true).await.unwrap();
+    assert_eq!(h.joining_nodes().len(), 1);
+    // And after all that, workers join again.
+    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn cluster_without_version_is_failed_precondition_and_untouched() {
+    let cases: Vec<(&str, Vec<serde_json::Value>, &str)> = vec![
+        (
+            "no NodeVersion",
+            vec![],
+            "NodeVersion constellation-version: Kubernetes API answered 404",
+        ),
+        (
+            "no ConfigMap",
+            vec![constellation_version(K8S_VERSION, COMPONENTS_REF, "[]")[0].clone()],
+            "components ConfigMap kube-system/k8s-components-sha256-0123abcd: Kubernetes API answered 404",
+        ),
+        (
+            "empty components",
+            constellation_version(K8S_VERSION, COMPONENTS_REF, "[]").to_vec(),
+            "the components list is empty",
+        ),
+        (
+            "no version",
+            {
+                let mut s = constellation_version("", COMPONENTS_REF, &components_json()).to_vec();
+                s[0]["spec"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("kubernetesClusterVersion");
+                s
+            },
+            "has no kubernetesClusterVersion",
+        ),
+    ];
+    for (what, seed, needle) in cases {
+        let h = Harness::start_seeded(
+            full_user(),
+            own_uid(),
+            "ca-rsa.crt",
+            "ca-rsa-pkcs1.key",
+            &seed,
+        )
+        .await;
+        let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::FailedPrecondition,
+            "{what}: {status:?}"
+        );
+        assert!(
+            status.message().contains(needle),
+            "{what}: {}",
+            status.message()
+        );
+        h.assert_nothing_created(what);
+        assert!(
+            h.standin.requests().iter().all(|r| r.method == "GET"),
+            "{what}: only reads: {:?}",
+            h.methods()
+        );
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn missing_control_plane_file_refuses_control_plane_joins_only() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    std::fs::remove_file(h.pki_dir.join("front-proxy-ca.key")).unwrap();
+    let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains(
+            "reading the control-plane PKI: reading control-plane file front-proxy-ca.key"
+        ),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("missing PKI file");
+    assert!(
+        h.standin.requests().is_empty(),
+        "refused before any API call: {:?}",
+        h.methods()
+    );
+    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    h.stop().await;
 }
