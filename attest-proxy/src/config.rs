@@ -69,6 +69,12 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_POLICY_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub policy_poll_interval: Duration,
 
+    /// Address of the admin endpoint (/livez, /readyz, /metrics); none is served if unset.
+    /// Readiness requires join-core's socket to accept connections (the policy is loaded before
+    /// the endpoint exists).
+    #[arg(long, env = "ATTEST_PROXY_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+
     /// On SIGTERM, how long in-flight joins may take to finish. Keep it below the pod's
     /// terminationGracePeriodSeconds.
     #[arg(long, env = "ATTEST_PROXY_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]

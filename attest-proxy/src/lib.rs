@@ -47,6 +47,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The admin endpoint could not be bound.
+    #[error("cannot listen for the admin endpoint on {addr}")]
+    Admin {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     /// The verification threads could not be started.
     #[error("cannot start verification threads")]
     Threads(#[source] std::io::Error),
@@ -59,6 +66,7 @@ pub struct Proxy {
     shared: Arc<connection::Shared>,
     drain_timeout: std::time::Duration,
     policy_poll_interval: std::time::Duration,
+    admin: Option<plumbing::admin::AdminServer>,
 }
 
 impl Proxy {
@@ -82,12 +90,27 @@ impl Proxy {
                 addr: config.listen,
                 source,
             })?;
+        let admin = match config.admin_listen {
+            Some(addr) => Some(
+                admin(&shared, &config)
+                    .bind(addr)
+                    .await
+                    .map_err(|source| Error::Admin { addr, source })?,
+            ),
+            None => None,
+        };
         Ok(Self {
             listener,
+            admin,
             shared: Arc::new(shared),
             drain_timeout: config.drain_timeout,
             policy_poll_interval: config.policy_poll_interval,
         })
+    }
+
+    /// The admin endpoint's address, if one is configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|a| a.local_addr().ok())
     }
 
     /// The measurement policy in force and its reload history, for readiness and metrics.
@@ -101,12 +124,15 @@ impl Proxy {
     }
 
     /// Accepts nodes until `shutdown`, then drains open connections for at most the drain timeout.
-    pub async fn serve(self, shutdown: Shutdown) -> Result<(), Error> {
+    pub async fn serve(mut self, shutdown: Shutdown) -> Result<(), Error> {
         let addr = self.local_addr().map_err(|source| Error::Listen {
             addr: ([0, 0, 0, 0], 0).into(),
             source,
         })?;
         tracing::info!(%addr, "attest-proxy listening");
+        // Readiness turns false as soon as the drain starts, so the Service stops sending nodes
+        // here before the listener closes.
+        let admin = self.admin.take().map(|admin| admin.spawn(shutdown.clone()));
         let watcher = tokio::spawn(
             self.shared
                 .policy
@@ -138,6 +164,9 @@ impl Proxy {
         }
         drop(self.listener);
         watcher.abort();
+        if let Some(admin) = &admin {
+            admin.abort();
+        }
         tracker.close();
         tracing::info!(open = tracker.len(), "draining connections");
         if tokio::time::timeout(self.drain_timeout, tracker.wait())
@@ -151,6 +180,22 @@ impl Proxy {
         }
         Ok(())
     }
+}
+
+/// The admin endpoint: readiness needs join-core's socket to accept connections; metrics are
+/// the policy's reload counts and whether the mounted file is currently refused.
+///
+/// A refused policy file deliberately does not fail readiness: every proxy of the cluster reads
+/// the same ConfigMap, so it would take them all out of the Service at once and stop every join,
+/// while the previous policy is still being enforced correctly. It shows in `policy_failing`
+/// and in the log instead.
+fn admin(shared: &connection::Shared, config: &Config) -> plumbing::admin::Admin {
+    let mut admin = plumbing::admin::Admin::new("attest_proxy");
+    shared.policy.register_metrics(admin.registry());
+    admin.check(
+        "join-core",
+        plumbing::admin::unix_socket_check(&config.upstream_socket),
+    )
 }
 
 /// Binds and serves until `shutdown`.

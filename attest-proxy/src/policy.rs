@@ -16,12 +16,15 @@
 //! polling adds no noticeable delay.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use attestation::{Validator, Variant};
 use plumbing::shutdown::Shutdown;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 use crate::status;
 
@@ -128,9 +131,14 @@ pub struct Current {
     // Only reloads take this lock, never a connection: it keeps concurrent reloads (the poll
     // and a test calling `reload`) from interleaving their read-compare-swap.
     seen: Mutex<(Seen, Option<String>)>,
-    reloads_ok: AtomicU64,
-    reloads_failed: AtomicU64,
+    // The counts and the failing flag are the exported metrics themselves, so what /metrics
+    // shows and what `status` reports cannot drift apart.
+    reloads: Family<[(&'static str, &'static str); 1], Counter>,
+    failing: Gauge,
 }
+
+const OK: [(&str, &str); 1] = [("result", "ok")];
+const FAILED: [(&str, &str); 1] = [("result", "failed")];
 
 impl Current {
     /// Loads the policy at start. Unlike a reload, failing here is fatal: there is no previous
@@ -143,9 +151,28 @@ impl Current {
             path: path.to_owned(),
             active: RwLock::new(Arc::new(active)),
             seen: Mutex::new((Seen::Bytes(sha256(&raw)), None)),
-            reloads_ok: AtomicU64::new(0),
-            reloads_failed: AtomicU64::new(0),
+            reloads: Family::default(),
+            failing: Gauge::default(),
         })
+    }
+
+    /// Registers the reload metrics: `policy_reloads_total{result="ok"|"failed"}` (changes of
+    /// the file applied or refused) and `policy_failing` (1 while the file on disk is invalid
+    /// and the previous policy is still enforced).
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        // Both results exist from the start, so an alert on "failed" has a series to watch.
+        drop(self.reloads.get_or_create(&OK));
+        drop(self.reloads.get_or_create(&FAILED));
+        registry.register(
+            "policy_reloads",
+            "Changes of the attestation config file, by whether they were applied",
+            self.reloads.clone(),
+        );
+        registry.register(
+            "policy_failing",
+            "1 while the attestation config file is invalid and the previous policy is enforced",
+            self.failing.clone(),
+        );
     }
 
     /// The validator to use for one connection.
@@ -168,8 +195,8 @@ impl Current {
         PolicyStatus {
             digest: self.get().digest.clone(),
             last_error,
-            reloads_ok: self.reloads_ok.load(Ordering::Relaxed),
-            reloads_failed: self.reloads_failed.load(Ordering::Relaxed),
+            reloads_ok: self.reloads.get_or_create(&OK).get(),
+            reloads_failed: self.reloads.get_or_create(&FAILED).get(),
         }
     }
 
@@ -195,7 +222,8 @@ impl Current {
                     std::mem::replace(&mut *guard, Arc::new(active))
                 };
                 seen.1 = None;
-                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                self.reloads.get_or_create(&OK).inc();
+                self.failing.set(0);
                 tracing::info!(
                     path = %self.path.display(),
                     policy = %digest,
@@ -206,7 +234,8 @@ impl Current {
             }
             Err(error) => {
                 let reason = status::chain(&error);
-                self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                self.reloads.get_or_create(&FAILED).inc();
+                self.failing.set(1);
                 tracing::error!(
                     policy = %self.get().digest,
                     %reason,
@@ -325,6 +354,45 @@ mod tests {
         let status = current.status();
         assert!(!status.failing());
         assert_eq!((status.reloads_ok, status.reloads_failed), (2, 1));
+    }
+
+    #[test]
+    fn metrics_follow_the_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        std::fs::write(&path, config(1, false)).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let mut registry = Registry::with_prefix("attest_proxy");
+        current.register_metrics(&mut registry);
+        let scrape = |registry: &Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text
+        };
+        let text = scrape(&registry);
+        assert!(
+            text.contains("attest_proxy_policy_reloads_total{result=\"failed\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("attest_proxy_policy_failing 0"), "{text}");
+
+        std::fs::write(&path, "not json").unwrap();
+        current.reload();
+        let text = scrape(&registry);
+        assert!(
+            text.contains("attest_proxy_policy_reloads_total{result=\"failed\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("attest_proxy_policy_failing 1"), "{text}");
+
+        std::fs::write(&path, config(2, false)).unwrap();
+        current.reload();
+        let text = scrape(&registry);
+        assert!(
+            text.contains("attest_proxy_policy_reloads_total{result=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("attest_proxy_policy_failing 0"), "{text}");
     }
 
     #[test]
