@@ -55,7 +55,7 @@ impl TicketService {
     /// A join ticket for an attested node.
     ///
     /// Everything that can fail without side effects comes first: the request checks, the
-    /// keys, the cert SANs and the SSH host certificate. Only then is token-issuer asked, so a
+    /// cert SANs, the keys and the SSH host certificate. Only then is token-issuer asked, so a
     /// failure before it leaves nothing behind in Kubernetes.
     async fn join(
         &self,
@@ -67,13 +67,14 @@ impl TicketService {
         let host_key = HostKey::parse(&request.host_public_key)?;
         ssh::check_requested_principals(&request.host_certificate_principals)?;
 
-        let keys = self.keys.join_keys(&request.disk_uuid).await?;
-        let mut node_keys = keys.node;
+        // The local file first: a broken mount is found without asking the key service.
         let sans = self
             .host_certificates
             .kubeadm
             .api_server_cert_sans()
             .map_err(TicketError::KubeadmConfig)?;
+        let keys = self.keys.join_keys(&request.disk_uuid).await?;
+        let mut node_keys = keys.node;
         let principals = ssh::principals(
             &request.host_certificate_principals,
             &sans,

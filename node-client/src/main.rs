@@ -166,3 +166,36 @@ async fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn principals_are_the_addresses_the_name_and_the_extras_once() {
+        let cli = Cli::try_parse_from([
+            "join-client",
+            "join",
+            "--endpoint",
+            "10.0.0.1:30090",
+            "--disk-uuid",
+            "d",
+            "--out",
+            "/tmp/x",
+            "--node-name",
+            "worker-7",
+            "--ip",
+            "10.0.0.7,fd00::7",
+            "--principal",
+            "worker-7.example,10.0.0.7",
+        ])
+        .unwrap();
+        let Command::Join(args) = cli.command else {
+            panic!("parsed as join");
+        };
+        assert_eq!(
+            host_principals(&args),
+            ["10.0.0.7", "fd00::7", "worker-7", "worker-7.example"]
+        );
+    }
+}
