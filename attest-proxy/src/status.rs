@@ -7,18 +7,9 @@ pub fn respond(status: tonic::Status) -> http::Response<Body> {
     status.into_http()
 }
 
-/// An error with every cause it wraps, `outer: inner: innermost`: the node and the log line
-/// both need the innermost reason (which PCR, which check), not just the outermost layer.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+/// An error with every cause it wraps: the node and the log line both need the innermost reason
+/// (which PCR, which check), not just the outermost layer.
+pub use attestation::audit::chain;
 
 #[cfg(test)]
 mod tests {

@@ -186,7 +186,7 @@ impl Decision {
         };
         let mut decision = Self::new(subject, Outcome::Rejected, &mismatches);
         decision.check = Some(attestation.map_or("evidence", check_name).to_owned());
-        decision.reason = Some(error_chain(error));
+        decision.reason = Some(chain(error));
         decision
     }
 
@@ -263,8 +263,9 @@ fn find_attestation_error<'e>(error: &'e (dyn std::error::Error + 'static)) -> O
     None
 }
 
-/// `outer: inner: innermost`: the innermost cause says which PCR or which check.
-fn error_chain(error: &dyn std::error::Error) -> String {
+/// An error with every cause it wraps, `outer: inner: innermost`: the innermost cause says
+/// which PCR or which check, so logs and answers to nodes use this form too.
+pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

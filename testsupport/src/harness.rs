@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use kube_standin::{Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
+use kube_standin::fixtures::{components_json, constellation_version, token_issuer_grants};
+use kube_standin::{KubeStandin, Running, StandinConfig, User};
 use node_client::Client;
 use rand::Rng;
 
@@ -27,6 +28,15 @@ pub const TOKEN_ISSUER_USER: &str = "system:serviceaccount:kube-system:join-toke
 
 /// The API server endpoint handed out in tickets (the stand-in does not serve kubelets).
 pub const API_SERVER_ENDPOINT: &str = "10.0.0.1:6443";
+
+/// The cluster's Kubernetes version, as the seeded `NodeVersion` names it.
+pub const KUBERNETES_VERSION: &str = "v1.31.1";
+
+/// The components ConfigMap the seeded `NodeVersion` references.
+pub const COMPONENTS_REF: &str = "k8s-components-sha256-4a7b2c9e";
+
+/// `apiServer.certSANs` of the kubeadm ClusterConfiguration join-core reads.
+pub const API_SERVER_CERT_SANS: [&str; 2] = ["10.0.0.1", "api.cluster.example"];
 
 /// How to start the system.
 #[derive(Clone, Debug, Default)]
@@ -62,8 +72,10 @@ pub struct Paths {
     pub join_core_socket: PathBuf,
     pub token_issuer_socket: PathBuf,
     pub attestation_config: PathBuf,
+    pub pki_dir: PathBuf,
     pub ca_cert: PathBuf,
     pub ca_key: PathBuf,
+    pub kubeadm_config: PathBuf,
     pub measurement_salt: PathBuf,
     pub kubeconfig: PathBuf,
     pub logs: PathBuf,
@@ -77,8 +89,10 @@ impl Paths {
             join_core_socket: p("run/join-core.sock"),
             token_issuer_socket: p("run/token-issuer.sock"),
             attestation_config: p("config/attestationConfig"),
+            pki_dir: p("pki"),
             ca_cert: p("pki/ca.crt"),
             ca_key: p("pki/ca.key"),
+            kubeadm_config: p("config/kubeadm/ClusterConfiguration"),
             measurement_salt: p("config/measurementSalt"),
             kubeconfig: p("config/token-issuer.kubeconfig"),
             logs: p("logs"),
@@ -129,6 +143,43 @@ fn write(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
     std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
 
+/// A self-signed CA named `cn`: (certificate PEM, key PEM).
+fn self_signed_ca(cn: &str) -> anyhow::Result<(String, String)> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// kubeadm's PKI directory: the cluster CA and the other shared control-plane files.
+fn write_pki(paths: &Paths) -> anyhow::Result<()> {
+    let (ca_cert, ca_key) = self_signed_ca("kubernetes")?;
+    write(&paths.ca_cert, ca_cert.as_bytes())?;
+    write(&paths.ca_key, ca_key.as_bytes())?;
+    for (stem, cn) in [("front-proxy-ca", "front-proxy-ca"), ("etcd/ca", "etcd-ca")] {
+        let (cert, key) = self_signed_ca(cn)?;
+        write(&paths.pki_dir.join(format!("{stem}.crt")), cert.as_bytes())?;
+        write(&paths.pki_dir.join(format!("{stem}.key")), key.as_bytes())?;
+    }
+    let sa = rcgen::KeyPair::generate()?;
+    write(&paths.pki_dir.join("sa.key"), sa.serialize_pem().as_bytes())?;
+    write(&paths.pki_dir.join("sa.pub"), sa.public_key_pem().as_bytes())?;
+    Ok(())
+}
+
+/// The kubeadm ClusterConfiguration as Constellation's `kubeadm-config` ConfigMap holds it.
+fn cluster_configuration() -> String {
+    let sans: String = API_SERVER_CERT_SANS
+        .iter()
+        .map(|san| format!("  - {san}\n"))
+        .collect();
+    format!(
+        "apiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\nkubernetesVersion: {KUBERNETES_VERSION}\ncontrolPlaneEndpoint: {API_SERVER_ENDPOINT}\nclusterName: joinservice-local\napiServer:\n  certSANs:\n{sans}"
+    )
+}
+
 fn random_hex(len: usize) -> String {
     let mut bytes = vec![0u8; len];
     rand::rng().fill(bytes.as_mut_slice());
@@ -152,15 +203,8 @@ impl System {
         }
 
         // Cluster secrets and configuration, as the deployment would mount them.
-        let ca_key = rcgen::KeyPair::generate()?;
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "kubernetes");
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        write(&paths.ca_cert, ca_cert.pem().as_bytes())?;
-        write(&paths.ca_key, ca_key.serialize_pem().as_bytes())?;
+        write_pki(&paths)?;
+        write(&paths.kubeadm_config, cluster_configuration().as_bytes())?;
         let mut salt = [0u8; 32];
         rand::rng().fill(&mut salt);
         write(&paths.measurement_salt, &salt)?;
@@ -175,20 +219,22 @@ impl System {
             )?,
         }
 
-        // The Kubernetes API, with the token-issuer's service account allowed exactly its calls.
+        // The Kubernetes API, with the token-issuer's service account allowed exactly its calls,
+        // and the cluster's version as Constellation's node operator records it.
         let token = random_hex(16);
-        let secrets = |verb: &str| {
-            Grant::namespaced("kube-system", PolicyRule::new(&[verb], &[""], &["secrets"]))
-        };
         let user = User::service_account(
             &token,
             "kube-system",
             "join-token-issuer",
-            vec![secrets("create"), secrets("delete")],
+            token_issuer_grants(),
         );
         let kube = KubeStandin::start(StandinConfig::new(vec![user]))
             .await
             .context("starting kube-standin")?;
+        for object in constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json()) {
+            kube.seed(object)
+                .map_err(|status| anyhow::anyhow!("seeding kube-standin: {}", status.message))?;
+        }
         write(&paths.kubeconfig, kube.kubeconfig(&token).as_bytes())?;
 
         let kms_port = free_port()?;
@@ -214,6 +260,8 @@ impl System {
                 .arg(&paths.ca_cert)
                 .arg("--ca-key")
                 .arg(&paths.ca_key)
+                .arg("--pki-dir")
+                .arg(&paths.pki_dir)
                 .args(["--api-server-endpoint", API_SERVER_ENDPOINT])
                 .arg("--kubeconfig")
                 .arg(&paths.kubeconfig),
@@ -229,7 +277,9 @@ impl System {
                 .arg("--token-issuer-socket")
                 .arg(&paths.token_issuer_socket)
                 .arg("--measurement-salt-file")
-                .arg(&paths.measurement_salt),
+                .arg(&paths.measurement_salt)
+                .arg("--kubeadm-config")
+                .arg(&paths.kubeadm_config),
             &paths.logs,
         )?;
         let proxy_addr = match options.proxy_listen {
@@ -353,4 +403,21 @@ pub fn project_config_map(dir: &Path, files: &[(&str, &[u8])]) -> anyhow::Result
         std::fs::remove_dir_all(dir.join(previous))?;
     }
     Ok(())
+}
+
+/// A worker's join request as a node makes it: a fresh kubelet key and CSR for `node_name`
+/// (IP 10.0.0.7) and a fresh SSH host key.
+pub fn join_request(
+    node_name: &str,
+    disk_uuid: &str,
+) -> anyhow::Result<proto::join::IssueJoinTicketRequest> {
+    let kubelet = node_client::keys::kubelet_request(node_name, &[[10, 0, 0, 7].into()])?;
+    let ssh = node_client::keys::SshHostKey::generate()?;
+    Ok(proto::join::IssueJoinTicketRequest {
+        disk_uuid: disk_uuid.to_owned(),
+        certificate_request: kubelet.csr_der,
+        is_control_plane: false,
+        host_public_key: ssh.public_wire,
+        host_certificate_principals: vec![],
+    })
 }
