@@ -147,7 +147,9 @@ fn write(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
 fn self_signed_ca(cn: &str) -> anyhow::Result<(String, String)> {
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let cert = params.self_signed(&key)?;
     Ok((cert.pem(), key.serialize_pem()))
@@ -165,7 +167,10 @@ fn write_pki(paths: &Paths) -> anyhow::Result<()> {
     }
     let sa = rcgen::KeyPair::generate()?;
     write(&paths.pki_dir.join("sa.key"), sa.serialize_pem().as_bytes())?;
-    write(&paths.pki_dir.join("sa.pub"), sa.public_key_pem().as_bytes())?;
+    write(
+        &paths.pki_dir.join("sa.pub"),
+        sa.public_key_pem().as_bytes(),
+    )?;
     Ok(())
 }
 
@@ -231,7 +236,8 @@ impl System {
         let kube = KubeStandin::start(StandinConfig::new(vec![user]))
             .await
             .context("starting kube-standin")?;
-        for object in constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json()) {
+        for object in constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json())
+        {
             kube.seed(object)
                 .map_err(|status| anyhow::anyhow!("seeding kube-standin: {}", status.message))?;
         }
