@@ -84,7 +84,10 @@ pub struct BenchConfig {
 
 /// Durations in the JSON as seconds.
 mod humantime_serde_secs {
-    pub fn serialize<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_f64(d.as_secs_f64())
     }
 }
@@ -160,22 +163,44 @@ struct Running {
     target: Arc<Target>,
     watched: Vec<Watched>,
     processes: Vec<Process>,
-    /// local-cluster must get SIGTERM so it stops its own children; its kept files go after.
-    cluster: Option<(Process, Option<PathBuf>)>,
+    /// Held only to be stopped (SIGTERM) when the setup is dropped.
+    _cluster: Option<Cluster>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some((mut cluster, dir)) = self.cluster.take() {
-            if cluster.terminate(Duration::from_secs(15)).is_err() {
-                cluster.kill();
-            }
-            if let Some(dir) = dir {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
         for p in &mut self.processes {
             p.kill();
+        }
+    }
+}
+
+/// A `local-cluster` process. It must be stopped with SIGTERM: SIGKILL would orphan the
+/// processes it started. It keeps its files with `--serve`; they are removed after it stops.
+struct Cluster(Process);
+
+impl Cluster {
+    /// The directory local-cluster announced (`files and logs in <dir>`).
+    fn dir(&self) -> Option<PathBuf> {
+        self.0
+            .log()
+            .lines()
+            .find_map(|l| {
+                l.split_once("(files and logs in ")
+                    .map(|(_, d)| d.to_owned())
+            })
+            .map(|d| PathBuf::from(d.trim_end_matches(')')))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let dir = self.dir();
+        if self.0.terminate(Duration::from_secs(15)).is_err() {
+            self.0.kill();
+        }
+        if let Some(dir) = dir {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -226,7 +251,7 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                 }),
                 watched: vec![watch("trivial upstream (mTLS)", &server)],
                 processes: vec![server],
-                cluster: None,
+                _cluster: None,
             })
         }
         Setup::B => {
@@ -263,12 +288,13 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                     watch("trivial upstream (unix)", &upstream),
                 ],
                 processes: vec![proxy, upstream],
-                cluster: None,
+                _cluster: None,
             })
         }
         Setup::C => {
             let addr = loopback(free_port()?);
-            let mut cluster = Process::spawn(
+            // Wrapped at once, so that any failure below still stops it with SIGTERM.
+            let mut cluster = Cluster(Process::spawn(
                 "C-local-cluster",
                 Command::new(bin("local-cluster")?)
                     .env("RUST_LOG", rust_log())
@@ -276,18 +302,18 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                     .arg("--attestation-config")
                     .arg(&policy),
                 &logs,
-            )?;
+            )?);
             // local-cluster starts swtpm and five services before the proxy listens.
-            cluster.wait_until(&format!("tcp {addr}"), Duration::from_secs(60), || {
-                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
-            })?;
-            let dir = cluster
-                .log()
-                .lines()
-                .find_map(|l| l.split_once("(files and logs in ").map(|(_, d)| d.to_owned()))
-                .map(|d| PathBuf::from(d.trim_end_matches(')')));
-            let watched = local_cluster_processes(cluster.id()).with_context(|| {
-                format!("finding local-cluster's processes; its log:\n{}", cluster.log())
+            cluster
+                .0
+                .wait_until(&format!("tcp {addr}"), Duration::from_secs(60), || {
+                    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                })?;
+            let watched = local_cluster_processes(cluster.0.id()).with_context(|| {
+                format!(
+                    "finding local-cluster's processes; its log:\n{}",
+                    cluster.0.log()
+                )
             })?;
             Ok(Running {
                 target: Arc::new(Target::Atls {
@@ -296,7 +322,7 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                 }),
                 watched,
                 processes: vec![],
-                cluster: Some((cluster, dir)),
+                _cluster: Some(cluster),
             })
         }
     }
@@ -338,7 +364,9 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
     let prefix = run::random_prefix();
     let mut setups = Vec::new();
     for &setup in &config.setups {
-        let work = tempfile::Builder::new().prefix("loadgen-bench-").tempdir()?;
+        let work = tempfile::Builder::new()
+            .prefix("loadgen-bench-")
+            .tempdir()?;
         println!("== {setup:?}: {}", setup.description());
         let running = start(setup, &config, work.path())
             .await
@@ -358,6 +386,8 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             timeout: config.timeout,
             retry: config.retry,
             node_prefix: format!("{prefix}-{}", format!("{setup:?}").to_lowercase()),
+            // Nodes come from distinct addresses, as in a real cluster.
+            spread_sources: true,
         };
         if !config.warmup.is_zero() {
             let warm = load(format!("{setup:?} warm-up"), 4, config.warmup);
@@ -496,8 +526,8 @@ pub fn summary(results: &BenchResults) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Outcome, ProcessReadings};
     use crate::procstat::{Memory, Sample};
+    use crate::report::{Outcome, ProcessReadings};
 
     fn report(concurrency: usize, joins: usize, proxy_ticks: u64, other_ticks: u64) -> Report {
         let outcomes: Vec<Outcome> = (0..joins)

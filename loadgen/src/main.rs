@@ -132,6 +132,10 @@ struct RunArgs {
     /// Node name prefix (default: random, so runs against one cluster never reuse names).
     #[arg(long)]
     node_prefix: Option<String>,
+    /// Against a loopback address, connect every node from 127.0.0.1 instead of from its own
+    /// 127.x.y.z (per-source limits then see all nodes as one source).
+    #[arg(long)]
+    same_source: bool,
 }
 
 #[derive(Debug, Args)]
@@ -273,6 +277,7 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
             .node_prefix
             .clone()
             .unwrap_or_else(loadgen::run::random_prefix),
+        spread_sources: !args.same_source,
     };
     let report = loadgen::run::run(Arc::new(target), &config, &watched).await?;
     let json = serde_json::to_string_pretty(&report)?;

@@ -14,13 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls23::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls23::client::Resumption;
+use rustls23::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls23::crypto::CryptoProvider;
 use rustls23::server::{NoServerSessionStorage, WebPkiClientVerifier};
 use rustls23::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
@@ -78,7 +78,10 @@ impl ClientCa {
             .distinguished_name
             .push(DnType::CommonName, "loadgen client CA");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let key = p256()?;
         let cert = params.self_signed(&key).map_err(MtlsError::Certificate)?;
         Ok(Self {
@@ -110,7 +113,9 @@ impl ClientCa {
     pub fn client_config(&self, node_name: &str) -> Result<Arc<ClientConfig>, MtlsError> {
         let key = p256()?;
         let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, node_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, node_name);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let cert = params
             .signed_by(&key, &self.issuer)

@@ -17,7 +17,7 @@ use rand::Rng as _;
 use soft_issuer::{KeyType, SoftIssuer, SoftIssuerError};
 use testsupport::harness::{BOOT_MEASUREMENTS, extended_once};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tonic::Code;
 
 use crate::mtls::{ClientCa, MtlsError};
@@ -98,8 +98,9 @@ impl Target {
         }
     }
 
-    /// A new node called `name` at `ip`, with all its keys made.
-    pub fn node(&self, name: &str, ip: IpAddr) -> Result<Node, NodeError> {
+    /// A new node called `name` at `ip`, with all its keys made. With `source`, its connections
+    /// come from that address.
+    pub fn node(&self, name: &str, ip: IpAddr, source: Option<IpAddr>) -> Result<Node, NodeError> {
         let kubelet = keys::kubelet_request(name, &[ip])?;
         let ssh = SshHostKey::generate()?;
         let request = IssueJoinTicketRequest {
@@ -113,13 +114,14 @@ impl Target {
             Target::Atls { attestation, .. } => {
                 Credential::Atls(atls::Connector::new(Arc::new(attestation.issuer()?)))
             }
-            Target::Mtls { ca, .. } => Credential::Mtls(tokio_rustls::TlsConnector::from(
-                ca.client_config(name)?,
-            )),
+            Target::Mtls { ca, .. } => {
+                Credential::Mtls(tokio_rustls::TlsConnector::from(ca.client_config(name)?))
+            }
         };
         Ok(Node {
             name: name.to_owned(),
             addr: self.addr(),
+            source,
             request,
             credential,
         })
@@ -130,6 +132,15 @@ impl Target {
 pub fn node_ip(index: u64) -> IpAddr {
     let [_, _, _, _, _, b, c, d] = index.to_be_bytes();
     IpAddr::V4(Ipv4Addr::new(10, b, c, d))
+}
+
+/// The `index`-th node's source address on the loopback network: 127.0.0.0/8 is local as a
+/// whole on Linux, so simulated nodes can come from distinct addresses as real nodes do (a
+/// per-source limit then sees one node per address), and each address has its own range of
+/// ephemeral ports. 127.0.0.1 itself is skipped.
+pub fn loopback_source(index: u64) -> IpAddr {
+    let [_, _, _, _, _, b, c, d] = index.to_be_bytes();
+    IpAddr::V4(Ipv4Addr::new(127, 1 + b % 254, c, d))
 }
 
 /// A random version-4 UUID, as a node's state disk has.
@@ -159,6 +170,7 @@ enum Credential {
 pub struct Node {
     name: String,
     addr: SocketAddr,
+    source: Option<IpAddr>,
     request: IssueJoinTicketRequest,
     credential: Credential,
 }
@@ -190,13 +202,28 @@ impl Node {
         }
     }
 
+    /// TCP to the target, from the node's own source address if it has one.
+    async fn connect(&self) -> std::io::Result<TcpStream> {
+        let Some(source) = self.source else {
+            return TcpStream::connect(self.addr).await;
+        };
+        let socket = match source {
+            IpAddr::V4(_) => TcpSocket::new_v4()?,
+            IpAddr::V6(_) => TcpSocket::new_v6()?,
+        };
+        socket.bind(SocketAddr::new(source, 0))?;
+        socket.connect(self.addr).await
+    }
+
     async fn attempt(&self) -> Result<(), Failure> {
-        let tcp = TcpStream::connect(self.addr)
+        let tcp = self
+            .connect()
             .await
             .map_err(|e| Failure::new(Code::Unavailable, &format!("tcp connect: {e}")))?;
         let _ = tcp.set_nodelay(true);
-        let handshake_failed =
-            |e: &dyn std::error::Error| Failure::new(Code::Unavailable, &format!("tls handshake: {}", chain(e)));
+        let handshake_failed = |e: &dyn std::error::Error| {
+            Failure::new(Code::Unavailable, &format!("tls handshake: {}", chain(e)))
+        };
         match &self.credential {
             Credential::Atls(connector) => {
                 let tls = connector
@@ -224,7 +251,12 @@ where
     let (send, connection) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
             .await
-            .map_err(|e| Failure::new(Code::Unavailable, &format!("http/2 handshake: {}", chain(&e))))?;
+            .map_err(|e| {
+                Failure::new(
+                    Code::Unavailable,
+                    &format!("http/2 handshake: {}", chain(&e)),
+                )
+            })?;
     // The connection task ends by itself once the last sender below is dropped.
     tokio::spawn(connection);
     let service = tower::service_fn(move |request: http::Request<tonic::body::Body>| {
@@ -261,6 +293,18 @@ mod tests {
         assert_eq!(&u[14..15], "4");
         assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(u, random_uuid());
+    }
+
+    #[test]
+    fn loopback_sources_are_distinct_and_not_the_usual_one() {
+        assert_eq!(loopback_source(0), IpAddr::V4(Ipv4Addr::new(127, 1, 0, 0)));
+        assert_eq!(
+            loopback_source(0x01_02_03),
+            IpAddr::V4(Ipv4Addr::new(127, 2, 2, 3))
+        );
+        let all: std::collections::HashSet<IpAddr> = (0..70_000).map(loopback_source).collect();
+        assert_eq!(all.len(), 70_000);
+        assert!(!all.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)));
     }
 
     #[test]

@@ -42,7 +42,7 @@ const PANELS: [Panel; 3] = [
 
 /// A round axis maximum at or above `max` and its tick step (1, 2 or 5 times a power of ten).
 pub fn axis(max: f64) -> (f64, f64) {
-    if !(max > 0.0) || !max.is_finite() {
+    if !max.is_finite() || max <= 0.0 {
         return (1.0, 0.2);
     }
     let raw = max / 5.0;
@@ -207,13 +207,17 @@ mod tests {
 
     #[test]
     fn axes_are_round() {
-        assert_eq!(axis(0.0), (1.0, 0.2));
-        assert_eq!(axis(f64::NAN), (1.0, 0.2));
-        assert_eq!(axis(1234.0), (1400.0, 200.0));
-        assert_eq!(axis(1.0), (1.0, 0.2));
-        let (max, step) = axis(0.37);
-        assert!((max - 0.4).abs() < 1e-9 && (step - 0.1).abs() < 1e-9);
-        assert_eq!(axis(48.0), (50.0, 10.0));
+        let close = |(max, step): (f64, f64), (want_max, want_step): (f64, f64)| {
+            (max - want_max).abs() < 1e-9 && (step - want_step).abs() < 1e-9
+        };
+        assert!(close(axis(0.0), (1.0, 0.2)));
+        assert!(close(axis(f64::NAN), (1.0, 0.2)));
+        // At most five ticks of 1, 2 or 5 times a power of ten.
+        assert!(close(axis(1234.0), (1500.0, 500.0)));
+        assert!(close(axis(900.0), (1000.0, 200.0)));
+        assert!(close(axis(1.0), (1.0, 0.2)));
+        assert!(close(axis(0.37), (0.4, 0.1)));
+        assert!(close(axis(48.0), (50.0, 10.0)));
     }
 
     #[test]

@@ -161,7 +161,11 @@ pub fn children(parent: u32) -> Result<Vec<(u32, String)>, ProcError> {
     })?;
     let mut found = Vec::new();
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         // Processes come and go while we scan; one that vanished is simply not a child.
@@ -252,7 +256,11 @@ mod tests {
 
     #[test]
     fn stat_rejects_truncated_and_garbled_lines() {
-        assert!(parse_stat("4242 (x) S 1 2 3").unwrap_err().contains("field 14"));
+        assert!(
+            parse_stat("4242 (x) S 1 2 3")
+                .unwrap_err()
+                .contains("field 14")
+        );
         assert!(parse_stat("no parentheses at all").is_err());
         let garbled = STAT.replace(" 1234 ", " 12x4 ");
         assert!(parse_stat(&garbled).unwrap_err().contains("field 14"));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::Rng as _;
 use tokio::time::Instant;
 
-use crate::node::{NodeError, Target, node_ip};
+use crate::node::{NodeError, Target, loopback_source, node_ip};
 use crate::procstat::{self, ProcError, Watched};
 use crate::report::{Failure, Outcome, ProcessReadings, Report};
 
@@ -110,13 +110,17 @@ pub struct LoadConfig {
     pub retry: Option<RetryPolicy>,
     /// Prefix of the node names, so runs against one system do not reuse names.
     pub node_prefix: String,
+    /// Against a loopback target, each node connects from its own 127.x.y.z address
+    /// ([`crate::node::loopback_source`]) instead of all from 127.0.0.1.
+    pub spread_sources: bool,
 }
 
-/// Node names of one run: `<prefix>-<index>`.
+/// Node names (`<prefix>-<index>`) and addresses of one run.
 #[derive(Debug)]
 struct Namer {
     prefix: String,
     next: AtomicU64,
+    spread_sources: bool,
 }
 
 /// A short random prefix for node names, lowercase as Kubernetes node names must be.
@@ -135,6 +139,7 @@ pub async fn run(
     let namer = Arc::new(Namer {
         prefix: config.node_prefix.clone(),
         next: AtomicU64::new(0),
+        spread_sources: config.spread_sources,
     });
     let before = procstat::sample(watched)?;
     let start = Instant::now();
@@ -146,7 +151,18 @@ pub async fn run(
             per_second,
             duration,
             max_in_flight,
-        } => open(target, config, namer, per_second, duration, max_in_flight, start).await?,
+        } => {
+            open(
+                target,
+                config,
+                namer,
+                per_second,
+                duration,
+                max_in_flight,
+                start,
+            )
+            .await?
+        }
     };
     let elapsed = start.elapsed();
     let after = procstat::sample(watched)?;
@@ -252,7 +268,9 @@ async fn one_node(
     due: Option<Instant>,
 ) -> Result<Outcome, RunError> {
     let index = namer.next.fetch_add(1, Ordering::Relaxed);
-    let node = target.node(&format!("{}-{index}", namer.prefix), node_ip(index))?;
+    let source =
+        (namer.spread_sources && target.addr().ip().is_loopback()).then(|| loopback_source(index));
+    let node = target.node(&format!("{}-{index}", namer.prefix), node_ip(index), source)?;
     let started = due.unwrap_or_else(Instant::now);
     let mut retried: Vec<Failure> = Vec::new();
     loop {

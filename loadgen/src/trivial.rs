@@ -72,7 +72,11 @@ impl Api for Trivial {
 }
 
 /// Serves on a Unix socket to processes of `peer_uid` only, as join-core serves attest-proxy.
-pub async fn serve_unix(path: &Path, peer_uid: u32, shutdown: Shutdown) -> Result<(), TrivialError> {
+pub async fn serve_unix(
+    path: &Path,
+    peer_uid: u32,
+    shutdown: Shutdown,
+) -> Result<(), TrivialError> {
     let listener = plumbing::unix::bind(path, 0o600).map_err(TrivialError::Unix)?;
     tracing::info!(socket = %path.display(), peer_uid, "trivial upstream listening");
     tonic::transport::Server::builder()
