@@ -16,6 +16,11 @@
 //! Kubernetes credential, and keys only for the request that fetched them. [`error`] sorts
 //! failures by layer and maps them to gRPC statuses in one place.
 //!
+//! The SSH host certificate names the principals the node asked for without checking them
+//! against any list (as Constellation does: the node has just proved it runs the cluster's
+//! image, and join-core has no source of truth for its hostnames and addresses), but bounded in
+//! number, length and characters, with no wildcards; [`ssh`] gives the rules and the reasons.
+//!
 //! [`run`] serves until shutdown; [`JoinCore::bind`] then [`JoinCore::serve`] does the same in
 //! two steps, so a test knows the socket is listening before it connects.
 
