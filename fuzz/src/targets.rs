@@ -1,0 +1,134 @@
+//! What each attestation fuzz target does with its input. The targets in `fuzz_targets/` call
+//! these, and `attestation/tests/fuzz_regressions.rs` replays every saved crash input through
+//! the same functions in the normal test run, so a fixed crash stays fixed.
+//!
+//! Every function must return without panicking for any input: the code under test is the first
+//! to touch bytes from an unauthenticated peer.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use attestation::tpm::{Attest, HashAlg, Public, Signature};
+use attestation::vtpm::eventlog::{EventLog, check_against_quote};
+use attestation::vtpm::{
+    AttestationDocument, QemuVtpmValidator, Quote, make_extra_data, make_qualifying_data,
+    verify_quote,
+};
+use attestation::{Measurement, Policy, Validator};
+use soft_issuer::{KeyType, SoftIssuer};
+
+/// A valid quote, its qualifying data and its key, which a target mutates one part of so the
+/// fuzzed bytes reach the checks behind the parser.
+struct Case {
+    ak_pub: Vec<u8>,
+    quote: Quote,
+    qualifying: Vec<u8>,
+}
+
+/// One case per key type of the software attestation key (ECC P-256 and RSA-2048).
+fn cases() -> &'static [Case] {
+    static CASES: OnceLock<Vec<Case>> = OnceLock::new();
+    CASES.get_or_init(|| {
+        let (user_data, nonce) = ([7u8; 32], [9u8; 32]);
+        let qualifying = make_qualifying_data(&[], &make_extra_data(&user_data, &nonce)).to_vec();
+        [KeyType::EcdsaP256, KeyType::Rsa2048]
+            .into_iter()
+            .map(|key| {
+                let issuer = SoftIssuer::new(key).expect("software key");
+                let doc = issuer.issue_document(&user_data, &nonce).expect("document");
+                let doc: AttestationDocument = serde_json::from_slice(&doc).expect("JSON");
+                let att = doc.attestation.expect("attestation");
+                Case {
+                    ak_pub: att.ak_pub,
+                    quote: att.quotes[0].clone(),
+                    qualifying: qualifying.clone(),
+                }
+            })
+            .collect()
+    })
+}
+
+/// The whole qemu-vtpm validator on a document (JSON, base64, every TPM structure, signature,
+/// PCR and event log check); documents that parse must also round-trip through the issuer's
+/// serialisation.
+pub fn document_json(data: &[u8]) {
+    let policy = Policy::new(
+        [(
+            4,
+            Measurement {
+                expected: vec![0x44; 32],
+                warn_only: true,
+            },
+        )]
+        .into(),
+    )
+    .expect("a fixed, valid policy");
+    let _ = QemuVtpmValidator::new(policy).validate(data, b"fuzz nonce");
+    if let Ok(doc) = serde_json::from_slice::<AttestationDocument>(data) {
+        let json = serde_json::to_vec(&doc).expect("a parsed document serialises");
+        let again: AttestationDocument =
+            serde_json::from_slice(&json).expect("a serialised document parses");
+        assert_eq!(doc, again);
+    }
+}
+
+/// `TPMT_PUBLIC`: parsing, then use as the key of a real quote.
+pub fn tpmt_public(data: &[u8]) {
+    let _ = Public::parse(data);
+    for case in cases() {
+        let _ = verify_quote(data, &case.quote, &case.qualifying);
+    }
+}
+
+/// `TPMT_SIGNATURE`: parsing, then verification over a real quote with a real key (scalar
+/// padding, DER re-encoding, scheme and hash selection).
+pub fn tpmt_signature(data: &[u8]) {
+    let _ = Signature::parse(data);
+    for case in cases() {
+        let mut quote = case.quote.clone();
+        quote.raw_sig = data.to_vec();
+        let _ = verify_quote(&case.ak_pub, &quote, &case.qualifying);
+    }
+}
+
+/// `TPMS_ATTEST`: parsing, then the quote checks with a real key and signature.
+pub fn tpms_attest(data: &[u8]) {
+    if let Ok(attest) = Attest::parse(data) {
+        for selection in &attest.quote.pcr_select {
+            let _ = selection.indices();
+        }
+    }
+    for case in cases() {
+        let mut quote = case.quote.clone();
+        quote.quote = data.to_vec();
+        let _ = verify_quote(&case.ak_pub, &quote, &case.qualifying);
+    }
+}
+
+/// The event log: parsing either format, replaying every bank, comparing with quoted PCRs.
+pub fn event_log(data: &[u8]) {
+    if let Ok(log) = EventLog::parse(data) {
+        for bank in [
+            HashAlg::Sha1,
+            HashAlg::Sha256,
+            HashAlg::Sha384,
+            HashAlg::Sha512,
+        ] {
+            let _ = log.replay(bank);
+        }
+    }
+    let quoted: BTreeMap<u32, Vec<u8>> = (0..24).map(|i| (i, vec![0; 32])).collect();
+    let _ = check_against_quote(data, HashAlg::Sha256, &quoted);
+}
+
+/// A target's body: takes the input, must not panic.
+pub type Target = fn(&[u8]);
+
+/// The attestation targets by name, as the regression test walks them.
+pub const TARGETS: [(&str, Target); 5] = [
+    ("document_json", document_json),
+    ("tpmt_public", tpmt_public),
+    ("tpmt_signature", tpmt_signature),
+    ("tpms_attest", tpms_attest),
+    ("event_log", event_log),
+];
