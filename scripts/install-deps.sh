@@ -6,9 +6,10 @@
 #   openssl             the openssl CLI as a foreign TLS client in tests (no library is linked)
 #   procps              kill(1), used by tests to send SIGTERM
 #   pkg-config          finds libtss2 at build time
+#   openssh-client      ssh-keygen, an independent check of the SSH host certificates in tests
 #   python3, python3-venv  run the pinned offline manifest validator (scripts/validate-manifests.sh)
 set -euo pipefail
-packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps pkg-config python3 python3-venv)
+packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps pkg-config openssh-client python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
