@@ -351,6 +351,16 @@ impl System {
         )?)
     }
 
+    /// What joins create in Kubernetes (bootstrap token Secrets and `JoiningNode`s), leaving
+    /// out the objects the harness seeded.
+    pub fn join_objects(&self) -> Vec<kube_standin::StoredObject> {
+        self.kube
+            .objects()
+            .into_iter()
+            .filter(|o| o.resource == "secrets" || o.resource == "joiningnodes")
+            .collect()
+    }
+
     /// Every process's log, for failure messages.
     pub fn logs(&self) -> String {
         [

@@ -56,9 +56,9 @@ async fn assert_refused(system: &System, issuer: Arc<dyn Issuer>, reason: &str) 
         refused.message()
     );
     assert!(
-        system.kube.objects().is_empty(),
+        system.join_objects().is_empty(),
         "a refused node must create nothing: {:?}",
-        system.kube.objects()
+        system.join_objects()
     );
     assert!(
         !system.join_core.log().contains("worker-bad"),
