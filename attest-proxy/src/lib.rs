@@ -164,9 +164,6 @@ impl Proxy {
         }
         drop(self.listener);
         watcher.abort();
-        if let Some(admin) = &admin {
-            admin.abort();
-        }
         tracker.close();
         tracing::info!(open = tracker.len(), "draining connections");
         if tokio::time::timeout(self.drain_timeout, tracker.wait())
@@ -177,6 +174,10 @@ impl Proxy {
                 open = tracker.len(),
                 "drain timeout reached; closing remaining connections"
             );
+        }
+        // Probes kept answering "draining" until now.
+        if let Some(admin) = admin {
+            admin.abort();
         }
         Ok(())
     }
