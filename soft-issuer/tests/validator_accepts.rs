@@ -229,3 +229,45 @@ fn bad_inputs_are_refused() {
             .is_err()
     );
 }
+
+/// A node that sends the event log of its boot but edits what one event says (here the
+/// SecureBoot variable's data, whose digest is defined as the hash of that data) is refused,
+/// even though every digest, and so the replay, is unchanged.
+#[test]
+fn altered_event_data_is_refused_by_the_validator() {
+    let log = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../attestation/testdata/eventlogs/rhel8-uefi.bin"
+    ))
+    .unwrap();
+    let issuer = SoftIssuer::ecdsa_p256()
+        .unwrap()
+        .with_event_log(log.clone())
+        .unwrap();
+    let doc = issuer.issue(USER_DATA, NONCE).unwrap();
+    let validator = QemuVtpmValidator::new(Policy::default());
+    validator.validate(&doc, NONCE).unwrap();
+
+    // "SecureBoot" in UTF-16, as the EFI variable event names it; its one-byte value follows.
+    let name: Vec<u8> = "SecureBoot"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let at = log.windows(name.len()).position(|w| w == name).unwrap() + name.len();
+    assert_eq!(log[at], 1, "Secure Boot is on in this log");
+    let mut parsed: AttestationDocument = serde_json::from_slice(&doc).unwrap();
+    parsed.attestation.as_mut().unwrap().event_log[at] = 0;
+    let err = validator
+        .validate(&serde_json::to_vec(&parsed).unwrap(), NONCE)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::EventLog(attestation::vtpm::eventlog::EventLogError::DataMismatch {
+                bank: HashAlg::Sha256,
+                ..
+            })
+        ),
+        "{err}"
+    );
+}
