@@ -261,7 +261,12 @@ where
     tokio::spawn(connection);
     let service = tower::service_fn(move |request: http::Request<tonic::body::Body>| {
         let mut send = send.clone();
-        async move { send.send_request(request).await }
+        async move {
+            // A broken connection is `Unavailable` to a gRPC client (tonic would say `Unknown`).
+            send.send_request(request).await.map_err(|e| {
+                tonic::Status::unavailable(format!("connection failed: {}", chain(&e)))
+            })
+        }
     });
     let mut client = ApiClient::with_origin(service, http::Uri::from_static("http://join-service"));
     match client.issue_join_ticket(request).await {

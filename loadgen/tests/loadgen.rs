@@ -1,0 +1,155 @@
+//! The load generator against real servers: the whole system started by the harness (real
+//! processes, real aTLS, soft-issuer documents checked by the qemu-vtpm validator), and the
+//! benchmark's mutual-TLS floor in process.
+//!
+//! The system test needs the workspace binaries (`cargo build --workspace --bins`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use loadgen::mtls::{self, ClientCa};
+use loadgen::procstat::Watched;
+use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
+use soft_issuer::KeyType;
+use testsupport::harness::{Options, System};
+
+fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
+    LoadConfig {
+        label: label.to_owned(),
+        mode: Mode::Closed {
+            concurrency,
+            stop: Stop::Count(count),
+        },
+        timeout: Duration::from_secs(20),
+        retry: None,
+        node_prefix: loadgen::run::random_prefix(),
+        spread_sources: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_joins_through_the_whole_system_are_counted() {
+    let system = System::start(Options::default()).await.unwrap();
+    let watched: Vec<Watched> = [
+        ("attest-proxy", &system.proxy),
+        ("join-core", &system.join_core),
+        ("token-issuer", &system.token_issuer),
+        ("keyservice", &system.keyservice),
+    ]
+    .into_iter()
+    .map(|(name, p)| Watched {
+        name: name.to_owned(),
+        pid: p.id(),
+        server_side: true,
+    })
+    .collect();
+    let target = Arc::new(Target::Atls {
+        addr: system.proxy_addr,
+        attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256).unwrap(),
+    });
+
+    let report = loadgen::run::run(target, &config("C", 4, 12), &watched)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.joins,
+            report.succeeded,
+            report.failed,
+            report.retries
+        ),
+        (12, 12, 0, 0),
+        "{report}\n{}",
+        system.logs()
+    );
+    assert!(report.errors.is_empty(), "{report}");
+    assert_eq!(report.latency.count, 12);
+    assert!(report.latency.p50_ms > 0.0 && report.latency.p50_ms <= report.latency.max_ms);
+    assert!(report.joins_per_second > 0.0);
+    assert_eq!(report.processes.len(), 4);
+    for p in &report.processes {
+        assert!(p.peak_rss_mib > 1.0, "{report}");
+        assert!(p.cpu_ms_per_join.is_some(), "{report}");
+    }
+    assert!(report.server_cpu_ms_per_join.unwrap() > 0.0, "{report}");
+    // Each join really went through: one bootstrap token Secret per node.
+    let tokens = system
+        .kube
+        .secrets("kube-system")
+        .into_iter()
+        .filter(|s| s.name.starts_with("bootstrap-token-"))
+        .count();
+    assert_eq!(tokens, 12, "{report}");
+
+    // Nodes whose measurements miss the policy are refused, and the report says why.
+    let wrong = Arc::new(Target::Atls {
+        addr: system.proxy_addr,
+        attestation: SoftAttestation::new(KeyType::Rsa2048, vec![(4, [0xee; 32])]).unwrap(),
+    });
+    let report = loadgen::run::run(wrong, &config("wrong PCRs", 2, 3), &watched)
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (0, 3), "{report}");
+    assert_eq!(report.errors.len(), 1, "{report}");
+    assert_eq!(report.errors[0].code, "Unauthenticated");
+    assert_eq!(report.errors[0].count, 3);
+    assert!(
+        report.errors[0].class.contains("measurement"),
+        "{}",
+        report.errors[0].class
+    );
+    assert_eq!(report.server_cpu_ms_per_join, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_floor_answers_every_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ClientCa::generate().unwrap();
+    let ca_cert = dir.path().join("ca.pem");
+    ca.write(&ca_cert, &dir.path().join("ca.key")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (trigger, shutdown) = plumbing::shutdown::channel();
+    let server = tokio::spawn(loadgen::trivial::serve_mtls(
+        listener,
+        mtls::server_config(&ca_cert).unwrap(),
+        shutdown,
+    ));
+
+    let target = Arc::new(Target::Mtls {
+        addr,
+        ca: Arc::new(ca),
+    });
+    let me = Watched {
+        name: "loadgen".to_owned(),
+        pid: std::process::id(),
+        server_side: false,
+    };
+    let report = loadgen::run::run(target, &config("A", 3, 9), &[me])
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (9, 0), "{report}");
+    assert_eq!(report.latency.count, 9);
+    // Only the client is watched: no service cost to report.
+    assert_eq!(report.server_cpu_ms_per_join, None);
+
+    // A client certificate from another CA is refused in the handshake.
+    let stranger = Arc::new(Target::Mtls {
+        addr,
+        ca: Arc::new(ClientCa::generate().unwrap()),
+    });
+    let report = loadgen::run::run(stranger, &config("A, unknown CA", 1, 2), &[])
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 2, "{report}");
+    assert_eq!(report.errors[0].code, "Unavailable", "{report}");
+
+    trigger.fire();
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
