@@ -11,7 +11,8 @@ use attestation::tpm::{
     MAX_PCR_SELECTIONS, MAX_RSA_KEY_BYTES, ParseError, Public, Signature, alg,
 };
 use attestation::vtpm::eventlog::{
-    EventLog, EventLogError, MAX_EVENT_LOG_SIZE, MAX_EVENTS, MAX_PCR_INDEX,
+    EventLog, EventLogError, LogFormat, MAX_ALGORITHMS, MAX_EVENT_LOG_SIZE, MAX_EVENTS,
+    MAX_LISTED_DIGEST_SIZE, MAX_PCR_INDEX,
 };
 use attestation::vtpm::{MAX_DOCUMENT_SIZE, MAX_QUOTES, verify_document};
 use attestation::{Error, Policy};
@@ -88,6 +89,49 @@ fn event_log_pcr_index() {
     assert!(matches!(
         EventLog::parse(&log),
         Err(EventLogError::BadPcrIndex { event: 2, .. })
+    ));
+}
+
+/// A crypto-agile log header (legacy-format EV_NO_ACTION event with a Spec ID structure)
+/// listing `algorithms` as (id, digest size).
+fn spec_id_header(algorithms: &[(u16, u16)]) -> Vec<u8> {
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
+    spec.extend_from_slice(&u32::try_from(algorithms.len()).unwrap().to_le_bytes());
+    for (id, size) in algorithms {
+        spec.extend_from_slice(&id.to_le_bytes());
+        spec.extend_from_slice(&size.to_le_bytes());
+    }
+    spec.push(0);
+    let mut log = 0u32.to_le_bytes().to_vec();
+    log.extend_from_slice(&3u32.to_le_bytes());
+    log.extend_from_slice(&[0; 20]);
+    log.extend_from_slice(&u32::try_from(spec.len()).unwrap().to_le_bytes());
+    log.extend(spec);
+    log
+}
+
+#[test]
+fn event_log_header() {
+    // Unknown algorithms (ids past the hashes) with the largest listed digest size.
+    let size = u16::try_from(MAX_LISTED_DIGEST_SIZE).unwrap();
+    let many: Vec<(u16, u16)> = (0..MAX_ALGORITHMS)
+        .map(|i| (0x1000 + u16::try_from(i).unwrap(), size))
+        .collect();
+    let log = EventLog::parse(&spec_id_header(&many)).unwrap();
+    assert!(
+        matches!(log.format, LogFormat::CryptoAgile { ref algorithms } if algorithms.len() == MAX_ALGORITHMS)
+    );
+
+    let mut too_many = many.clone();
+    too_many.push((0x2000, 32));
+    assert!(matches!(
+        EventLog::parse(&spec_id_header(&too_many)),
+        Err(EventLogError::BadHeader(reason)) if reason.contains("algorithm count")
+    ));
+    assert!(matches!(
+        EventLog::parse(&spec_id_header(&[(0x1000, size + 1)])),
+        Err(EventLogError::BadHeader(reason)) if reason.contains("digest size")
     ));
 }
 

@@ -24,9 +24,9 @@ pub const MAX_EVENTS: usize = 10_000;
 pub const MAX_PCR_INDEX: u32 = 23;
 /// The header lists each algorithm's digest size, so unknown algorithms can be skipped; this
 /// bounds that size.
-const MAX_LISTED_DIGEST_SIZE: usize = 128;
+pub const MAX_LISTED_DIGEST_SIZE: usize = 128;
 /// The number of algorithms a header may list (one per hash the TPM implements).
-const MAX_ALGORITHMS: usize = 16;
+pub const MAX_ALGORITHMS: usize = 16;
 
 const EV_NO_ACTION: u32 = 0x0000_0003;
 const EV_SEPARATOR: u32 = 0x0000_0004;
