@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The join service benchmark: three setups side by side on this machine, in one run.
+#   A  plain mutual TLS (ECDSA P-256 client certificates, the server's self-signed P-256 certificate
+#      as attest-proxy's) and one unary join.API call to a trivial upstream (fixed answers), which
+#      terminates TLS itself in its own process
+#   B  aTLS with attestation verification (soft-issuer qemu-vtpm documents, the qemu-vtpm
+#      validator) through the real attest-proxy binary to the same trivial upstream on a Unix socket
+#   C  full joins through the whole system (local-cluster: attest-proxy, join-core, token-issuer,
+#      the key service; the Kubernetes API stand-in runs inside local-cluster's process)
+# at concurrency 1, 16, 64 and 256 (closed loop: N nodes at a time, each a new node with its own
+# keys and a new connection with a full handshake). Prints each step's report and a side-by-side
+# table with the ratios B/A and C/A (server CPU per operation and throughput), and writes
+# target/bench/results.json, target/bench/results.svg and the processes' logs (target/bench/logs).
+#
+# CPU per operation: utime + stime (/proc/<pid>/stat) of the setup's server-side processes during
+# the step, divided by its successful operations. A: the trivial mTLS server. B: attest-proxy plus
+# the trivial upstream (attest-proxy alone is in the JSON). C: attest-proxy, join-core,
+# token-issuer, keyservice and local-cluster (the stand-in). The load generator runs on the same
+# cores; its own CPU is reported apart and is in no ratio. Peak RSS is VmHWM (/proc/<pid>/status).
+#
+# Not part of the test run. Options go to `loadgen bench` (see `--help`), e.g.
+#   scripts/bench.sh --step 10s --warmup 2s            longer steps (default 5s each, 12 steps)
+#   scripts/bench.sh --setups b,c --concurrency 64     some setups and concurrencies only
+#   scripts/bench.sh --ak rsa2048 --no-retry           RSA attestation keys; failures are final
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cargo build --release --bins -p loadgen -p attest-proxy -p join-core -p token-issuer -p keyservice -p testsupport
+exec target/release/loadgen bench --out target/bench "$@"
