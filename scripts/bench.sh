@@ -26,4 +26,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release --bins -p loadgen -p attest-proxy -p join-core -p token-issuer -p keyservice -p testsupport
-exec target/release/loadgen bench --out target/bench "$@"
+exec target/release/loadgen bench "$@"
