@@ -12,9 +12,9 @@
 //! any PCR values. The qemu-vtpm variant trusts the attestation key as presented, so the
 //! validator accepts these documents; that is what makes them useful for load tests, and why
 //! this crate must never be reachable from a deployment. It is a separate crate that
-//! `attest-proxy`, `join-core` and `token-issuer` do not depend on, and no configuration of the
-//! service can select it: only test and benchmark code links it in (as `node-client`'s real
-//! issuer is `tpm-issuer`).
+//! `attest-proxy`, `join-core` and `token-issuer` do not depend on (`tests/not_in_the_service.rs`
+//! checks the dependency graph), so no configuration of the service can select it; only test
+//! and benchmark code links it in. Real nodes use `tpm-issuer`.
 
 mod marshal;
 
