@@ -27,3 +27,13 @@ pub(crate) async fn with_deadline<T>(
         Err(_elapsed) => Err(CallError::Timeout(deadline)),
     }
 }
+
+/// How a call ended, as the metrics' `outcome` label says it.
+pub(crate) fn outcome<T>(result: &Result<T, CallError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(CallError::Unreachable(_)) => "unreachable",
+        Err(CallError::Timeout(_)) => "timeout",
+        Err(CallError::Refused(_)) => "refused",
+    }
+}

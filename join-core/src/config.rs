@@ -84,6 +84,12 @@ pub struct Config {
     #[arg(long, env = "JOIN_CORE_SSH_CERT_VALIDITY", default_value = "365days", value_parser = humantime::parse_duration)]
     pub ssh_cert_validity: Duration,
 
+    /// Address of the admin endpoint (`/livez`, `/readyz`, `/metrics`, plain HTTP), e.g.
+    /// `0.0.0.0:9092`. Unset: no admin endpoint. Readiness means the key service and
+    /// token-issuer accept connections.
+    #[arg(long, env = "JOIN_CORE_ADMIN_LISTEN")]
+    pub admin_listen: Option<std::net::SocketAddr>,
+
     /// How long in-flight requests get to finish after SIGTERM. Keep it below the pod's
     /// terminationGracePeriodSeconds.
     #[arg(long, env = "JOIN_CORE_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]

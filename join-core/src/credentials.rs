@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use proto::tokenissuer::token_issuer_client::TokenIssuerClient;
 use proto::tokenissuer::{IssueNodeCredentialsRequest, IssueNodeCredentialsResponse};
@@ -10,12 +10,14 @@ use tonic::transport::Channel;
 
 use crate::call;
 use crate::error::{TicketError, TokenIssuerError};
+use crate::metrics::{Backend, Metrics};
 
 /// Asks token-issuer over its Unix socket, on one channel for the life of the process.
 #[derive(Clone, Debug)]
 pub struct CredentialsClient {
     client: TokenIssuerClient<Channel>,
     deadline: Duration,
+    metrics: Metrics,
 }
 
 impl CredentialsClient {
@@ -24,7 +26,14 @@ impl CredentialsClient {
         Self {
             client: TokenIssuerClient::new(plumbing::unix::channel(socket)),
             deadline,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Times every call to token-issuer in `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// A bootstrap token and a kubelet certificate for the node that sent `certificate_request`.
@@ -41,12 +50,18 @@ impl CredentialsClient {
             peer_address: peer_addr.to_string(),
         };
         let mut client = self.client.clone();
-        let response = call::with_deadline(
+        let started = Instant::now();
+        let result = call::with_deadline(
             self.deadline,
             client.issue_node_credentials(call::request(message, self.deadline)),
         )
-        .await
-        .map_err(|e| fail(e.into()))?;
+        .await;
+        self.metrics.backend_call(
+            Backend::TokenIssuer,
+            call::outcome(&result),
+            started.elapsed(),
+        );
+        let response = result.map_err(|e| fail(e.into()))?;
 
         let required = [
             ("token", response.token.is_empty()),

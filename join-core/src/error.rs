@@ -309,6 +309,13 @@ pub enum Error {
     /// The gRPC server failed.
     #[error("join.API server failed")]
     Serve(#[source] tonic::transport::Error),
+    /// The admin endpoint could not be bound.
+    #[error("cannot bind the admin endpoint on {addr}")]
+    Admin {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// An error and its sources on one line, for logs. A [`Status`] prints its own source.

@@ -6,7 +6,7 @@
 //! fetched concurrently and before token-issuer is asked, so a key service failure creates
 //! nothing in Kubernetes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use proto::kms::GetDataKeyRequest;
 use proto::kms::api_client::ApiClient;
@@ -15,6 +15,7 @@ use zeroize::Zeroizing;
 
 use crate::call;
 use crate::error::{KeyName, KmsError, TicketError};
+use crate::metrics::{Backend, Metrics};
 use crate::retry::{self, RetryPolicy};
 
 /// Key id of the cluster's measurement secret.
@@ -49,6 +50,7 @@ pub struct JoinKeys {
 pub struct KeyClient {
     client: ApiClient<Channel>,
     policy: RetryPolicy,
+    metrics: Metrics,
 }
 
 impl KeyClient {
@@ -61,7 +63,14 @@ impl KeyClient {
         Self {
             client: ApiClient::new(channel),
             policy,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Times every attempt at the key service in `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The state disk key for `disk_uuid` and the measurement secret, fetched concurrently.
@@ -95,12 +104,20 @@ impl KeyClient {
                 data_key_id: id.to_owned(),
                 length: KEY_LEN as u32,
             };
+            let metrics = &self.metrics;
             async move {
-                call::with_deadline(
+                let started = Instant::now();
+                let result = call::with_deadline(
                     timeout,
                     client.get_data_key(call::request(message, timeout)),
                 )
-                .await
+                .await;
+                metrics.backend_call(
+                    Backend::KeyService,
+                    call::outcome(&result),
+                    started.elapsed(),
+                );
+                result
             }
         })
         .await

@@ -32,6 +32,7 @@ pub mod credentials;
 pub mod error;
 pub mod keys;
 pub mod kubeadm;
+pub mod metrics;
 pub mod request;
 pub mod retry;
 pub mod ssh;
@@ -40,6 +41,7 @@ pub mod ticket;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use plumbing::admin::{Admin, AdminServer, tcp_check, unix_socket_check};
 use plumbing::shutdown::Shutdown;
 use plumbing::unix::PeerPolicy;
 use proto::join::api_server::ApiServer;
@@ -51,6 +53,7 @@ pub use error::Error;
 use credentials::CredentialsClient;
 use keys::KeyClient;
 use kubeadm::KubeadmConfig;
+use metrics::Metrics;
 use retry::RetryPolicy;
 use ticket::{HostCertificates, TicketService};
 
@@ -67,6 +70,7 @@ pub struct JoinCore {
     socket: PathBuf,
     policy: PeerPolicy,
     service: TicketService,
+    admin: Option<AdminServer>,
     drain_timeout: Duration,
 }
 
@@ -76,18 +80,40 @@ impl JoinCore {
     pub async fn bind(config: Config) -> Result<Self, Error> {
         let measurement_salt = read_measurement_salt(&config.measurement_salt_file)?;
         let kubeadm = KubeadmConfig::open(&config.kubeadm_config).map_err(Error::KubeadmConfig)?;
+        let mut admin = Admin::new("join_core");
+        let metrics = Metrics::register(admin.registry());
         let service = TicketService::new(
             KeyClient::new(
-                config.kms_endpoint,
+                config.kms_endpoint.clone(),
                 RetryPolicy::new(config.kms_timeout, config.kms_attempt_timeout),
-            ),
-            CredentialsClient::new(config.token_issuer_socket, config.token_issuer_timeout),
+            )
+            .with_metrics(metrics.clone()),
+            CredentialsClient::new(&config.token_issuer_socket, config.token_issuer_timeout)
+                .with_metrics(metrics.clone()),
             measurement_salt,
             HostCertificates {
                 kubeadm,
                 validity: config.ssh_cert_validity,
             },
-        );
+        )
+        .with_metrics(metrics);
+        let admin = match config.admin_listen {
+            Some(addr) => {
+                let admin = admin
+                    .check("key_service", tcp_check(authority(&config.kms_endpoint)))
+                    .check(
+                        "token_issuer",
+                        unix_socket_check(&config.token_issuer_socket),
+                    );
+                Some(
+                    admin
+                        .bind(addr)
+                        .await
+                        .map_err(|source| Error::Admin { addr, source })?,
+                )
+            }
+            None => None,
+        };
         let listener =
             plumbing::unix::bind(&config.socket, config.socket_mode).map_err(Error::Socket)?;
         Ok(Self {
@@ -95,8 +121,16 @@ impl JoinCore {
             socket: config.socket,
             policy: PeerPolicy::uids([config.proxy_uid]),
             service,
+            admin,
             drain_timeout: config.drain_timeout,
         })
+    }
+
+    /// Where the admin endpoint listens, if one is configured.
+    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin
+            .as_ref()
+            .and_then(|admin| admin.local_addr().ok())
     }
 
     /// The socket join.API is served on.
@@ -108,6 +142,12 @@ impl JoinCore {
     /// to finish and removes the socket file.
     pub async fn serve(self, shutdown: Shutdown) -> Result<(), Error> {
         tracing::info!(socket = %self.socket.display(), policy = ?self.policy, "join-core listening");
+        let admin = self.admin.map(|admin| {
+            if let Ok(addr) = admin.local_addr() {
+                tracing::info!(%addr, "admin endpoint listening");
+            }
+            admin.spawn(shutdown.clone())
+        });
         let api = ApiServer::new(self.service).max_decoding_message_size(MAX_REQUEST_LEN);
         let serve = tonic::transport::Server::builder()
             .add_service(api)
@@ -115,14 +155,12 @@ impl JoinCore {
                 plumbing::unix::incoming(self.listener, self.policy),
                 shutdown.clone().wait(),
             );
-        let drain_timeout = self.drain_timeout;
-        let result = tokio::select! {
-            served = serve => served.map_err(Error::Serve),
-            () = async { shutdown.wait().await; tokio::time::sleep(drain_timeout).await } => {
-                tracing::warn!(?drain_timeout, "drain timeout passed; dropping open connections");
-                Ok(())
-            }
-        };
+        let result = plumbing::shutdown::drain(serve, shutdown, self.drain_timeout)
+            .await
+            .map_err(Error::Serve);
+        if let Some(admin) = admin {
+            admin.abort();
+        }
         if let Err(error) = std::fs::remove_file(&self.socket) {
             tracing::debug!(%error, "socket file not removed");
         }
@@ -133,6 +171,13 @@ impl JoinCore {
 /// Binds and serves until `shutdown` fires.
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     JoinCore::bind(config).await?.serve(shutdown).await
+}
+
+/// `host:port` of an `http://` URI (port 80 if it names none), for the readiness check.
+fn authority(uri: &tonic::transport::Uri) -> String {
+    let host = uri.host().unwrap_or_default();
+    let port = uri.port_u16().unwrap_or(80);
+    format!("{host}:{port}")
 }
 
 fn read_measurement_salt(path: &Path) -> Result<Vec<u8>, Error> {

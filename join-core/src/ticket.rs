@@ -15,6 +15,7 @@ use crate::credentials::CredentialsClient;
 use crate::error::{TicketError, chain};
 use crate::keys::KeyClient;
 use crate::kubeadm::KubeadmConfig;
+use crate::metrics::Metrics;
 use crate::request::{self, Identity, MAX_DISK_UUID_LEN};
 use crate::ssh::{self, HostKey, SshCa};
 
@@ -34,6 +35,7 @@ pub struct TicketService {
     credentials: CredentialsClient,
     measurement_salt: Arc<[u8]>,
     host_certificates: HostCertificates,
+    metrics: Metrics,
 }
 
 impl TicketService {
@@ -49,7 +51,14 @@ impl TicketService {
             credentials,
             measurement_salt: measurement_salt.into(),
             host_certificates,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Counts every answered request in `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// A join ticket for an attested node.
@@ -159,10 +168,10 @@ impl Api for TicketService {
         match result {
             Ok((ticket, node_name)) => {
                 outcome.node_name = node_name;
-                outcome.issued();
+                outcome.issued(&self.metrics);
                 Ok(Response::new(ticket))
             }
-            Err(error) => Err(outcome.refused(&error)),
+            Err(error) => Err(outcome.refused(&error, &self.metrics)),
         }
     }
 
@@ -182,10 +191,10 @@ impl Api for TicketService {
         };
         match result {
             Ok(ticket) => {
-                outcome.issued();
+                outcome.issued(&self.metrics);
                 Ok(Response::new(ticket))
             }
-            Err(error) => Err(outcome.refused(&error)),
+            Err(error) => Err(outcome.refused(&error, &self.metrics)),
         }
     }
 }
@@ -218,7 +227,8 @@ impl Outcome {
         }
     }
 
-    fn issued(self) {
+    fn issued(self, metrics: &Metrics) {
+        metrics.ticket(self.method, None, self.started.elapsed());
         let (peer, variant) = self.peer_and_variant();
         tracing::info!(
             method = self.method,
@@ -232,7 +242,8 @@ impl Outcome {
     }
 
     /// Logs the refusal and returns the status the node gets.
-    fn refused(self, error: &TicketError) -> Status {
+    fn refused(self, error: &TicketError, metrics: &Metrics) -> Status {
+        metrics.ticket(self.method, Some(error), self.started.elapsed());
         let status = error.to_status();
         let (peer, variant) = self.peer_and_variant();
         tracing::warn!(

@@ -247,6 +247,8 @@ fn cluster_configuration(sans: &[&str]) -> String {
 struct System {
     _dir: tempfile::TempDir,
     client: ApiClient<Channel>,
+    /// The admin endpoint (`/livez`, `/readyz`, `/metrics`).
+    admin: std::net::SocketAddr,
     token_issuer_calls: Arc<Mutex<Vec<IssueNodeCredentialsRequest>>>,
     kms_calls: Arc<AtomicU32>,
     kubeadm_config: PathBuf,
@@ -343,10 +345,12 @@ impl System {
             measurement_salt_file: salt_file,
             kubeadm_config: kubeadm_config.clone(),
             ssh_cert_validity: Duration::from_secs(24 * 60 * 60),
+            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
             drain_timeout: Duration::from_secs(2),
             log_format: LogFormat::Text,
         };
         let join_core = JoinCore::bind(config).await.unwrap();
+        let admin = join_core.admin_addr().unwrap();
         assert_eq!(join_core.socket(), socket);
         let (trigger, shutdown) = shutdown::channel();
         let join_core = tokio::spawn(async move { join_core.serve(shutdown).await.unwrap() });
@@ -354,6 +358,7 @@ impl System {
 
         Self {
             client: ApiClient::new(plumbing::unix::channel(&socket)),
+            admin,
             _dir: dir,
             token_issuer_calls,
             kms_calls,
@@ -796,6 +801,56 @@ async fn token_issuer_down_is_unavailable() {
     );
     // Rejoin does not need token-issuer.
     system.rejoin(DISK_UUID).await.unwrap();
+
+    // Readiness names the missing dependency; the refusal is counted under its step.
+    let (status, body) = admin_get(system.admin, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("ok key_service"), "{body}");
+    assert!(body.contains("failed token_issuer"), "{body}");
+    let (_, metrics) = admin_get(system.admin, "/metrics").await;
+    assert!(
+        metrics.contains(r#"join_core_tickets_total{method="IssueJoinTicket",result="refused",reason="token_issuer"} 1"#),
+        "{metrics}"
+    );
+    system.stop().await;
+}
+
+/// One plain HTTP/1.1 GET to the admin endpoint: (status, body).
+async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let status = raw[9..12].parse().unwrap();
+    let body = raw.split_once("\r\n\r\n").unwrap().1.to_owned();
+    (status, body)
+}
+
+#[tokio::test]
+async fn admin_endpoint_is_ready_and_counts_tickets_and_backend_calls() {
+    let system = System::start(Setup::default()).await;
+    assert_eq!(admin_get(system.admin, "/livez").await.0, 200);
+    let (status, body) = admin_get(system.admin, "/readyz").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "ok key_service\nok token_issuer\n")
+    );
+
+    system.join(join_request()).await.unwrap();
+    system.rejoin(DISK_UUID).await.unwrap();
+    let (_, metrics) = admin_get(system.admin, "/metrics").await;
+    for line in [
+        r#"join_core_tickets_total{method="IssueJoinTicket",result="issued",reason="ok"} 1"#,
+        r#"join_core_tickets_total{method="IssueRejoinTicket",result="issued",reason="ok"} 1"#,
+        // Three keys for the join, two for the rejoin.
+        r#"join_core_backend_call_duration_seconds_count{backend="key_service",outcome="ok"} 5"#,
+        r#"join_core_backend_call_duration_seconds_count{backend="token_issuer",outcome="ok"} 1"#,
+        r#"join_core_ticket_duration_seconds_count{method="IssueJoinTicket"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line}:\n{metrics}");
+    }
     system.stop().await;
 }
 
@@ -885,6 +940,7 @@ async fn bad_salt_or_kubeadm_config_stops_startup() {
         measurement_salt_file: salt_file.clone(),
         kubeadm_config: dir.path().join("ClusterConfiguration"),
         ssh_cert_validity: Duration::from_secs(60),
+        admin_listen: None,
         drain_timeout: Duration::from_secs(1),
         log_format: LogFormat::Text,
     };
