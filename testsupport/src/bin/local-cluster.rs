@@ -110,5 +110,20 @@ async fn demo(system: &System) -> anyhow::Result<()> {
         .map(|s| s.name)
         .collect();
     println!("bootstrap token Secrets in kube-system: {secrets:?}");
+    let joining: Vec<String> = system
+        .kube
+        .joining_nodes()
+        .into_iter()
+        .map(|n| {
+            let spec = &n.object["spec"];
+            format!(
+                "{} (node {}, deadline {})",
+                n.name,
+                spec["name"].as_str().unwrap_or_default(),
+                spec["deadline"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    println!("JoiningNodes: {joining:?}");
     Ok(())
 }
