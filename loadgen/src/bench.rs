@@ -65,31 +65,27 @@ pub struct BenchConfig {
     pub setups: Vec<Setup>,
     pub concurrencies: Vec<usize>,
     /// Measured time per (setup, concurrency).
-    #[serde(with = "humantime_serde_secs")]
+    #[serde(serialize_with = "crate::run::seconds")]
     pub step: Duration,
     /// Unmeasured load at each setup's start (connections, thread pools, caches warm up).
-    #[serde(with = "humantime_serde_secs")]
+    #[serde(serialize_with = "crate::run::seconds")]
     pub warmup: Duration,
     /// Deadline of one attempt.
-    #[serde(with = "humantime_serde_secs")]
+    #[serde(serialize_with = "crate::run::seconds")]
     pub timeout: Duration,
-    #[serde(skip)]
     pub retry: Option<RetryPolicy>,
     /// The simulated nodes' attestation key type.
-    #[serde(skip)]
+    #[serde(serialize_with = "key_type_name")]
     pub key_type: KeyType,
     /// Where results.json, results.svg and the processes' logs go.
     pub out_dir: PathBuf,
 }
 
-/// Durations in the JSON as seconds.
-mod humantime_serde_secs {
-    pub fn serialize<S: serde::Serializer>(
-        d: &std::time::Duration,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
+fn key_type_name<S: serde::Serializer>(key_type: &KeyType, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match key_type {
+        KeyType::EcdsaP256 => "ecdsa-p256",
+        KeyType::Rsa2048 => "rsa2048",
+    })
 }
 
 /// The figures of one setup.
@@ -612,5 +608,13 @@ mod tests {
         let json = serde_json::to_value(&results).unwrap();
         assert_eq!(json["ratios"][0]["b_over_a_cpu"], 3.0);
         assert_eq!(json["config"]["step"], 1.0);
+        assert_eq!(json["config"]["key_type"], "ecdsa-p256");
+
+        // The plot: A and B at concurrency 16 in each of the three panels, nothing at 64.
+        let svg = crate::plot::svg(&results);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert_eq!(svg.matches("<title>").count(), 6, "{svg}");
+        assert_eq!(svg.matches("<title>A at concurrency 16").count(), 3);
+        assert!(!svg.contains("concurrency 64:"));
     }
 }

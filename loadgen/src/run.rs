@@ -72,14 +72,21 @@ impl Mode {
 
 /// Retrying `ResourceExhausted` and `Unavailable` with jittered exponential backoff, as a node
 /// should when the service sheds load.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
     /// The backoff ceiling before the first retry; it doubles per retry.
+    #[serde(serialize_with = "seconds")]
     pub base: Duration,
     /// The largest backoff ceiling.
+    #[serde(serialize_with = "seconds")]
     pub max: Duration,
+}
+
+/// Durations in JSON reports: seconds, fractional.
+pub(crate) fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 impl RetryPolicy {
