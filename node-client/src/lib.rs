@@ -6,6 +6,8 @@
 
 pub mod client;
 pub mod keys;
+pub mod retry;
 pub mod ticket;
 
 pub use client::{Client, ClientError};
+pub use retry::Backoff;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use node_client::{Client, keys, ticket};
+use node_client::{Backoff, Client, keys, ticket};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,6 +53,19 @@ struct Common {
     /// Deadline for each call, including the attested handshake.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// How long to keep retrying when the service says to (`ResourceExhausted`, `Unavailable`,
+    /// `Aborted`), with jittered exponential backoff. `0s` tries once.
+    #[arg(long, env = "JOIN_CLIENT_RETRY_FOR", default_value = "5m", value_parser = humantime::parse_duration)]
+    retry_for: Duration,
+}
+
+impl Common {
+    fn backoff(&self) -> Backoff {
+        Backoff {
+            give_up_after: self.retry_for,
+            ..Backoff::default()
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -133,7 +146,13 @@ async fn main() -> anyhow::Result<()> {
                 host_public_key: ssh.public_wire.clone(),
                 host_certificate_principals: host_principals(&args),
             };
-            let ticket = client(&args.common)?.join(request).await?;
+            let client = client(&args.common)?;
+            let ticket = args
+                .common
+                .backoff()
+                .run(|| client.join(request.clone()))
+                .await
+                .result?;
             let keys = ticket::NodeKeys {
                 kubelet_key_pem: &kubelet.key_pem,
                 ssh_host_key_pkcs8: &ssh.pkcs8,
@@ -153,7 +172,12 @@ async fn main() -> anyhow::Result<()> {
             println!("  written to          {}", args.common.out.display());
         }
         Command::Rejoin(common) => {
-            let ticket = client(&common)?.rejoin(&common.disk_uuid).await?;
+            let client = client(&common)?;
+            let ticket = common
+                .backoff()
+                .run(|| client.rejoin(&common.disk_uuid))
+                .await
+                .result?;
             ticket::write_rejoin(&common.out, &ticket)?;
             println!("rejoined: disk {}", common.disk_uuid);
             println!(
