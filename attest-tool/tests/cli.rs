@@ -23,6 +23,22 @@ fn tool(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `attest-tool verify --config <config> --variant qemu-vtpm --nonce <nonce> <extra> <document>`.
+fn verify(config: &Path, nonce: &str, extra: &[&str], document: &Path) -> Output {
+    let mut args = vec![
+        "verify",
+        "--config",
+        path_str(config),
+        "--variant",
+        "qemu-vtpm",
+        "--nonce",
+        nonce,
+    ];
+    args.extend_from_slice(extra);
+    args.push(path_str(document));
+    tool(&args)
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
@@ -166,18 +182,7 @@ fn verify_accepts_a_node_that_booted_what_the_log_records() {
     for key in [KeyType::EcdsaP256, KeyType::Rsa2048] {
         let doc = write_document(dir.path(), &rhel8_node(key));
         let user_data = hex::encode(USER_DATA);
-        let out = tool(&[
-            "verify",
-            "--config",
-            path_str(&config),
-            "--variant",
-            "qemu-vtpm",
-            "--nonce",
-            NONCE_HEX,
-            "--user-data",
-            &user_data,
-            path_str(&doc),
-        ]);
+        let out = verify(&config, NONCE_HEX, &["--user-data", &user_data], &doc);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         assert!(
             stdout(&out).starts_with("ACCEPTED: qemu-vtpm node"),
@@ -211,16 +216,7 @@ fn verify_explains_rejections_like_the_audit_line() {
     let warn_config = dir.path().join("warn.json");
     std::fs::write(&warn_config, policy.to_string()).unwrap();
 
-    let out = tool(&[
-        "verify",
-        "--config",
-        path_str(&warn_config),
-        "--variant",
-        "qemu-vtpm",
-        "--nonce",
-        NONCE_HEX,
-        path_str(&doc),
-    ]);
+    let out = verify(&warn_config, NONCE_HEX, &[], &doc);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let text = stdout(&out);
     assert!(text.starts_with("REJECTED by check measurements"), "{text}");
@@ -236,17 +232,7 @@ fn verify_explains_rejections_like_the_audit_line() {
     assert!(text.contains("measurement 9 (warn-only):"), "{text}");
 
     // The same decision as the JSON line attest-proxy logs.
-    let out = tool(&[
-        "verify",
-        "--config",
-        path_str(&warn_config),
-        "--variant",
-        "qemu-vtpm",
-        "--nonce",
-        NONCE_HEX,
-        "--json",
-        path_str(&doc),
-    ]);
+    let out = verify(&warn_config, NONCE_HEX, &["--json"], &doc);
     assert_eq!(out.status.code(), Some(1));
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["result"], "rejected");
@@ -259,49 +245,20 @@ fn verify_explains_rejections_like_the_audit_line() {
 
     // A wrong nonce and wrong user data are named as such.
     let good = write_document(dir.path(), &rhel8_node(KeyType::Rsa2048));
-    let out = tool(&[
-        "verify",
-        "--config",
-        path_str(&config),
-        "--variant",
-        "qemu-vtpm",
-        "--nonce",
-        "00",
-        path_str(&good),
-    ]);
+    let out = verify(&config, "00", &[], &good);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stdout(&out).starts_with("REJECTED by check nonce"),
         "{}",
         stdout(&out)
     );
-    let out = tool(&[
-        "verify",
-        "--config",
-        path_str(&config),
-        "--variant",
-        "qemu-vtpm",
-        "--nonce",
-        NONCE_HEX,
-        "--user-data",
-        "01",
-        path_str(&good),
-    ]);
+    let out = verify(&config, NONCE_HEX, &["--user-data", "01"], &good);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stdout(&out).starts_with("REJECTED by check user_data"),
         "{}",
         stdout(&out)
     );
-    let out = tool(&[
-        "verify",
-        "--config",
-        path_str(&config),
-        "--variant",
-        "qemu-vtpm",
-        "--nonce",
-        "xyz",
-        path_str(&good),
-    ]);
+    let out = verify(&config, "xyz", &[], &good);
     assert_eq!(out.status.code(), Some(2));
 }

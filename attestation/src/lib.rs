@@ -100,3 +100,18 @@ pub struct IssueError {
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
+
+impl IssueError {
+    /// An issuer's own error, as the [`Issuer`] trait reports it: its text is the reason and the
+    /// error itself the source.
+    pub fn from_error(
+        variant: Variant,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        IssueError {
+            variant,
+            reason: error.to_string(),
+            source: Some(Box::new(error)),
+        }
+    }
+}

@@ -247,11 +247,7 @@ impl Issuer for TpmIssuer {
 
     fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
         self.issue_document(user_data, nonce)
-            .map_err(|e| IssueError {
-                variant: Variant::QemuVtpm,
-                reason: e.to_string(),
-                source: Some(Box::new(e)),
-            })
+            .map_err(|e| IssueError::from_error(Variant::QemuVtpm, e))
     }
 }
 

@@ -174,7 +174,10 @@ fn enforced_pcr_change_is_rejected_and_warn_only_is_reported() {
     // PCR 16 enforced, PCR 9 warn-only: rejected, naming only PCR 16.
     let validator = QemuVtpmValidator::new(policy_from(&before, &[4, 9, 16], &[9]));
     match validator.validate(&after, &NONCE) {
-        Err(Error::Measurements { enforced: m, warn_only }) => {
+        Err(Error::Measurements {
+            enforced: m,
+            warn_only,
+        }) => {
             assert_eq!(m.len(), 1);
             assert_eq!(warn_only.len(), 1);
             assert_eq!(warn_only[0].index, 9);

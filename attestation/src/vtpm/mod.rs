@@ -153,17 +153,7 @@ pub fn verify_document(
     let mut verified: Vec<VerifiedQuote> = Vec::new();
     let mut saw_sha1 = false;
     for (index, quote) in att.quotes.iter().enumerate() {
-        let pcrs = quote
-            .pcrs
-            .as_ref()
-            .ok_or(Error::Missing("a quote has no PCR values"))?;
-        let bank = u16::try_from(pcrs.hash)
-            .ok()
-            .and_then(HashAlg::from_id)
-            .ok_or(Error::UnsupportedBank {
-                index,
-                hash: i64::from(pcrs.hash),
-            })?;
+        let (bank, pcrs) = quote_bank(index, quote)?;
         if bank == HashAlg::Sha1 {
             // Never verified and never used: a SHA-1 bank can be forged by collision.
             saw_sha1 = true;
@@ -205,6 +195,12 @@ pub fn verify_quote(
 ) -> Result<VerifiedQuote, Error> {
     let ak_public = tpm::Public::parse(ak_pub).map_err(Error::AkPublic)?;
     let ak = signature::AkKey::from_public(&ak_public)?;
+    let (bank, pcrs) = quote_bank(0, quote)?;
+    check_quote(0, bank, quote, pcrs, &ak, qualifying_data)
+}
+
+/// The bank a quote's PCR values claim, and those values (not yet verified).
+fn quote_bank(index: usize, quote: &Quote) -> Result<(HashAlg, &Pcrs), Error> {
     let pcrs = quote
         .pcrs
         .as_ref()
@@ -213,10 +209,10 @@ pub fn verify_quote(
         .ok()
         .and_then(HashAlg::from_id)
         .ok_or(Error::UnsupportedBank {
-            index: 0,
+            index,
             hash: i64::from(pcrs.hash),
         })?;
-    check_quote(0, bank, quote, pcrs, &ak, qualifying_data)
+    Ok((bank, pcrs))
 }
 
 fn check_quote(
