@@ -9,37 +9,52 @@ use common::*;
 use serde_json::{Value, json};
 
 #[test]
-fn rbac_is_exactly_create_and_delete_secrets_in_kube_system() {
-    assert!(
-        objects_of("ClusterRole").is_empty(),
-        "no cluster-wide roles"
-    );
-    assert!(
-        objects_of("ClusterRoleBinding").is_empty(),
-        "no cluster-wide bindings"
-    );
+fn rbac_is_exactly_the_calls_token_issuer_makes() {
     let role = one_of("Role");
     assert_eq!(role["metadata"]["namespace"], "kube-system");
     assert_eq!(
         role["rules"],
-        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}]),
-        "token-issuer creates bootstrap-token Secrets and deletes them on rollback, nothing else"
+        json!([
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+        ]),
+        "in kube-system: bootstrap-token Secrets (create, delete on rollback) and the components \
+         ConfigMap (get); no list, watch or update"
     );
-    assert!(
-        role.get("aggregationRule").is_none(),
-        "aggregation would widen the role"
+    let cluster_role = one_of("ClusterRole");
+    assert_eq!(
+        cluster_role["rules"],
+        json!([
+            {"apiGroups": ["update.edgeless.systems"], "resources": ["nodeversions"],
+             "resourceNames": ["constellation-version"], "verbs": ["get"]},
+            {"apiGroups": ["update.edgeless.systems"], "resources": ["joiningnodes"],
+             "verbs": ["create", "get", "patch", "delete"]},
+        ]),
+        "cluster-wide: only Constellation's node-operator resources token-issuer reads and records"
     );
+    for r in [&role, &cluster_role] {
+        assert!(
+            r.get("aggregationRule").is_none(),
+            "aggregation would widen the role"
+        );
+    }
 
+    // Each role is bound to token-issuer's service account alone.
+    let subjects = json!([{"kind": "ServiceAccount", "name": pod_spec()["serviceAccountName"], "namespace": "kube-system"}]);
     let binding = one_of("RoleBinding");
     assert_eq!(binding["metadata"]["namespace"], "kube-system");
     assert_eq!(
         binding["roleRef"],
         json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]})
     );
+    assert_eq!(binding["subjects"], subjects);
+    let cluster_binding = one_of("ClusterRoleBinding");
     assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": pod_spec()["serviceAccountName"], "namespace": "kube-system"}])
+        cluster_binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role["metadata"]["name"]})
     );
+    assert_eq!(cluster_binding["subjects"], subjects);
+
     let sa = one_of("ServiceAccount");
     assert_eq!(
         format!(
@@ -48,6 +63,16 @@ fn rbac_is_exactly_create_and_delete_secrets_in_kube_system() {
             sa["metadata"]["name"].as_str().expect("name")
         ),
         TOKEN_ISSUER_USER
+    );
+
+    // What the API stand-in enforces in the end-to-end tests is resolved from these objects.
+    let grants = deploy::grants_for_service_account("kube-system", "join-token-issuer")
+        .expect("rbac.yaml resolves");
+    assert_eq!(grants.len(), 4);
+    assert_eq!(
+        grants.iter().filter(|g| g.namespace.is_none()).count(),
+        2,
+        "the two update.edgeless.systems rules are cluster-wide, nothing else is"
     );
 }
 
@@ -184,7 +209,7 @@ fn ports(rule: &Value) -> BTreeSet<(String, u64)> {
 }
 
 #[test]
-fn network_policy_allows_only_join_kms_api_server_and_dns() {
+fn network_policy_allows_only_join_metrics_kms_api_server_and_dns() {
     let np = one_of("NetworkPolicy");
     let spec = &np["spec"];
     let labels = &daemonset()["spec"]["template"]["metadata"]["labels"];
@@ -201,8 +226,26 @@ fn network_policy_allows_only_join_kms_api_server_and_dns() {
     assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
 
     let ingress = array(&spec["ingress"]);
-    assert_eq!(ingress.len(), 1);
+    assert_eq!(ingress.len(), 2);
+    // Anyone may reach the aTLS port: joining nodes are not in the cluster yet.
     assert_eq!(ports(&ingress[0]), [("TCP".to_owned(), 9090)].into());
+    assert!(ingress[0].get("from").is_none());
+    // The admin endpoints (metrics) only from the monitoring namespace, and exactly the ports
+    // the containers serve them on.
+    let admin_ports: BTreeSet<(String, u64)> = containers()
+        .iter()
+        .flat_map(|c| array(&c["ports"]))
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.ends_with("-admin")))
+        .map(|p| ("TCP".to_owned(), p["containerPort"].as_u64().expect("port")))
+        .collect();
+    assert_eq!(admin_ports.len(), 3);
+    assert_eq!(ports(&ingress[1]), admin_ports);
+    let from = array(&ingress[1]["from"]);
+    assert_eq!(from.len(), 1);
+    assert_eq!(
+        from[0],
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}})
+    );
 
     let egress = array(&spec["egress"]);
     let mut allowed = BTreeSet::new();

@@ -35,7 +35,9 @@ fn kustomization_lists_every_manifest_once() {
 
 #[test]
 fn every_object_is_complete_and_in_kube_system() {
-    const CLUSTER_SCOPED: [&str; 2] = [
+    const CLUSTER_SCOPED: [&str; 4] = [
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ];
@@ -66,6 +68,8 @@ fn every_object_is_complete_and_in_kube_system() {
             "ServiceAccount",
             "Role",
             "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "DaemonSet",
@@ -73,7 +77,7 @@ fn every_object_is_complete_and_in_kube_system() {
             "NetworkPolicy",
         ])
     );
-    // kustomize must not force a namespace onto the cluster-scoped policy objects.
+    // kustomize must not force a namespace onto the cluster-scoped objects.
     assert!(kustomization().get("namespace").is_none());
 }
 

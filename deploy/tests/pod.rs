@@ -82,15 +82,30 @@ fn only_token_issuer_gets_a_service_account_token() {
     assert_eq!(sa["metadata"]["name"], "join-token-issuer");
     assert_eq!(sa["automountServiceAccountToken"], Value::Bool(false));
 
-    // Every volume that can carry a token or any Secret.
+    // Every volume that can carry a token or any Secret: the token-issuer's token, and the
+    // measurement salt (a Secret that only join-core mounts, checked below).
     let volumes = array(&spec["volumes"]);
-    let token_volumes: Vec<&Value> = volumes
+    let secret_volumes: BTreeSet<String> = volumes
         .iter()
         .filter(|v| {
             array(&v["projected"]["sources"])
                 .iter()
                 .any(|s| s.get("serviceAccountToken").is_some() || s.get("secret").is_some())
                 || v.get("secret").is_some()
+        })
+        .map(|v| v["name"].as_str().expect("name").to_owned())
+        .collect();
+    assert_eq!(
+        secret_volumes,
+        names(&["token-issuer-token", "measurement-salt"])
+    );
+    assert_eq!(mounted_by("measurement-salt"), names(&["join-core"]));
+    let token_volumes: Vec<&Value> = volumes
+        .iter()
+        .filter(|v| {
+            array(&v["projected"]["sources"])
+                .iter()
+                .any(|s| s.get("serviceAccountToken").is_some())
         })
         .collect();
     assert_eq!(token_volumes.len(), 1, "exactly one token volume");
@@ -290,9 +305,20 @@ fn host_paths_are_read_only_and_token_issuer_only() {
             v["hostPath"]["path"].as_str().expect("path").to_owned()
         })
         .collect();
+    // The cluster CA, and the shared CA keys and certificates control-plane joiners get;
+    // never a serving key (apiserver.key, etcd/server.key, ...).
     assert_eq!(
         paths,
-        names(&["/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/pki/ca.key"])
+        names(&[
+            "/etc/kubernetes/pki/ca.crt",
+            "/etc/kubernetes/pki/ca.key",
+            "/etc/kubernetes/pki/sa.key",
+            "/etc/kubernetes/pki/sa.pub",
+            "/etc/kubernetes/pki/front-proxy-ca.crt",
+            "/etc/kubernetes/pki/front-proxy-ca.key",
+            "/etc/kubernetes/pki/etcd/ca.crt",
+            "/etc/kubernetes/pki/etcd/ca.key",
+        ])
     );
     for v in host {
         let name = v["name"].as_str().expect("name");
@@ -316,6 +342,7 @@ fn host_paths_are_read_only_and_token_issuer_only() {
         required_flag(&issuer, "ca-key"),
         "/etc/kubernetes/pki/ca.key"
     );
+    assert_eq!(required_flag(&issuer, "pki-dir"), "/etc/kubernetes/pki");
 }
 
 #[test]
@@ -351,11 +378,12 @@ fn configuration_reaches_only_the_container_that_reads_it() {
     );
     assert!(flag(&proxy, "variant").is_some(), "the variant is explicit");
 
-    // The measurement salt, to join-core.
+    // The measurement salt, to join-core, from a Secret.
     let salt = volume("measurement-salt");
+    assert_eq!(salt["secret"]["secretName"], "join-measurement-salt");
     assert_eq!(
         str_set(
-            array(&salt["configMap"]["items"])
+            array(&salt["secret"]["items"])
                 .iter()
                 .map(|i| &i["key"])
                 .collect::<Vec<_>>()
@@ -379,15 +407,41 @@ fn configuration_reaches_only_the_container_that_reads_it() {
         required_flag(&core, "kms-endpoint").starts_with("http://key-service.kube-system:9000")
     );
 
-    // Only the proxy exposes a port.
+    // kubeadm's ClusterConfiguration, to join-core (the SSH principals), as a directory mount.
+    let kubeadm = volume("kubeadm-config");
+    assert_eq!(kubeadm["configMap"]["name"], "kubeadm-config");
+    assert_eq!(mounted_by("kubeadm-config"), names(&["join-core"]));
+    let mount = array(&core["volumeMounts"])
+        .into_iter()
+        .find(|m| m["name"] == "kubeadm-config")
+        .expect("mount");
+    assert!(mount.get("subPath").is_none());
+    assert_eq!(
+        required_flag(&core, "kubeadm-config"),
+        format!(
+            "{}/ClusterConfiguration",
+            mount["mountPath"].as_str().expect("path")
+        )
+    );
+
+    // Only the proxy exposes its API port; each process has its own admin port, which is
+    // where its --admin-listen binds.
     for c in containers() {
         let ports = array(&c["ports"]);
+        let (api, admin): (Vec<&Value>, Vec<&Value>) = ports
+            .iter()
+            .partition(|p| !p["name"].as_str().is_some_and(|n| n.ends_with("-admin")));
+        assert_eq!(admin.len(), 1, "{}: one admin port", c["name"]);
+        assert_eq!(
+            required_flag(&c, "admin-listen"),
+            format!("0.0.0.0:{}", admin[0]["containerPort"])
+        );
         if c["name"] == "attest-proxy" {
-            assert_eq!(ports.len(), 1);
-            assert_eq!(ports[0]["containerPort"], 9090);
+            assert_eq!(api.len(), 1);
+            assert_eq!(api[0]["containerPort"], 9090);
             assert_eq!(required_flag(&c, "listen"), "0.0.0.0:9090");
         } else {
-            assert!(ports.is_empty(), "{} exposes ports", c["name"]);
+            assert!(api.is_empty(), "{} exposes ports", c["name"]);
         }
         // Every mount other than the sockets is read-only.
         for m in array(&c["volumeMounts"]) {
@@ -407,10 +461,9 @@ fn configuration_reaches_only_the_container_that_reads_it() {
 #[test]
 fn api_server_endpoint_is_the_host_ip() {
     let issuer = container("token-issuer");
-    assert_eq!(
-        required_flag(&issuer, "api-server-endpoint"),
-        "$(HOST_IP):6443"
-    );
+    assert!(flag(&issuer, "api-server-endpoint").is_none());
+    assert_eq!(required_flag(&issuer, "api-server-host"), "$(HOST_IP)");
+    assert_eq!(required_flag(&issuer, "api-server-port"), "6443");
     let env = array(&issuer["env"]);
     let host_ip = env
         .iter()
@@ -463,11 +516,43 @@ fn every_container_has_requests_and_limits() {
 }
 
 #[test]
-fn no_invented_probes() {
-    // The processes serve no health endpoints yet; a probe would only restart them.
+fn probes_use_each_process_admin_endpoint() {
     for c in containers() {
-        for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
-            assert!(c.get(probe).is_none(), "{}: {probe}", c["name"]);
+        let admin = array(&c["ports"])
+            .into_iter()
+            .find(|p| p["name"].as_str().is_some_and(|n| n.ends_with("-admin")))
+            .expect("admin port");
+        for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
+            let get = &c[probe]["httpGet"];
+            assert_eq!(get["path"], path, "{}: {probe}", c["name"]);
+            assert_eq!(get["port"], admin["name"], "{}: {probe}", c["name"]);
+        }
+        // Liveness must be slower to give up than readiness: a dependency outage should take
+        // the pod out of the Service, not restart containers that are fine.
+        let threshold = |probe: &str| {
+            let p = &c[probe];
+            p["periodSeconds"].as_u64().unwrap_or(10) * p["failureThreshold"].as_u64().unwrap_or(3)
+        };
+        assert!(threshold("livenessProbe") > threshold("readinessProbe"));
+    }
+}
+
+#[test]
+fn every_argument_is_a_flag_the_binary_accepts() {
+    use clap::Parser;
+    // What the container runs: the command's binary name, then the args, as the kubelet
+    // passes them (an unknown or misspelt flag would crash-loop the pod).
+    for c in containers() {
+        let name = c["name"].as_str().expect("name").to_owned();
+        let argv = std::iter::once(name.clone()).chain(args(&c));
+        let parsed = match name.as_str() {
+            "attest-proxy" => attest_proxy::Config::try_parse_from(argv).map(drop),
+            "join-core" => join_core::Config::try_parse_from(argv).map(drop),
+            "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
+            other => panic!("unexpected container {other}"),
+        };
+        if let Err(error) = parsed {
+            panic!("{name}: {error}");
         }
     }
 }
