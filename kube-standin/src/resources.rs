@@ -57,16 +57,19 @@ impl Resource {
 /// Constellation's API group for node lifecycle objects.
 pub const EDGELESS_GROUP: &str = "update.edgeless.systems";
 
+/// Core Secrets.
+pub(crate) const SECRETS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "secrets",
+    singular: "secret",
+    kind: "Secret",
+    namespaced: true,
+};
+
 /// Everything the stand-in serves.
 pub(crate) const RESOURCES: &[Resource] = &[
-    Resource {
-        group: "",
-        version: "v1",
-        plural: "secrets",
-        singular: "secret",
-        kind: "Secret",
-        namespaced: true,
-    },
+    SECRETS,
     Resource {
         group: "",
         version: "v1",
@@ -223,29 +226,36 @@ pub(crate) fn check_type(obj: &Map<String, Value>, r: &Resource) -> Result<(), F
     Ok(())
 }
 
-/// Decodes a create body for a resource other than Secrets.
-fn decode_create(
-    r: &Resource,
-    body: &[u8],
-    ns: Option<&str>,
-    suffix: impl FnOnce() -> String,
-) -> Result<(String, Map<String, Value>), Failure> {
+/// Decodes a request body as a JSON object of the URL's resource type.
+pub(crate) fn decode_object(r: &Resource, body: &[u8]) -> Result<Map<String, Value>, Failure> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         status::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
     })?;
-    let Value::Object(mut obj) = value else {
+    let Value::Object(obj) = value else {
         return Err(status::bad_request(
             "couldn't get version/kind; json parse error: expected a JSON object".into(),
         ));
     };
     check_type(&obj, r)?;
+    Ok(obj)
+}
+
+/// Takes `metadata` out of a new object: checks its namespace against the URL's (cleared for
+/// cluster-scoped kinds) and resolves the name, from `generateName` plus `suffix()` if unset.
+pub(crate) fn take_metadata(
+    r: &Resource,
+    obj: &mut Map<String, Value>,
+    ns: Option<&str>,
+    suffix: impl FnOnce() -> String,
+) -> Result<(Map<String, Value>, String), Failure> {
     let mut meta = match obj.remove("metadata") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
         Some(_) => {
             return Err(status::bad_request(format!(
-                "{} in version \"{}\" cannot be handled as a {}: json: cannot unmarshal into Go struct field {}.metadata of type v1.ObjectMeta",
-                r.kind, r.version, r.kind, r.kind
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: json: cannot unmarshal into Go struct field {kind}.metadata of type v1.ObjectMeta",
+                kind = r.kind,
+                version = r.version,
             )));
         }
     };
@@ -276,6 +286,18 @@ fn decode_create(
             name = format!("{prefix}{}", suffix());
         }
     }
+    Ok((meta, name))
+}
+
+/// Decodes a create body for a resource other than Secrets.
+fn decode_create(
+    r: &Resource,
+    body: &[u8],
+    ns: Option<&str>,
+    suffix: impl FnOnce() -> String,
+) -> Result<(String, Map<String, Value>), Failure> {
+    let mut obj = decode_object(r, body)?;
+    let (mut meta, name) = take_metadata(r, &mut obj, ns, suffix)?;
     validate_name(r, &name)?;
     if r.plural == "configmaps" {
         for field in ["data", "binaryData"] {

@@ -3,6 +3,7 @@
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
+use crate::resources;
 use crate::status::{self, Cause, Failure};
 
 /// The largest Secret the apiserver accepts (sum of data sizes).
@@ -49,57 +50,9 @@ pub(crate) fn decode_create(
     ns: &str,
     suffix: impl FnOnce() -> String,
 ) -> Result<NewSecret, Failure> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        status::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
-    let Value::Object(mut obj) = value else {
-        return Err(status::bad_request(
-            "couldn't get version/kind; json parse error: expected a JSON object".into(),
-        ));
-    };
-    for (field, want) in [("kind", "Secret"), ("apiVersion", "v1")] {
-        match obj.get(field) {
-            None => {}
-            Some(Value::String(s)) if s == want => {}
-            Some(other) => {
-                return Err(status::bad_request(format!(
-                    "the {field} in the data ({other}) does not match the expected {field} ({want})"
-                )));
-            }
-        }
-    }
-    let mut meta = match obj.remove("metadata") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(m)) => m,
-        Some(_) => {
-            return Err(cannot_handle(
-                "json: cannot unmarshal into Go struct field Secret.metadata of type v1.ObjectMeta",
-            ));
-        }
-    };
-    match meta.get("namespace").and_then(Value::as_str) {
-        None | Some("") => {}
-        Some(given) if given == ns => {}
-        Some(_) => {
-            return Err(status::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request".into(),
-            ));
-        }
-    }
-    let mut name = meta
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    if name.is_empty() {
-        if let Some(prefix) = meta
-            .get("generateName")
-            .and_then(Value::as_str)
-            .filter(|p| !p.is_empty())
-        {
-            name = format!("{prefix}{}", suffix());
-        }
-    }
+    let r = &resources::SECRETS;
+    let mut obj = resources::decode_object(r, body)?;
+    let (mut meta, name) = resources::take_metadata(r, &mut obj, Some(ns), suffix)?;
 
     let mut causes = Vec::new();
     if name.is_empty() {

@@ -2,15 +2,17 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns; a panic is the failure report.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{api_error, client};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client};
 use kube_standin::{Fault, Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
 use serde_json::{Value, json};
 
@@ -40,14 +42,6 @@ async fn standin() -> Running {
     KubeStandin::start(config).await.unwrap()
 }
 
-async fn client(s: &Running, token: &str) -> Client {
-    let kc = Kubeconfig::from_yaml(&s.kubeconfig(token)).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
 fn secret(name: &str) -> Secret {
     serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -55,13 +49,6 @@ fn secret(name: &str) -> Secret {
         "stringData": {"token-id": "abcdef"},
     }))
     .unwrap()
-}
-
-fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
 }
 
 /// One raw HTTPS request with ALPN `alpn`; returns status, content-type and body.

@@ -3,12 +3,14 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns; a panic is the failure report.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{api_error, client};
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Api, Client};
 use kube_standin::fixtures::{components_json, constellation_version, token_issuer_grants};
@@ -31,14 +33,6 @@ async fn standin() -> Running {
     KubeStandin::start(config).await.unwrap()
 }
 
-async fn client(s: &Running, token: &str) -> Client {
-    let kc = Kubeconfig::from_yaml(&s.kubeconfig(token)).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
 fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: "update.edgeless.systems".into(),
@@ -57,13 +51,6 @@ fn joining_node(name: &str, node: &str, deadline: &str) -> Value {
     json!({"apiVersion": "update.edgeless.systems/v1alpha1", "kind": "JoiningNode",
            "metadata": {"name": name},
            "spec": {"name": node, "componentsreference": "c", "iscontrolplane": false, "deadline": deadline}})
-}
-
-fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
 }
 
 #[tokio::test]
