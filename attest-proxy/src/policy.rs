@@ -137,6 +137,9 @@ pub struct Current {
     failing: Gauge,
 }
 
+/// How long a missing file may take to reappear before a reload counts as refused.
+const MISSING_FILE_GRACE: Duration = Duration::from_millis(200);
+
 const OK: [(&str, &str); 1] = [("result", "ok")];
 const FAILED: [(&str, &str); 1] = [("result", "failed")];
 
@@ -203,7 +206,16 @@ impl Current {
     /// Re-reads the file and applies it if it changed. Blocking (file I/O and parsing).
     pub fn reload(&self) -> Reload {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let (now, result) = match read(&self.path) {
+        let raw = read(&self.path).or_else(|error| match &error {
+            // An editor or a script that removes the file and creates it anew leaves a moment
+            // without one; look once more before calling that a broken policy.
+            PolicyError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                std::thread::sleep(MISSING_FILE_GRACE);
+                read(&self.path)
+            }
+            _ => Err(error),
+        });
+        let (now, result) = match raw {
             Ok(raw) => (
                 Seen::Bytes(sha256(&raw)),
                 build(self.variant, &self.path, &raw),
