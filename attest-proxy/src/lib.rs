@@ -9,6 +9,12 @@
 //! join-core, replacing any identity headers the client sent with the ones it verified. It holds
 //! no key and no cluster credential: compromising it yields nothing to steal, and what it forwards
 //! still goes through join-core's own checks.
+//!
+//! Operating it: the policy file is hot-reloaded ([`policy`]; an invalid file keeps the previous
+//! policy and shows in the `policy_failing` metric); every decision is one JSON line on the
+//! tracing target `audit` ([`attestation::audit`]); one source address may have only a few
+//! attestations in progress, and a full verify queue answers `ResourceExhausted`, so a flood
+//! cannot take the pool from other nodes.
 
 pub mod config;
 

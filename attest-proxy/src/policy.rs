@@ -75,11 +75,19 @@ fn build(variant: Variant, path: &Path, raw: &[u8]) -> Result<Active, PolicyErro
     Ok(Active { validator, digest })
 }
 
+/// Reads at most one byte more than a policy may have: a file mounted by mistake (a log, an
+/// image) must not be read whole into memory every poll; the parser then names the size.
 fn read(path: &Path) -> Result<Vec<u8>, PolicyError> {
-    std::fs::read(path).map_err(|source| PolicyError::Read {
-        path: path.to_owned(),
-        source,
-    })
+    use std::io::Read as _;
+    let limit = u64::try_from(attestation::policy::MAX_CONFIG_SIZE).unwrap_or(u64::MAX);
+    let mut raw = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(limit.saturating_add(1)).read_to_end(&mut raw))
+        .map_err(|source| PolicyError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(raw)
 }
 
 /// What the file on disk looked like at the last look, to tell a change from a re-read.
@@ -421,6 +429,24 @@ mod tests {
         std::fs::write(&path, config(5, false)).unwrap();
         assert!(matches!(current.reload(), Reload::Applied { .. }));
         assert_eq!(current.get().digest, digest_of(&config(5, false)));
+    }
+
+    #[test]
+    fn oversized_file_is_refused_without_reading_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        std::fs::write(&path, config(1, false)).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let huge = vec![b' '; attestation::policy::MAX_CONFIG_SIZE * 3];
+        std::fs::write(&path, &huge).unwrap();
+        assert_eq!(
+            read(&path).unwrap().len(),
+            attestation::policy::MAX_CONFIG_SIZE + 1
+        );
+        let Reload::Refused { reason } = current.reload() else {
+            panic!("an oversized file must be refused")
+        };
+        assert!(reason.contains("exceeds the limit"), "{reason}");
     }
 
     #[test]
