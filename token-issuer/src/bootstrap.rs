@@ -132,6 +132,7 @@ impl TokenStore {
     /// Creates the token's Secret.
     pub async fn create(&self, secret: &Secret) -> Result<(), KubeError> {
         bounded(
+            "create_secret",
             self.timeout,
             self.api.create(&PostParams::default(), secret),
         )
@@ -142,6 +143,7 @@ impl TokenStore {
     /// Deletes a Secret; absent counts as deleted.
     pub async fn delete(&self, name: &str) -> Result<(), KubeError> {
         match bounded(
+            "delete_secret",
             self.timeout,
             self.api.delete(name, &DeleteParams::default()),
         )

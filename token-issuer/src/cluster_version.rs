@@ -159,9 +159,13 @@ impl VersionReader {
 
     /// The cluster's current version and components.
     pub async fn read(&self) -> Result<ClusterVersion, VersionError> {
-        let node_version = bounded(self.timeout, self.node_versions.get(NODE_VERSION_NAME))
-            .await
-            .map_err(VersionError::ReadNodeVersion)?;
+        let node_version = bounded(
+            "get_nodeversion",
+            self.timeout,
+            self.node_versions.get(NODE_VERSION_NAME),
+        )
+        .await
+        .map_err(VersionError::ReadNodeVersion)?;
         let spec_field = |field: &'static str| {
             node_version
                 .data
@@ -174,7 +178,7 @@ impl VersionReader {
         };
         let kubernetes_version = spec_field("kubernetesClusterVersion")?;
         let name = spec_field("kubernetesComponentsReference")?;
-        let config_map = bounded(self.timeout, self.config_maps.get(&name))
+        let config_map = bounded("get_configmap", self.timeout, self.config_maps.get(&name))
             .await
             .map_err(|source| VersionError::ReadComponents {
                 name: name.clone(),

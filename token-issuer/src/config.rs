@@ -75,6 +75,11 @@ pub struct Config {
     /// Deadline for each Kubernetes API call, retries included (seconds).
     #[arg(long = "kube-timeout-secs", env = "TOKEN_ISSUER_KUBE_TIMEOUT_SECS", value_parser = seconds, default_value = "10")]
     pub kube_timeout: Duration,
+    /// Address of the admin endpoint (`/livez`, `/readyz`, `/metrics`, plain HTTP), e.g.
+    /// `0.0.0.0:9093`. Unset: no admin endpoint. Readiness means the API server answers
+    /// `GET /version` (open to every client by Kubernetes' default RBAC).
+    #[arg(long, env = "TOKEN_ISSUER_ADMIN_LISTEN")]
+    pub admin_listen: Option<std::net::SocketAddr>,
     /// How long in-flight requests may finish after SIGTERM (seconds); keep it below the pod's
     /// terminationGracePeriodSeconds.
     #[arg(long = "grace-period-secs", env = "TOKEN_ISSUER_GRACE_PERIOD_SECS", value_parser = seconds, default_value = "20")]

@@ -161,6 +161,7 @@ impl JoiningNodes {
         let object = record.object(components_reference);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         bounded(
+            "apply_joiningnode",
             self.timeout,
             self.api
                 .patch(&record.name, &params, &Patch::Apply(&object)),
@@ -188,6 +189,7 @@ impl JoiningNodes {
         // At most two attempts: the second only after removing an expired record.
         for attempt in 0..2 {
             match bounded(
+                "create_joiningnode",
                 self.timeout,
                 self.api.create(&PostParams::default(), &object),
             )
@@ -197,7 +199,13 @@ impl JoiningNodes {
                 Err(e) if e.is_already_exists() => {}
                 Err(e) => return Err(JoiningError::Create(e)),
             }
-            let existing = match bounded(self.timeout, self.api.get(CONTROL_PLANE_NAME)).await {
+            let existing = match bounded(
+                "get_joiningnode",
+                self.timeout,
+                self.api.get(CONTROL_PLANE_NAME),
+            )
+            .await
+            {
                 Ok(existing) => existing,
                 // Gone in between: the other join finished or was rolled back.
                 Err(e) if e.is_not_found() => continue,
@@ -255,7 +263,13 @@ impl JoiningNodes {
             ..DeleteParams::default()
         };
         let name = meta.name.clone().unwrap_or_default();
-        match bounded(self.timeout, self.api.delete(&name, &params)).await {
+        match bounded(
+            "delete_joiningnode",
+            self.timeout,
+            self.api.delete(&name, &params),
+        )
+        .await
+        {
             Err(e) if e.is_not_found() => Ok(()),
             other => other.map(drop),
         }
@@ -264,11 +278,12 @@ impl JoiningNodes {
     /// Removes `record` if the stored object still is the one this join wrote. Returns whether
     /// something was deleted.
     pub async fn forget(&self, record: &Record) -> Result<bool, KubeError> {
-        let current = match bounded(self.timeout, self.api.get(&record.name)).await {
-            Ok(o) => o,
-            Err(e) if e.is_not_found() => return Ok(false),
-            Err(e) => return Err(e),
-        };
+        let current =
+            match bounded("get_joiningnode", self.timeout, self.api.get(&record.name)).await {
+                Ok(o) => o,
+                Err(e) if e.is_not_found() => return Ok(false),
+                Err(e) => return Err(e),
+            };
         if spec_str(&current, "name") != record.node_name
             || spec_str(&current, "deadline") != record.deadline
         {

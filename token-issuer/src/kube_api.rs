@@ -70,14 +70,18 @@ impl KubeError {
 }
 
 /// Runs one Kubernetes call with a deadline (kube-rs retries throttling answers on its own; the
-/// deadline bounds those retries too).
+/// deadline bounds those retries too), and times it under the metric label `name`.
 pub(crate) async fn bounded<T>(
+    name: &'static str,
     timeout: Duration,
     call: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, KubeError> {
-    match tokio::time::timeout(timeout, call).await {
+    let started = std::time::Instant::now();
+    let result = match tokio::time::timeout(timeout, call).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(KubeError::from_kube(e)),
         Err(_) => Err(KubeError::Timeout(timeout)),
-    }
+    };
+    crate::metrics::api_call(name, &result, started.elapsed());
+    result
 }

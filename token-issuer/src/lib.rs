@@ -17,6 +17,7 @@ mod config;
 pub mod csr;
 pub mod joining;
 pub mod kube_api;
+pub mod metrics;
 pub mod pki;
 pub mod service;
 
@@ -58,6 +59,15 @@ pub enum Error {
     /// The gRPC server failed.
     #[error("serving TokenIssuer")]
     Serve(#[source] tonic::transport::Error),
+    /// The admin endpoint could not be bound.
+    #[error("binding the admin endpoint on {addr}")]
+    Admin {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 fn valid_endpoint(endpoint: &str) -> bool {
@@ -86,6 +96,33 @@ async fn kube_client(config: &Config) -> Result<kube::Client, Error> {
     kube::Client::try_from(kube_config).map_err(Error::Client)
 }
 
+/// Binds the admin endpoint: readiness is the API server answering `GET /version`.
+async fn admin(
+    addr: std::net::SocketAddr,
+    client: kube::Client,
+) -> Result<plumbing::admin::AdminServer, Error> {
+    let mut admin = plumbing::admin::Admin::new("token_issuer");
+    metrics::register(admin.registry());
+    let admin = admin.check("kubernetes_api", move || {
+        let client = client.clone();
+        async move {
+            client
+                .apiserver_version()
+                .await
+                .map(drop)
+                .map_err(|error| format!("GET /version: {error}"))
+        }
+    });
+    let server = admin
+        .bind(addr)
+        .await
+        .map_err(|source| Error::Admin { addr, source })?;
+    if let Ok(addr) = server.local_addr() {
+        tracing::info!(%addr, "admin endpoint listening");
+    }
+    Ok(server)
+}
+
 /// Serves TokenIssuer on `config.socket` until `shutdown` fires, then lets in-flight requests
 /// finish for at most `config.grace_period`.
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
@@ -97,6 +134,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     }
     let ca = ca::ClusterCa::load(&config.ca_cert, &config.ca_key).map_err(Error::Ca)?;
     let client = kube_client(&config).await?;
+    let admin = match config.admin_listen {
+        Some(addr) => Some(admin(addr, client.clone()).await?),
+        None => None,
+    };
     let service = service::Service::new(service::Parts {
         ca,
         tokens: bootstrap::TokenStore::new(client.clone(), config.kube_timeout),
@@ -112,15 +153,13 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     let server = tonic::transport::Server::builder()
         .add_service(TokenIssuerServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown.clone().wait());
-    tokio::pin!(server);
-    let grace = config.grace_period;
-    let result = tokio::select! {
-        result = &mut server => result.map_err(Error::Serve),
-        () = async { shutdown.wait().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(?grace, "grace period over; abandoning in-flight requests");
-            Ok(())
-        }
-    };
+    let admin = admin.map(|admin| admin.spawn(shutdown.clone()));
+    let result = plumbing::shutdown::drain(server, shutdown, config.grace_period)
+        .await
+        .map_err(Error::Serve);
+    if let Some(admin) = admin {
+        admin.abort();
+    }
     let _ = std::fs::remove_file(&config.socket);
     result
 }

@@ -80,6 +80,22 @@ pub enum IssueError {
     TaskAborted,
 }
 
+impl IssueError {
+    /// A short, stable name of the step that failed: the metrics' `step` label.
+    pub fn step(&self) -> &'static str {
+        match self {
+            IssueError::Csr(_) => "csr",
+            IssueError::Sign(_) => "sign_kubelet_cert",
+            IssueError::ControlPlaneFiles(_) => "control_plane_files",
+            IssueError::ClusterVersion(_) => "cluster_version",
+            IssueError::JoiningNode(JoiningError::ControlPlaneBusy { .. }) => "control_plane_busy",
+            IssueError::JoiningNode(_) => "joining_node",
+            IssueError::CreateToken { .. } => "create_token",
+            IssueError::TaskAborted => "task_aborted",
+        }
+    }
+}
+
 /// The gRPC code for a failed Kubernetes call.
 fn kube_code(e: &KubeError) -> Code {
     match e {
@@ -299,11 +315,16 @@ impl TokenIssuer for Service {
         &self,
         request: Request<IssueNodeCredentialsRequest>,
     ) -> Result<Response<IssueNodeCredentialsResponse>, Status> {
+        let started = std::time::Instant::now();
         let req = request.into_inner();
         match self.issue(&req).await {
-            Ok(resp) => Ok(Response::new(resp)),
+            Ok(resp) => {
+                crate::metrics::issued(None, started.elapsed());
+                Ok(Response::new(resp))
+            }
             Err(e) => {
-                tracing::warn!(peer = %req.peer_address, error = %e, "refused to issue node credentials");
+                crate::metrics::issued(Some(&e), started.elapsed());
+                tracing::warn!(peer = %req.peer_address, step = e.step(), error = %e, "refused to issue node credentials");
                 Err(e.into())
             }
         }

@@ -64,6 +64,8 @@ fn write_pki(dir: &Path) {
 struct Harness {
     standin: Running,
     socket: PathBuf,
+    /// The admin endpoint (`/livez`, `/readyz`, `/metrics`).
+    admin: std::net::SocketAddr,
     pki_dir: PathBuf,
     trigger: Trigger,
     task: tokio::task::JoinHandle<Result<(), token_issuer::Error>>,
@@ -102,6 +104,11 @@ impl Harness {
         std::fs::write(&kubeconfig, standin.kubeconfig(TOKEN)).unwrap();
         let socket = dir.path().join("token-issuer.sock");
         let ca_cert = Path::new(FIXTURES).join(cert);
+        // A free port for the admin endpoint (run() binds it itself).
+        let admin = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let config = Config {
             socket: socket.clone(),
             socket_mode: 0o600,
@@ -114,6 +121,7 @@ impl Harness {
             pki_dir: pki_dir.clone(),
             kubeconfig: Some(kubeconfig),
             kube_timeout: Duration::from_secs(5),
+            admin_listen: Some(admin),
             grace_period: Duration::from_secs(2),
             log_format: Default::default(),
         };
@@ -129,6 +137,7 @@ impl Harness {
         Self {
             standin,
             socket,
+            admin,
             pki_dir,
             trigger,
             task,
@@ -453,6 +462,55 @@ async fn forbidden_by_rbac_is_internal_and_names_the_step() {
         "{:?}",
         h.methods()
     );
+    h.stop().await;
+}
+
+/// One plain HTTP/1.1 GET to the admin endpoint: (status, body).
+async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let status = raw[9..12].parse().unwrap();
+    let body = raw.split_once("\r\n\r\n").unwrap().1.to_owned();
+    (status, body)
+}
+
+#[tokio::test]
+async fn admin_endpoint_reports_the_api_server_and_counts_calls() {
+    let h = Harness::start(issuer_user(&["create", "delete"]), own_uid()).await;
+    assert_eq!(admin_get(h.admin, "/livez").await.0, 200);
+    let (status, body) = admin_get(h.admin, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ok kubernetes_api\n"));
+
+    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    // Metrics are process-wide and tests run in parallel: check the series, not their counts.
+    let (_, metrics) = admin_get(h.admin, "/metrics").await;
+    for series in [
+        r#"token_issuer_credentials_total{result="issued",step="ok"}"#,
+        r#"token_issuer_issue_duration_seconds_count"#,
+        r#"token_issuer_kubernetes_api_call_duration_seconds_count{call="get_nodeversion",outcome="ok"}"#,
+        r#"token_issuer_kubernetes_api_call_duration_seconds_count{call="get_configmap",outcome="ok"}"#,
+        r#"token_issuer_kubernetes_api_call_duration_seconds_count{call="apply_joiningnode",outcome="ok"}"#,
+        r#"token_issuer_kubernetes_api_call_duration_seconds_count{call="create_secret",outcome="ok"}"#,
+    ] {
+        assert!(metrics.contains(series), "missing {series}:\n{metrics}");
+    }
+
+    // A refusal by RBAC is counted under the step and the API server's answer.
+    let h2 = Harness::start(issuer_user(&["delete"]), own_uid()).await;
+    h2.issue(node_csr("worker-1", &[])).await.unwrap_err();
+    let (_, metrics) = admin_get(h2.admin, "/metrics").await;
+    for series in [
+        r#"token_issuer_credentials_total{result="refused",step="create_token"}"#,
+        r#"token_issuer_kubernetes_api_call_duration_seconds_count{call="create_secret",outcome="403"}"#,
+    ] {
+        assert!(metrics.contains(series), "missing {series}:\n{metrics}");
+    }
+    h2.stop().await;
+
     h.stop().await;
 }
 
