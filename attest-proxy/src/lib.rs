@@ -194,15 +194,26 @@ impl Proxy {
 ///
 /// A refused policy file deliberately does not fail readiness: every proxy of the cluster reads
 /// the same ConfigMap, so it would take them all out of the Service at once and stop every join,
-/// while the previous policy is still being enforced correctly. It shows in `policy_failing`
-/// and in the log instead.
+/// while the previous policy is still being enforced correctly. It shows in `policy_failing`,
+/// in the log, and as a note in the `/readyz` body (`warn policy: ...`, the probe still passes).
 fn admin(shared: &connection::Shared, config: &Config) -> plumbing::admin::Admin {
     let mut admin = plumbing::admin::Admin::new("attest_proxy");
     shared.policy.register_metrics(admin.registry());
-    admin.check(
-        "join-core",
-        plumbing::admin::unix_socket_check(&config.upstream_socket),
-    )
+    let policy = shared.policy.clone();
+    admin
+        .check(
+            "join-core",
+            plumbing::admin::unix_socket_check(&config.upstream_socket),
+        )
+        .note("policy", move || {
+            let status = policy.status();
+            status.last_error.map(|error| {
+                format!(
+                    "enforcing the last good policy {} because the file on disk is refused: {error}",
+                    status.digest
+                )
+            })
+        })
 }
 
 /// Binds and serves until `shutdown`.

@@ -99,7 +99,14 @@ async fn readiness_and_policy_metrics() {
             .unwrap()
             .contains("not a valid qemu-vtpm policy")
     );
-    assert_eq!(get(admin, "/readyz").await.0, 200);
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(&format!(
+            "warn policy: enforcing the last good policy {digest} because the file on disk is refused"
+        )),
+        "{body}"
+    );
 
     // Fixed: applied and no longer flagged.
     std::fs::write(&policy, POLICY.replace("44444444", "55555555")).unwrap();
@@ -109,6 +116,8 @@ async fn readiness_and_policy_metrics() {
         "{body}"
     );
     assert_ne!(current.status().digest, digest);
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ok join-core\n"));
 
     trigger.fire();
     tokio::time::timeout(Duration::from_secs(10), serving)

@@ -5,7 +5,9 @@
 //!   dependency cannot make the kubelet restart every container in turn.
 //! - `GET /readyz`: 200 only if every readiness check passes (each under a short deadline, all at
 //!   once), 503 otherwise, and 503 once the process drains, so the pod leaves the Service's
-//!   endpoints before it stops accepting. The body names each check and why it failed.
+//!   endpoints before it stops accepting. The body names each check and why it failed, and
+//!   lists notes: conditions worth seeing that do not make the process unready (attest-proxy
+//!   enforcing its last good policy while the file on disk is invalid).
 //! - `GET /metrics`: the process's Prometheus registry in the text exposition format.
 //!
 //! It is plain HTTP/1.1 on its own port, which the NetworkPolicy opens to the kubelet and the
@@ -53,10 +55,15 @@ where
 /// with a timeout that names nothing.
 pub const CHECK_TIMEOUT: Duration = Duration::from_millis(800);
 
+/// A condition shown in the `/readyz` body without failing readiness: `Some(text)` while it
+/// holds.
+pub type Note = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// Collects the metrics registry and the readiness checks, then binds the endpoint.
 pub struct Admin {
     registry: Registry,
     checks: Vec<(&'static str, Box<dyn Check>)>,
+    notes: Vec<(&'static str, Note)>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -76,6 +83,7 @@ impl Admin {
         Self {
             registry: Registry::with_prefix(prefix),
             checks: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -90,6 +98,17 @@ impl Admin {
         self
     }
 
+    /// Adds a note named `name`: shown in the `/readyz` body as `warn <name>: <text>` while
+    /// `note` returns text, without making the process unready.
+    pub fn note(
+        mut self,
+        name: &'static str,
+        note: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.notes.push((name, Box::new(note)));
+        self
+    }
+
     /// Binds the endpoint on `addr` (port 0 picks a free port).
     pub async fn bind(self, addr: SocketAddr) -> io::Result<AdminServer> {
         let listener = TcpListener::bind(addr).await?;
@@ -98,6 +117,7 @@ impl Admin {
             state: Arc::new(State {
                 registry: self.registry,
                 checks: self.checks,
+                notes: self.notes,
             }),
         })
     }
@@ -106,6 +126,7 @@ impl Admin {
 struct State {
     registry: Registry,
     checks: Vec<(&'static str, Box<dyn Check>)>,
+    notes: Vec<(&'static str, Note)>,
 }
 
 /// A bound admin endpoint.
@@ -208,6 +229,11 @@ async fn readiness(state: &State, draining: &Shutdown) -> Response<Full<Bytes>> 
             }
         }
     }
+    for (name, note) in &state.notes {
+        if let Some(note) = note() {
+            body.push_str(&format!("warn {name}: {note}\n"));
+        }
+    }
     if ready {
         text(StatusCode::OK, body)
     } else {
@@ -304,9 +330,15 @@ mod tests {
             .registry()
             .register("joins", "Joins seen", joins.clone());
         joins.inc_by(3);
+        let degraded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = degraded.clone();
         let admin = admin
             .check("dependency", unix_socket_check(&socket))
-            .check("always", || async { Ok(()) });
+            .check("always", || async { Ok(()) })
+            .note("degraded", move || {
+                flag.load(std::sync::atomic::Ordering::Relaxed)
+                    .then(|| "running on the last good input".to_owned())
+            });
         let server = admin.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = server.local_addr().unwrap();
         let (trigger, draining) = crate::shutdown::channel();
@@ -326,6 +358,17 @@ mod tests {
         let _listener = tokio::net::UnixListener::bind(&socket).unwrap();
         let (status, body) = get(addr, "/readyz").await;
         assert_eq!((status, body.as_str()), (200, "ok dependency\nok always\n"));
+
+        // A note shows, and readiness stays.
+        degraded.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                200,
+                "ok dependency\nok always\nwarn degraded: running on the last good input\n"
+            )
+        );
 
         let (status, body) = get(addr, "/metrics").await;
         assert_eq!(status, 200);
