@@ -27,7 +27,8 @@ use crate::mtls::ClientCa;
 use crate::node::{SoftAttestation, Target};
 use crate::procstat::{self, Watched};
 use crate::report::Report;
-use crate::run::{self, LoadConfig, Mode, RetryPolicy, Stop};
+use crate::run::{self, LoadConfig, Mode, Stop};
+use node_client::Backoff;
 
 /// One of the three setups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -73,12 +74,33 @@ pub struct BenchConfig {
     /// Deadline of one attempt.
     #[serde(serialize_with = "crate::run::seconds")]
     pub timeout: Duration,
-    pub retry: Option<RetryPolicy>,
+    #[serde(serialize_with = "backoff_json")]
+    pub retry: Option<Backoff>,
     /// The simulated nodes' attestation key type.
     #[serde(serialize_with = "key_type_name")]
     pub key_type: KeyType,
     /// Where results.json, results.svg and the processes' logs go.
     pub out_dir: PathBuf,
+}
+
+/// node-client's retry policy with bounds that keep a step short: a node still retries with
+/// jittered backoff, but gives up after 30 s instead of 5 minutes.
+pub const RETRY: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(2),
+    give_up_after: Duration::from_secs(30),
+};
+
+fn backoff_json<S: serde::Serializer>(backoff: &Option<Backoff>, s: S) -> Result<S::Ok, S::Error> {
+    backoff
+        .map(|b| {
+            serde_json::json!({
+                "initial": b.initial.as_secs_f64(),
+                "max": b.max.as_secs_f64(),
+                "give_up_after": b.give_up_after.as_secs_f64(),
+            })
+        })
+        .serialize(s)
 }
 
 fn key_type_name<S: serde::Serializer>(key_type: &KeyType, s: S) -> Result<S::Ok, S::Error> {
@@ -373,7 +395,8 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             pid: std::process::id(),
             server_side: false,
         });
-        let load = |label: String, concurrency, duration| LoadConfig {
+        // Each run numbers its nodes from 0, so each gets its own name prefix: a name joins once.
+        let load = |label: String, step: &str, concurrency, duration| LoadConfig {
             label,
             mode: Mode::Closed {
                 concurrency,
@@ -381,12 +404,12 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             },
             timeout: config.timeout,
             retry: config.retry,
-            node_prefix: format!("{prefix}-{}", format!("{setup:?}").to_lowercase()),
+            node_prefix: format!("{prefix}-{}{step}", format!("{setup:?}").to_lowercase()),
             // Nodes come from distinct addresses, as in a real cluster.
             spread_sources: true,
         };
         if !config.warmup.is_zero() {
-            let warm = load(format!("{setup:?} warm-up"), 4, config.warmup);
+            let warm = load(format!("{setup:?} warm-up"), "w", 4, config.warmup);
             let report = run::run(running.target.clone(), &warm, &watched).await?;
             if report.succeeded == 0 {
                 bail!("setup {setup:?} answers no join during the warm-up:\n{report}");
@@ -394,7 +417,12 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
         }
         let mut steps = Vec::new();
         for &concurrency in &config.concurrencies {
-            let step = load(format!("{setup:?}"), concurrency, config.step);
+            let step = load(
+                format!("{setup:?}"),
+                &concurrency.to_string(),
+                concurrency,
+                config.step,
+            );
             let report = run::run(running.target.clone(), &step, &watched).await?;
             println!("{report}");
             steps.push(report);

@@ -28,4 +28,4 @@ pub mod trivial;
 
 pub use node::{SoftAttestation, Target};
 pub use report::Report;
-pub use run::{LoadConfig, Mode, RetryPolicy, Stop};
+pub use run::{LoadConfig, Mode, Stop};

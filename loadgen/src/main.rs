@@ -11,7 +11,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use loadgen::bench::{self, BenchConfig, Setup};
 use loadgen::mtls::{self, ClientCa};
 use loadgen::procstat::Watched;
-use loadgen::{LoadConfig, Mode, RetryPolicy, SoftAttestation, Stop, Target};
+use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
+use node_client::Backoff;
 use soft_issuer::KeyType;
 
 #[derive(Debug, Parser)]
@@ -54,26 +55,27 @@ impl From<Ak> for KeyType {
     }
 }
 
+/// Retries follow node-client's policy (ResourceExhausted, Unavailable, Aborted; full-jitter
+/// exponential backoff); these flags change its bounds.
 #[derive(Debug, Args)]
 struct RetryArgs {
-    /// Attempts per node in all (retries of ResourceExhausted and Unavailable, with jittered
-    /// exponential backoff).
-    #[arg(long, default_value_t = 8)]
-    retry_attempts: u32,
-    /// Backoff ceiling before the first retry; doubles per retry.
-    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
-    retry_base: Duration,
-    /// Largest backoff ceiling.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    retry_max: Duration,
+    /// Upper bound of the first pause [node-client: 100ms].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    retry_initial: Option<Duration>,
+    /// Upper bound of every pause [node-client: 10s; bench: 2s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    retry_max: Option<Duration>,
+    /// No new attempt after this long since a node's first [node-client: 5m; bench: 30s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    retry_give_up_after: Option<Duration>,
 }
 
 impl RetryArgs {
-    fn policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            max_attempts: self.retry_attempts.max(1),
-            base: self.retry_base,
-            max: self.retry_max,
+    fn backoff(&self, defaults: Backoff) -> Backoff {
+        Backoff {
+            initial: self.retry_initial.unwrap_or(defaults.initial),
+            max: self.retry_max.unwrap_or(defaults.max),
+            give_up_after: self.retry_give_up_after.unwrap_or(defaults.give_up_after),
         }
     }
 }
@@ -102,7 +104,8 @@ struct RunArgs {
     /// Deadline of one attempt (connect, handshake, call).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     timeout: Duration,
-    /// Retry ResourceExhausted and Unavailable with jittered backoff (retries are counted apart).
+    /// Retry as a node does: ResourceExhausted, Unavailable and Aborted, with jittered backoff
+    /// (retries are counted apart).
     #[arg(long)]
     retry: bool,
     #[command(flatten)]
@@ -179,7 +182,8 @@ struct BenchArgs {
     /// Deadline of one attempt.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     timeout: Duration,
-    /// Do not retry ResourceExhausted and Unavailable (by default nodes retry, as they should).
+    /// Do not retry (by default nodes retry ResourceExhausted, Unavailable and Aborted, as
+    /// node-client does).
     #[arg(long)]
     no_retry: bool,
     #[command(flatten)]
@@ -272,7 +276,9 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
         label,
         mode,
         timeout: args.timeout,
-        retry: args.retry.then(|| args.retry_args.policy()),
+        retry: args
+            .retry
+            .then(|| args.retry_args.backoff(Backoff::default())),
         node_prefix: args
             .node_prefix
             .clone()
@@ -324,7 +330,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         step: args.step,
         warmup: args.warmup,
         timeout: args.timeout,
-        retry: (!args.no_retry).then(|| args.retry_args.policy()),
+        retry: (!args.no_retry).then(|| args.retry_args.backoff(bench::RETRY)),
         key_type: args.ak.into(),
         out_dir: args.out,
     };
@@ -345,7 +351,18 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text);
+    match cli.command {
+        Command::ServeTrivial(_) => plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text),
+        // The report is the output; per-node log lines (a retry each) would drown it.
+        Command::Run(_) | Command::Bench(_) => {
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .init();
+        }
+    }
     match cli.command {
         Command::Run(args) => {
             if !run(args).await? {

@@ -28,15 +28,6 @@ impl Failure {
             class: message_class(message),
         }
     }
-
-    /// Whether a node should try again later: the service is busy (`ResourceExhausted`) or
-    /// (partly) down (`Unavailable`). Everything else will fail the same way again.
-    pub fn retryable(&self) -> bool {
-        matches!(
-            self.code,
-            tonic::Code::ResourceExhausted | tonic::Code::Unavailable
-        )
-    }
 }
 
 /// Longest message class kept; the rest of a long error chain rarely tells causes apart.

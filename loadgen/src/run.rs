@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use node_client::{Backoff, ClientError};
 use rand::Rng as _;
 use tokio::time::Instant;
 
@@ -70,39 +71,9 @@ impl Mode {
     }
 }
 
-/// Retrying `ResourceExhausted` and `Unavailable` with jittered exponential backoff, as a node
-/// should when the service sheds load.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct RetryPolicy {
-    /// Attempts in all, the first included.
-    pub max_attempts: u32,
-    /// The backoff ceiling before the first retry; it doubles per retry.
-    #[serde(serialize_with = "seconds")]
-    pub base: Duration,
-    /// The largest backoff ceiling.
-    #[serde(serialize_with = "seconds")]
-    pub max: Duration,
-}
-
 /// Durations in JSON reports: seconds, fractional.
 pub(crate) fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
-}
-
-impl RetryPolicy {
-    /// Backoff before retry number `retry` (0-based): uniformly random up to
-    /// `min(max, base * 2^retry)` ("full jitter"), so nodes refused together do not come back
-    /// together.
-    pub fn backoff(&self, retry: u32) -> Duration {
-        let ceiling = self
-            .base
-            .saturating_mul(1u32.checked_shl(retry).unwrap_or(u32::MAX))
-            .min(self.max);
-        if ceiling.is_zero() {
-            return ceiling;
-        }
-        rand::rng().random_range(Duration::ZERO..=ceiling)
-    }
 }
 
 /// A run's parameters.
@@ -113,8 +84,10 @@ pub struct LoadConfig {
     pub mode: Mode,
     /// Deadline of one attempt (connect, handshake, call).
     pub timeout: Duration,
-    /// `None`: every failure is final.
-    pub retry: Option<RetryPolicy>,
+    /// How nodes retry what the service asks them to retry (node-client's own policy:
+    /// `ResourceExhausted`, `Unavailable`, `Aborted`, with full-jitter backoff); `None`: every
+    /// failure is final.
+    pub retry: Option<Backoff>,
     /// Prefix of the node names, so runs against one system do not reuse names.
     pub node_prefix: String,
     /// Against a loopback target, each node connects from its own 127.x.y.z address
@@ -271,7 +244,7 @@ async fn one_node(
     target: &Target,
     namer: &Namer,
     timeout: Duration,
-    retry: Option<RetryPolicy>,
+    retry: Option<Backoff>,
     due: Option<Instant>,
 ) -> Result<Outcome, RunError> {
     let index = namer.next.fetch_add(1, Ordering::Relaxed);
@@ -279,54 +252,51 @@ async fn one_node(
         (namer.spread_sources && target.addr().ip().is_loopback()).then(|| loopback_source(index));
     let node = target.node(&format!("{}-{index}", namer.prefix), node_ip(index), source)?;
     let started = due.unwrap_or_else(Instant::now);
-    let mut retried: Vec<Failure> = Vec::new();
-    loop {
+    let Some(backoff) = retry else {
         let result = node.join(timeout).await;
-        match (result, retry) {
-            (Err(failure), Some(policy))
-                if failure.retryable() && (retried.len() as u32) + 1 < policy.max_attempts =>
-            {
-                tokio::time::sleep(policy.backoff(retried.len() as u32)).await;
-                retried.push(failure);
-            }
-            (result, _) => {
-                return Ok(Outcome {
-                    latency: started.elapsed(),
-                    result,
-                    retried,
-                });
-            }
-        }
-    }
+        return Ok(Outcome {
+            latency: started.elapsed(),
+            result,
+            retried: vec![],
+        });
+    };
+    // node-client's retry loop decides what to retry and when; every failure is noted here, so
+    // the report can say what was retried.
+    let failures = std::sync::Mutex::new(Vec::<Failure>::new());
+    let (node, noted) = (&node, &failures);
+    let retried = backoff
+        .run(move || async move {
+            node.join(timeout).await.map_err(|failure| {
+                let status = tonic::Status::new(failure.code, failure.class.clone());
+                noted
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(failure);
+                ClientError::Status(status)
+            })
+        })
+        .await;
+    let latency = started.elapsed();
+    let mut failures = failures
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let result = match retried.result {
+        Ok(()) => Ok(()),
+        // The last failure noted is the one returned.
+        Err(_) => Err(failures
+            .pop()
+            .unwrap_or_else(|| Failure::new(tonic::Code::Unknown, "failed without a status"))),
+    };
+    Ok(Outcome {
+        latency,
+        result,
+        retried: failures,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_is_jittered_under_a_doubling_ceiling() {
-        let policy = RetryPolicy {
-            max_attempts: 10,
-            base: Duration::from_millis(10),
-            max: Duration::from_millis(100),
-        };
-        for retry in 0..40 {
-            let ceiling = Duration::from_millis(10 * (1u64 << retry.min(20))).min(policy.max);
-            for _ in 0..20 {
-                assert!(policy.backoff(retry) <= ceiling);
-            }
-        }
-        // Jitter: twenty draws under a 100 ms ceiling are not all equal.
-        let draws: std::collections::HashSet<Duration> =
-            (0..20).map(|_| policy.backoff(5)).collect();
-        assert!(draws.len() > 1);
-        let none = RetryPolicy {
-            base: Duration::ZERO,
-            ..policy
-        };
-        assert_eq!(none.backoff(3), Duration::ZERO);
-    }
 
     #[test]
     fn modes_describe_themselves() {

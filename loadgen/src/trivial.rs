@@ -89,15 +89,25 @@ pub async fn serve_unix(
         .map_err(TrivialError::Serve)
 }
 
-/// Serves HTTP/2 over mutual TLS on `listener`: per connection a full handshake, then gRPC, as
-/// attest-proxy serves its nodes but without attestation and without forwarding.
+/// Serves [`Trivial`] over HTTP/2 and mutual TLS on `listener`: per connection a full handshake,
+/// then gRPC, as attest-proxy serves its nodes but without attestation and without forwarding.
 pub async fn serve_mtls(
     listener: TcpListener,
     tls: Arc<rustls23::ServerConfig>,
     shutdown: Shutdown,
 ) -> Result<(), TrivialError> {
+    serve_mtls_with(listener, tls, Trivial, shutdown).await
+}
+
+/// [`serve_mtls`] with another `join.API` implementation (tests answer with chosen statuses).
+pub async fn serve_mtls_with(
+    listener: TcpListener,
+    tls: Arc<rustls23::ServerConfig>,
+    api: impl Api,
+    shutdown: Shutdown,
+) -> Result<(), TrivialError> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let service = ApiServer::new(Trivial);
+    let service = ApiServer::new(api);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "trivial upstream listening (mutual TLS)");
     }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use loadgen::mtls::{self, ClientCa};
@@ -152,4 +153,104 @@ async fn mutual_tls_floor_answers_every_call() {
         .unwrap()
         .unwrap()
         .unwrap();
+}
+
+/// Sheds the first `busy` calls with `ResourceExhausted`, as an overloaded service does.
+#[derive(Debug)]
+struct Shedding {
+    busy: u32,
+    calls: AtomicU32,
+}
+
+#[tonic::async_trait]
+impl proto::join::api_server::Api for Shedding {
+    async fn issue_join_ticket(
+        &self,
+        request: tonic::Request<proto::join::IssueJoinTicketRequest>,
+    ) -> Result<tonic::Response<proto::join::IssueJoinTicketResponse>, tonic::Status> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.busy {
+            return Err(tonic::Status::resource_exhausted(
+                "attestation verification queue is full (256 waiting); retry later",
+            ));
+        }
+        loadgen::trivial::Trivial.issue_join_ticket(request).await
+    }
+
+    async fn issue_rejoin_ticket(
+        &self,
+        request: tonic::Request<proto::join::IssueRejoinTicketRequest>,
+    ) -> Result<tonic::Response<proto::join::IssueRejoinTicketResponse>, tonic::Status> {
+        loadgen::trivial::Trivial.issue_rejoin_ticket(request).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shed_joins_are_retried_and_counted_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ClientCa::generate().unwrap();
+    let ca_cert = dir.path().join("ca.pem");
+    ca.write(&ca_cert, &dir.path().join("ca.key")).unwrap();
+    let ca = Arc::new(ca);
+    let tls = mtls::server_config(&ca_cert).unwrap();
+    let serve = |busy| {
+        let tls = tls.clone();
+        async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (trigger, shutdown) = plumbing::shutdown::channel();
+            let api = Shedding {
+                busy,
+                calls: AtomicU32::new(0),
+            };
+            tokio::spawn(loadgen::trivial::serve_mtls_with(
+                listener, tls, api, shutdown,
+            ));
+            (addr, trigger)
+        }
+    };
+
+    // With retries (node-client's policy, short pauses): the first node is shed twice, then joins.
+    let (addr, _stop) = serve(2).await;
+    let mut retrying = config("retrying", 1, 3);
+    retrying.retry = Some(node_client::Backoff {
+        initial: Duration::from_millis(5),
+        max: Duration::from_millis(20),
+        give_up_after: Duration::from_secs(10),
+    });
+    let target = Arc::new(Target::Mtls {
+        addr,
+        ca: ca.clone(),
+    });
+    let report = loadgen::run::run(target, &retrying, &[]).await.unwrap();
+    assert_eq!(
+        (report.succeeded, report.failed, report.retries),
+        (3, 0, 2),
+        "{report}"
+    );
+    assert_eq!(report.retried_errors.len(), 1, "{report}");
+    let shed = &report.retried_errors[0];
+    assert_eq!(
+        (shed.code.as_str(), shed.count),
+        ("ResourceExhausted", 2),
+        "{report}"
+    );
+    assert_eq!(
+        shed.class,
+        "attestation verification queue is full (# waiting); retry later"
+    );
+    assert!(report.errors.is_empty());
+
+    // Without retries the same answers are final failures.
+    let (addr, _stop) = serve(2).await;
+    let target = Arc::new(Target::Mtls { addr, ca });
+    let report = loadgen::run::run(target, &config("no retries", 1, 3), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.succeeded, report.failed, report.retries),
+        (1, 2, 0),
+        "{report}"
+    );
+    assert_eq!(report.errors[0].code, "ResourceExhausted");
+    assert_eq!(report.errors[0].count, 2);
 }
