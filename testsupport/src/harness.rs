@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use kube_standin::fixtures::{components_json, constellation_version, token_issuer_grants};
+use kube_standin::fixtures::{components_json, constellation_version};
 use kube_standin::{KubeStandin, Running, StandinConfig, User};
 use node_client::Client;
 use rand::Rng;
@@ -38,6 +38,33 @@ pub const COMPONENTS_REF: &str = "k8s-components-sha256-4a7b2c9e";
 /// `apiServer.certSANs` of the kubeadm ClusterConfiguration join-core reads.
 pub const API_SERVER_CERT_SANS: [&str; 2] = ["10.0.0.1", "api.cluster.example"];
 
+/// Where each service process serves its admin endpoint (`/livez`, `/readyz`, `/metrics`).
+#[derive(Clone, Copy, Debug)]
+pub struct AdminAddrs {
+    pub proxy: SocketAddr,
+    pub join_core: SocketAddr,
+    pub token_issuer: SocketAddr,
+}
+
+/// One plain HTTP/1.1 GET to an admin endpoint: (status, body).
+pub fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let status = raw
+        .get(9..12)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("not an HTTP response: {raw:?}"))?;
+    let body = raw.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
+    Ok((status, body.unwrap_or_default()))
+}
+
 /// How to start the system.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -61,6 +88,8 @@ pub struct System {
     pub kube: Running,
     pub swtpm: Swtpm,
     pub proxy_addr: SocketAddr,
+    /// The processes' admin endpoints.
+    pub admin: AdminAddrs,
     pub paths: Paths,
     _dir: Option<tempfile::TempDir>,
 }
@@ -224,15 +253,14 @@ impl System {
             )?,
         }
 
-        // The Kubernetes API, with the token-issuer's service account allowed exactly its calls,
-        // and the cluster's version as Constellation's node operator records it.
+        // The Kubernetes API, with the token-issuer's service account allowed exactly what the
+        // deployment's RBAC (deploy/rbac.yaml) allows it, so a call the manifests do not permit
+        // fails here with the API server's 403; and the cluster's version as Constellation's
+        // node operator records it.
         let token = random_hex(16);
-        let user = User::service_account(
-            &token,
-            "kube-system",
-            "join-token-issuer",
-            token_issuer_grants(),
-        );
+        let grants = deploy::grants_for_service_account("kube-system", "join-token-issuer")
+            .context("loading the deployment's RBAC")?;
+        let user = User::service_account(&token, "kube-system", "join-token-issuer", grants);
         let kube = KubeStandin::start(StandinConfig::new(vec![user]))
             .await
             .context("starting kube-standin")?;
@@ -244,6 +272,12 @@ impl System {
         write(&paths.kubeconfig, kube.kubeconfig(&token).as_bytes())?;
 
         let kms_port = free_port()?;
+        let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let admin = AdminAddrs {
+            proxy: loopback(free_port()?),
+            join_core: loopback(free_port()?),
+            token_issuer: loopback(free_port()?),
+        };
         let mut keyservice = Process::spawn(
             "keyservice",
             command("keyservice")?
@@ -270,7 +304,8 @@ impl System {
                 .arg(&paths.pki_dir)
                 .args(["--api-server-endpoint", API_SERVER_ENDPOINT])
                 .arg("--kubeconfig")
-                .arg(&paths.kubeconfig),
+                .arg(&paths.kubeconfig)
+                .args(["--admin-listen", &admin.token_issuer.to_string()]),
             &paths.logs,
         )?;
         let mut join_core = Process::spawn(
@@ -285,7 +320,8 @@ impl System {
                 .arg("--measurement-salt-file")
                 .arg(&paths.measurement_salt)
                 .arg("--kubeadm-config")
-                .arg(&paths.kubeadm_config),
+                .arg(&paths.kubeadm_config)
+                .args(["--admin-listen", &admin.join_core.to_string()]),
             &paths.logs,
         )?;
         let proxy_addr = match options.proxy_listen {
@@ -300,7 +336,8 @@ impl System {
                 .arg(&paths.join_core_socket)
                 .args(["--variant", "qemu-vtpm"])
                 .arg("--attestation-config")
-                .arg(&paths.attestation_config),
+                .arg(&paths.attestation_config)
+                .args(["--admin-listen", &admin.proxy.to_string()]),
             &paths.logs,
         )?;
 
@@ -329,6 +366,7 @@ impl System {
             kube,
             swtpm,
             proxy_addr: connect_addr,
+            admin,
             paths,
             _dir: dir,
         })
