@@ -15,6 +15,7 @@ use attestation::audit;
 
 use crate::allowlist::AllowlistLayer;
 use crate::identity::{IdentityLayer, PeerIdentity};
+use crate::metrics::{Handshake, Metrics};
 use crate::peer_limit::{PeerLimit, Slot};
 use crate::policy::Current;
 use crate::status;
@@ -31,6 +32,7 @@ pub struct Shared {
     pub allowlist: AllowlistLayer,
     pub upstream: Upstream,
     pub handshake_timeout: std::time::Duration,
+    pub metrics: Metrics,
 }
 
 /// Serves one node until it disconnects or shutdown drains it.
@@ -49,10 +51,16 @@ pub async fn handle(
     let (tls, outcome) = match attested {
         Ok(Ok(attested)) => attested,
         Ok(Err(error)) => {
+            shared
+                .metrics
+                .handshake(Handshake::Failed, started.elapsed());
             tracing::warn!(peer = %peer_addr, error = %status::chain(&error), "aTLS handshake failed");
             return;
         }
         Err(_) => {
+            shared
+                .metrics
+                .handshake(Handshake::TimedOut, started.elapsed());
             tracing::warn!(peer = %peer_addr, timeout = ?shared.handshake_timeout, "aTLS handshake and attestation timed out");
             return;
         }
@@ -87,7 +95,12 @@ async fn attest(
     tcp: TcpStream,
     peer_addr: SocketAddr,
 ) -> Result<(Tls, Result<PeerIdentity, tonic::Status>), atls::HandshakeError> {
+    let started = Instant::now();
     let (tls, evidence) = shared.acceptor.accept(tcp).await?;
+    shared
+        .metrics
+        .handshake(Handshake::Completed, started.elapsed());
+    let verifying = Instant::now();
     // Taken once: a policy reload from now on does not affect this connection.
     let active = shared.policy.get();
     let variant = active.validator.variant();
@@ -152,6 +165,8 @@ async fn attest(
             }
         }
     };
+    shared.metrics.verification(verifying.elapsed());
+    shared.metrics.decision(&decision);
     let line = decision.to_json_line();
     match decision.result {
         audit::Outcome::Accepted => tracing::info!(target: audit::TARGET, "{line}"),

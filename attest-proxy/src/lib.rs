@@ -21,6 +21,7 @@ pub mod config;
 mod allowlist;
 mod connection;
 mod identity;
+pub mod metrics;
 mod peer_limit;
 pub mod policy;
 mod status;
@@ -80,6 +81,8 @@ impl Proxy {
     pub async fn bind(config: Config) -> Result<Self, Error> {
         let policy = policy::Current::load(config.variant, &config.attestation_config)?;
         tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
+        let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
+        let metrics = metrics::Metrics::register(admin_endpoint.registry());
         let shared = connection::Shared {
             acceptor: atls::Acceptor::new().map_err(Error::Atls)?,
             policy: Arc::new(policy),
@@ -89,6 +92,7 @@ impl Proxy {
             allowlist: allowlist::AllowlistLayer::new(config.allowed_methods.clone()),
             upstream: upstream::Upstream::new(&config.upstream_socket),
             handshake_timeout: config.handshake_timeout,
+            metrics,
         };
         let listener = TcpListener::bind(config.listen)
             .await
@@ -98,7 +102,7 @@ impl Proxy {
             })?;
         let admin = match config.admin_listen {
             Some(addr) => Some(
-                admin(&shared, &config)
+                admin(admin_endpoint, &shared, &config)
                     .bind(addr)
                     .await
                     .map_err(|source| Error::Admin { addr, source })?,
@@ -154,6 +158,7 @@ impl Proxy {
                         // its share of attestations in progress.
                         let Some(slot) = self.shared.peers.try_acquire(peer.ip()) else {
                             tracing::debug!(%peer, "too many attestations in progress from this address; connection closed");
+                            self.shared.metrics.shed();
                             continue;
                         };
                         let _ = tcp.set_nodelay(true);
@@ -196,8 +201,11 @@ impl Proxy {
 /// the same ConfigMap, so it would take them all out of the Service at once and stop every join,
 /// while the previous policy is still being enforced correctly. It shows in `policy_failing`,
 /// in the log, and as a note in the `/readyz` body (`warn policy: ...`, the probe still passes).
-fn admin(shared: &connection::Shared, config: &Config) -> plumbing::admin::Admin {
-    let mut admin = plumbing::admin::Admin::new("attest_proxy");
+fn admin(
+    mut admin: plumbing::admin::Admin,
+    shared: &connection::Shared,
+    config: &Config,
+) -> plumbing::admin::Admin {
     shared.policy.register_metrics(admin.registry());
     let policy = shared.policy.clone();
     admin

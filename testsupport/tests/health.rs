@@ -63,7 +63,14 @@ async fn readiness_follows_dependencies_and_a_join_moves_the_metrics() {
         assert!(issuer.contains(line), "missing {line}:\n{issuer}");
     }
     let proxy = metrics(admin.proxy);
-    assert!(proxy.contains("attest_proxy_policy_failing 0"), "{proxy}");
+    for line in [
+        "attest_proxy_policy_failing 0",
+        r#"attest_proxy_attestations_total{result="accepted",check="none"} 1"#,
+        r#"attest_proxy_handshake_duration_seconds_count{outcome="completed"} 1"#,
+        "attest_proxy_verification_duration_seconds_count 1",
+    ] {
+        assert!(proxy.contains(line), "missing {line}:\n{proxy}");
+    }
 
     // The key service goes away: join-core stops being ready and says why; the others stay.
     system.keyservice.kill();
