@@ -8,22 +8,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use clap::Parser as _;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const POLICY: &str = r#"{"measurements": {"4": {"expected": "4444444444444444444444444444444444444444444444444444444444444444", "warnOnly": false}}}"#;
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let status = raw[9..12].parse().unwrap();
-    (status, raw.split_once("\r\n\r\n").unwrap().1.to_owned())
+    plumbing::admin::get(addr, path).await.unwrap()
 }
 
 async fn wait_for_metric(addr: SocketAddr, line: &str) -> String {

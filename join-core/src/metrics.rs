@@ -10,12 +10,6 @@ use prometheus_client::registry::Registry;
 
 use crate::error::{RequestError, TicketError};
 
-/// Latency buckets (seconds) for tickets and backend calls: a join's backend calls take
-/// milliseconds; deadlines are seconds.
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TicketLabels {
     method: &'static str,
@@ -43,7 +37,7 @@ pub struct Metrics {
 }
 
 fn histogram() -> Histogram {
-    Histogram::new(BUCKETS)
+    Histogram::new(plumbing::admin::LATENCY_BUCKETS)
 }
 
 impl Default for Metrics {

@@ -815,17 +815,8 @@ async fn token_issuer_down_is_unavailable() {
     system.stop().await;
 }
 
-/// One plain HTTP/1.1 GET to the admin endpoint: (status, body).
 async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let status = raw[9..12].parse().unwrap();
-    let body = raw.split_once("\r\n\r\n").unwrap().1.to_owned();
-    (status, body)
+    plumbing::admin::get(addr, path).await.unwrap()
 }
 
 #[tokio::test]

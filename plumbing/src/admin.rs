@@ -270,6 +270,37 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
+/// Latency buckets (seconds) for the processes' histograms: handshakes and backend calls take
+/// milliseconds, deadlines are seconds.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// `GET path` from an admin endpoint, as a probe or a scraper does it: (HTTP status, body).
+/// A small client for tests and tools; gives up after five seconds.
+pub async fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).await?;
+        let status = raw.get(9..12).and_then(|code| code.parse().ok());
+        let body = raw.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
+        match (status, body) {
+            (Some(status), Some(body)) => Ok((status, body)),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not an HTTP/1.1 response: {raw:?}"),
+            )),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer within 5 s"))?
+}
+
 /// A readiness check that passes when a Unix socket accepts a connection: the peer process is
 /// up and listening. (Its uid check may still refuse us; accepting is what "reachable" means.)
 pub fn unix_socket_check(path: impl Into<std::path::PathBuf>) -> impl Check {
@@ -303,21 +334,8 @@ pub fn tcp_check(endpoint: impl Into<String>) -> impl Check {
 mod tests {
     use super::*;
     use prometheus_client::metrics::counter::Counter;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(
-                format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
-            )
-            .await
-            .unwrap();
-        let mut raw = String::new();
-        stream.read_to_string(&mut raw).await.unwrap();
-        let status = raw[9..12].parse().unwrap();
-        let body = raw.split_once("\r\n\r\n").unwrap().1.to_owned();
-        (status, body)
+        super::get(addr, path).await.unwrap()
     }
 
     #[tokio::test]

@@ -46,25 +46,6 @@ pub struct AdminAddrs {
     pub token_issuer: SocketAddr,
 }
 
-/// One plain HTTP/1.1 GET to an admin endpoint: (status, body).
-pub fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let status = raw
-        .get(9..12)
-        .and_then(|code| code.parse().ok())
-        .with_context(|| format!("not an HTTP response: {raw:?}"))?;
-    let body = raw.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
-    Ok((status, body.unwrap_or_default()))
-}
-
 /// How to start the system.
 #[derive(Clone, Debug, Default)]
 pub struct Options {

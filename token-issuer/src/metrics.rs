@@ -16,10 +16,6 @@ use prometheus_client::registry::Registry;
 use crate::kube_api::KubeError;
 use crate::service::IssueError;
 
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct IssueLabels {
     result: &'static str,
@@ -43,8 +39,8 @@ pub struct Metrics {
 /// The process's metrics.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     credentials: Family::default(),
-    issue_duration: Histogram::new(BUCKETS),
-    api_calls: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+    issue_duration: Histogram::new(plumbing::admin::LATENCY_BUCKETS),
+    api_calls: Family::new_with_constructor(|| Histogram::new(plumbing::admin::LATENCY_BUCKETS)),
 });
 
 /// Registers the families in `registry` (the admin endpoint's).
