@@ -43,26 +43,51 @@ pub struct Config {
           default_values_t = proto::JOIN_API_METHODS.iter().map(|m| (*m).to_owned()))]
     pub allowed_methods: Vec<String>,
 
-    /// Time a node has to complete the TLS handshake and pass attestation.
+    /// Time a node has to complete the TLS handshake and pass attestation, from accept; a
+    /// connection that has not (a stalled or byte-a-second client) is closed.
     #[arg(long, env = "ATTEST_PROXY_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub handshake_timeout: Duration,
+
+    /// Connections between accept and the end of their attestation, from all sources together;
+    /// beyond that new connections are closed at accept, before any TLS work. Bounds the memory
+    /// a crowd of slow or stalled clients can pin (each holds TLS state until the handshake
+    /// deadline).
+    #[arg(long, env = "ATTEST_PROXY_MAX_HANDSHAKES", default_value_t = 512,
+          value_parser = at_least_one)]
+    pub max_handshakes: usize,
 
     /// Threads verifying attestation documents (CPU-bound work kept off the async runtime).
     #[arg(long, env = "ATTEST_PROXY_VERIFY_THREADS", default_value_t = default_verify_threads())]
     pub verify_threads: usize,
 
-    /// Verifications that may wait for a thread; beyond that nodes are told to retry.
+    /// Verifications that may wait for a thread; beyond that a node is answered
+    /// `ResourceExhausted` on its first call and retries with backoff.
     #[arg(long, env = "ATTEST_PROXY_VERIFY_QUEUE", default_value_t = 256)]
     pub verify_queue: usize,
 
     /// Attestations (handshake plus verification) one source address may have in progress at
-    /// once; further connections from it are closed at once. A node makes one at a time.
+    /// once; further connections from it are closed at once. A node makes one at a time. `0`
+    /// turns the cap off (when a load balancer puts every node behind one address).
     #[arg(
         long,
         env = "ATTEST_PROXY_MAX_ATTESTATIONS_PER_PEER",
         default_value_t = 4
     )]
     pub max_attestations_per_peer: usize,
+
+    /// Attestations one source address may start per second (a token bucket per address,
+    /// refilled at this rate); connections beyond it are closed at accept. `0` turns the rate
+    /// limit off (when a load balancer puts every node behind one address). A node joins once
+    /// and retries with backoff, far below the default.
+    #[arg(long, env = "ATTEST_PROXY_PER_PEER_RATE", default_value_t = 10.0,
+          value_parser = non_negative_rate)]
+    pub per_peer_rate: f64,
+
+    /// How many attestations a source address that has been idle may start at once before
+    /// `--per-peer-rate` applies (the token bucket's size).
+    #[arg(long, env = "ATTEST_PROXY_PER_PEER_BURST", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_peer_burst: u32,
 
     /// How often the attestation config file is re-read; a change applies to the next
     /// handshake, an invalid file keeps the previous policy.
@@ -83,6 +108,20 @@ pub struct Config {
     /// Log line format.
     #[arg(long, env = "ATTEST_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?} is not a count of 1 or more")),
+    }
+}
+
+fn non_negative_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
+        _ => Err(format!("{text:?} is not a rate per second (0 or more)")),
+    }
 }
 
 fn default_verify_threads() -> usize {

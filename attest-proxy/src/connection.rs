@@ -13,10 +13,10 @@ use tower::ServiceBuilder;
 use atls::VerifyError;
 use attestation::audit;
 
+use crate::admission::{Admission, Admitted};
 use crate::allowlist::AllowlistLayer;
 use crate::identity::{IdentityLayer, PeerIdentity};
 use crate::metrics::{Handshake, Metrics};
-use crate::peer_limit::{PeerLimit, Slot};
 use crate::policy::Current;
 use crate::status;
 use crate::upstream::Upstream;
@@ -27,7 +27,7 @@ use crate::verify_pool::{PoolError, VerifyPool};
 pub struct Shared {
     pub acceptor: atls::Acceptor,
     pub policy: Arc<Current>,
-    pub peers: Arc<PeerLimit>,
+    pub admission: Admission,
     pub pool: VerifyPool,
     pub allowlist: AllowlistLayer,
     pub upstream: Upstream,
@@ -40,14 +40,15 @@ pub async fn handle(
     shared: Arc<Shared>,
     tcp: TcpStream,
     peer_addr: SocketAddr,
-    slot: Slot,
+    admitted: Admitted,
     shutdown: Shutdown,
 ) {
     let started = Instant::now();
     let attested =
         tokio::time::timeout(shared.handshake_timeout, attest(&shared, tcp, peer_addr)).await;
-    // The source's place is for attesting only; serving the join does not count against it.
-    drop(slot);
+    // The places are for attesting only; serving the join does not count against them.
+    drop(admitted);
+    shared.metrics.admission(&shared.admission);
     let (tls, outcome) = match attested {
         Ok(Ok(attested)) => attested,
         Ok(Err(error)) => {
@@ -194,8 +195,10 @@ fn rejection(subject: audit::Subject<'_>, error: &VerifyError) -> audit::Decisio
 }
 
 /// Serves HTTP/2 on the TLS stream. On shutdown the connection is drained gracefully: streams in
-/// flight finish, new ones are refused with GOAWAY. A refusing connection closes after its first
-/// answer so an unattested client cannot hold it.
+/// flight finish, new ones are refused with GOAWAY. A node that was still attesting when the
+/// drain began has not sent its call yet; its connection answers that first call before the
+/// GOAWAY, so a join in flight finishes (the drain timeout bounds the wait). A refusing
+/// connection closes after its first answer so an unattested client cannot hold it.
 async fn serve<S>(tls: Tls, service: S, shutdown: Shutdown, close_after_first: bool)
 where
     S: tower::Service<
@@ -207,20 +210,27 @@ where
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let answered = Arc::new(tokio::sync::Notify::new());
+    let (answered_tx, answered) = tokio::sync::watch::channel(false);
     let service = {
-        let answered = answered.clone();
+        let answered_tx = Arc::new(answered_tx);
         tower::ServiceExt::map_response(service, move |response| {
-            answered.notify_one();
+            answered_tx.send_replace(true);
             response
         })
+    };
+    let first_answer = || {
+        let mut answered = answered.clone();
+        async move {
+            // An error means the service (and with it the connection) is gone.
+            let _ = answered.wait_for(|answered| *answered).await;
+        }
     };
     let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     let connection = builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
     tokio::pin!(connection);
     let closing = async {
         if close_after_first {
-            answered.notified().await;
+            first_answer().await;
         } else {
             std::future::pending::<()>().await;
         }
@@ -232,7 +242,19 @@ where
             }
             return;
         }
-        () = shutdown.wait() => {}
+        () = shutdown.wait() => {
+            if !close_after_first && !*answered.borrow() {
+                tokio::select! {
+                    result = connection.as_mut() => {
+                        if let Err(error) = result {
+                            tracing::debug!(%error, "connection ended with an error while draining");
+                        }
+                        return;
+                    }
+                    () = first_answer() => {}
+                }
+            }
+        }
         () = closing => {}
     }
     connection.as_mut().graceful_shutdown();

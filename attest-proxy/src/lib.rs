@@ -12,18 +12,36 @@
 //!
 //! Operating it: the policy file is hot-reloaded ([`policy`]; an invalid file keeps the previous
 //! policy and shows in the `policy_failing` metric); every decision is one JSON line on the
-//! tracing target `audit` ([`attestation::audit`]); one source address may have only a few
-//! attestations in progress, and a full verify queue answers `ResourceExhausted`, so a flood
-//! cannot take the pool from other nodes.
+//! tracing target `audit` ([`attestation::audit`]).
+//!
+//! Overload control, so a storm of nodes (or a flood) is refused quickly and clearly instead of
+//! queueing without end; every bound is a flag (see `attest-proxy --help`):
+//! - at accept, before any TLS work, a connection is closed at once when the proxy already has
+//!   `--max-handshakes` (512) connections between accept and the end of their attestation, when
+//!   its source address has `--max-attestations-per-peer` (4) in progress, or when its source
+//!   has used up its token bucket (`--per-peer-rate` 10/s, `--per-peer-burst` 20). The
+//!   per-source limits turn off with `0` for deployments where a load balancer puts every node
+//!   behind one address; the buckets of idle sources are dropped, so the table stays bounded.
+//!   Each refusal counts in `connections_shed{reason}`;
+//! - a full verify queue (`--verify-queue`, 256) answers `ResourceExhausted`;
+//! - a connection that has not finished its handshake and attestation within
+//!   `--handshake-timeout` (10 s) is closed, so slow or stalled clients hold at most
+//!   `--max-handshakes` connections' worth of memory, and only until the deadline.
+//!
+//! Nodes retry refusals and `ResourceExhausted` with full-jitter backoff (node-client). On
+//! SIGTERM the listener closes (new connections are refused), and connections in flight finish
+//! within `--drain-timeout`.
 
 pub mod config;
 
+mod admission;
 mod allowlist;
 mod connection;
 mod identity;
 pub mod metrics;
 mod peer_limit;
 pub mod policy;
+mod rate_limit;
 mod status;
 mod upstream;
 mod verify_pool;
@@ -86,7 +104,12 @@ impl Proxy {
         let shared = connection::Shared {
             acceptor: atls::Acceptor::new().map_err(Error::Atls)?,
             policy: Arc::new(policy),
-            peers: peer_limit::PeerLimit::new(config.max_attestations_per_peer),
+            admission: admission::Admission::new(
+                config.max_handshakes,
+                config.max_attestations_per_peer,
+                config.per_peer_rate,
+                config.per_peer_burst,
+            ),
             pool: verify_pool::VerifyPool::new(config.verify_threads, config.verify_queue)
                 .map_err(Error::Threads)?,
             allowlist: allowlist::AllowlistLayer::new(config.allowed_methods.clone()),
@@ -154,15 +177,19 @@ impl Proxy {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
-                        // Refused before TLS, where it costs nothing: this source already has
-                        // its share of attestations in progress.
-                        let Some(slot) = self.shared.peers.try_acquire(peer.ip()) else {
-                            tracing::debug!(%peer, "too many attestations in progress from this address; connection closed");
-                            self.shared.metrics.shed();
-                            continue;
+                        // Refused before TLS, where it costs nothing (see `admission`).
+                        let admitted = self.shared.admission.admit(peer.ip());
+                        self.shared.metrics.admission(&self.shared.admission);
+                        let admitted = match admitted {
+                            Ok(admitted) => admitted,
+                            Err(reason) => {
+                                tracing::debug!(%peer, reason = reason.label(), "connection refused at accept");
+                                self.shared.metrics.shed(reason);
+                                continue;
+                            }
                         };
                         let _ = tcp.set_nodelay(true);
-                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, slot, shutdown.clone()));
+                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, admitted, shutdown.clone()));
                     }
                     Err(error) => {
                         // Out of file descriptors and the like: back off instead of spinning.

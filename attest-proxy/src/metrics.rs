@@ -1,25 +1,29 @@
 //! attest-proxy's Prometheus metrics: attestation decisions, handshake and verification times,
-//! and connections shed before any TLS work.
+//! connections shed before any TLS work (by the bound that refused them), and how full the
+//! admission bounds are.
 
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use attestation::audit;
 
-/// Handshakes take milliseconds; the deadline is seconds.
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
+use crate::admission::{Admission, Shed};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
     result: &'static str,
     check: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShedLabels {
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -33,16 +37,22 @@ pub struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     handshakes: Family<OutcomeLabels, Histogram>,
     verification: Histogram,
-    shed: Counter,
+    shed: Family<ShedLabels, Counter>,
+    handshakes_in_progress: Gauge,
+    rate_limited_sources: Gauge,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Self {
             decisions: Family::default(),
-            handshakes: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
-            verification: Histogram::new(BUCKETS),
-            shed: Counter::default(),
+            handshakes: Family::new_with_constructor(|| {
+                Histogram::new(plumbing::admin::LATENCY_BUCKETS)
+            }),
+            verification: Histogram::new(plumbing::admin::LATENCY_BUCKETS),
+            shed: Family::default(),
+            handshakes_in_progress: Gauge::default(),
+            rate_limited_sources: Gauge::default(),
         }
     }
 }
@@ -79,8 +89,20 @@ impl Metrics {
         );
         registry.register(
             "connections_shed",
-            "Connections closed at accept because their source had too many attestations in progress",
+            "Connections closed at accept, before any TLS work, by reason: peer_attestations (their \
+             source had too many in progress), handshakes (the global bound on handshakes in \
+             progress), peer_rate (their source's rate limit)",
             metrics.shed.clone(),
+        );
+        registry.register(
+            "handshakes_in_progress",
+            "Connections between accept and the end of their attestation",
+            metrics.handshakes_in_progress.clone(),
+        );
+        registry.register(
+            "rate_limited_sources",
+            "Source addresses the per-source rate limit holds a bucket for",
+            metrics.rate_limited_sources.clone(),
         );
         metrics
     }
@@ -115,7 +137,20 @@ impl Metrics {
     }
 
     /// Counts one connection shed at accept.
-    pub fn shed(&self) {
-        self.shed.inc();
+    pub(crate) fn shed(&self, reason: Shed) {
+        self.shed
+            .get_or_create(&ShedLabels {
+                reason: reason.label(),
+            })
+            .inc();
+    }
+
+    /// Records how full the admission bounds are now.
+    pub(crate) fn admission(&self, admission: &Admission) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.handshakes_in_progress
+            .set(gauge(admission.handshakes_in_progress()));
+        self.rate_limited_sources
+            .set(gauge(admission.rate_limited_sources()));
     }
 }
