@@ -56,6 +56,17 @@ pub struct Options {
     pub attestation_config: Option<PathBuf>,
     /// Keep the working directory (sockets, logs, keys) instead of deleting it.
     pub keep_dir: bool,
+    /// Further command-line arguments for attest-proxy (e.g. `--handshake-timeout 2s`).
+    pub proxy_args: Vec<String>,
+}
+
+/// One of the system's service processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Proxy,
+    JoinCore,
+    TokenIssuer,
+    KeyService,
 }
 
 /// A running system. Dropping it stops every process.
@@ -69,6 +80,8 @@ pub struct System {
     pub kube: Running,
     pub swtpm: Swtpm,
     pub proxy_addr: SocketAddr,
+    /// Where the key service listens (join-core's `--kms-endpoint`).
+    pub kms_addr: SocketAddr,
     /// The processes' admin endpoints.
     pub admin: AdminAddrs,
     pub paths: Paths,
@@ -318,7 +331,8 @@ impl System {
                 .args(["--variant", "qemu-vtpm"])
                 .arg("--attestation-config")
                 .arg(&paths.attestation_config)
-                .args(["--admin-listen", &admin.proxy.to_string()]),
+                .args(["--admin-listen", &admin.proxy.to_string()])
+                .args(&options.proxy_args),
             &paths.logs,
         )?;
 
@@ -347,6 +361,7 @@ impl System {
             kube,
             swtpm,
             proxy_addr: connect_addr,
+            kms_addr: SocketAddr::from(([127, 0, 0, 1], kms_port)),
             admin,
             paths,
             _dir: dir,
@@ -378,6 +393,31 @@ impl System {
             .into_iter()
             .filter(|o| o.resource == "secrets" || o.resource == "joiningnodes")
             .collect()
+    }
+
+    /// The process running `service`.
+    pub fn process(&mut self, service: Service) -> &mut Process {
+        match service {
+            Service::Proxy => &mut self.proxy,
+            Service::JoinCore => &mut self.join_core,
+            Service::TokenIssuer => &mut self.token_issuer,
+            Service::KeyService => &mut self.keyservice,
+        }
+    }
+
+    /// Starts `service` again with the arguments it was first started with (killing it first if
+    /// it still runs), and waits until it serves; no other process is touched.
+    pub fn restart(&mut self, service: Service) -> anyhow::Result<()> {
+        let (proxy_addr, kms_addr) = (self.proxy_addr, self.kms_addr);
+        let paths = self.paths.clone();
+        let process = self.process(service);
+        process.restart()?;
+        match service {
+            Service::Proxy => process.wait_for_tcp(proxy_addr),
+            Service::JoinCore => process.wait_for_socket(&paths.join_core_socket),
+            Service::TokenIssuer => process.wait_for_socket(&paths.token_issuer_socket),
+            Service::KeyService => process.wait_for_tcp(kms_addr),
+        }
     }
 
     /// Every process's log, for failure messages.

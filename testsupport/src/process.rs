@@ -1,6 +1,8 @@
 //! Real child processes for tests and local runs: the workspace's binaries, started with their
-//! output in log files, killed when dropped.
+//! output in log files, killed when dropped; signalled (SIGTERM, SIGSTOP, ...) and restarted with
+//! the same command line by fault tests.
 
+use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -51,24 +53,133 @@ pub struct Process {
     name: String,
     child: Child,
     log: PathBuf,
+    command_line: CommandLine,
+}
+
+/// What a process was started with, to start it again the same way.
+#[derive(Clone, Debug)]
+struct CommandLine {
+    program: OsString,
+    args: Vec<OsString>,
+    /// `None` removes the variable.
+    envs: Vec<(OsString, Option<OsString>)>,
+    dir: Option<PathBuf>,
+}
+
+impl CommandLine {
+    fn of(command: &Command) -> Self {
+        Self {
+            program: command.get_program().to_owned(),
+            args: command.get_args().map(ToOwned::to_owned).collect(),
+            envs: command
+                .get_envs()
+                .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
+                .collect(),
+            dir: command.get_current_dir().map(Path::to_path_buf),
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args);
+        for (key, value) in &self.envs {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        if let Some(dir) = &self.dir {
+            command.current_dir(dir);
+        }
+        command
+    }
+}
+
+/// A signal [`Process::signal`] sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// Asks for a graceful shutdown (drain, then exit).
+    Term,
+    /// Kills at once; nothing is drained.
+    Kill,
+    /// Freezes the process: it holds its sockets but answers nothing (a hung process).
+    Stop,
+    /// Resumes a stopped process.
+    Cont,
+}
+
+impl Signal {
+    fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "TERM",
+            Signal::Kill => "KILL",
+            Signal::Stop => "STOP",
+            Signal::Cont => "CONT",
+        }
+    }
+}
+
+fn start(name: &str, command: &mut Command, log: &Path, append: bool) -> anyhow::Result<Child> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let err = file.try_clone()?;
+    command.stdin(Stdio::null()).stdout(file).stderr(err);
+    command.spawn().with_context(|| format!("starting {name}"))
 }
 
 impl Process {
     /// Starts `command`, sending stdout and stderr to a log file named after `name`.
     pub fn spawn(name: &str, command: &mut Command, log_dir: &Path) -> anyhow::Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
-        let file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let err = file.try_clone()?;
-        command.stdin(Stdio::null()).stdout(file).stderr(err);
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
+        let child = start(name, command, &log, false)?;
         Ok(Self {
             name: name.to_owned(),
             child,
             log,
+            command_line: CommandLine::of(command),
         })
+    }
+
+    /// Starts the process again with the same program, arguments, environment and log file
+    /// (appended to), after killing it if it still runs: a crashed service coming back as its
+    /// supervisor would restart it. The caller waits for it to serve again.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let mut command = self.command_line.command();
+        self.child = start(&self.name, &mut command, &self.log, true)?;
+        Ok(())
+    }
+
+    /// Sends `signal` without waiting for its effect.
+    pub fn signal(&self, signal: Signal) -> anyhow::Result<()> {
+        let status = Command::new("kill")
+            .arg(format!("-{}", signal.name()))
+            .arg(self.id().to_string())
+            .status()
+            .context("running kill")?;
+        if !status.success() {
+            bail!("kill -{} {} failed", signal.name(), self.id());
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the process to exit, and reaps it.
+    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("{} did not exit within {timeout:?}", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The name it was started under.
@@ -136,23 +247,9 @@ impl Process {
 
     /// Sends SIGTERM and waits for the process to exit, up to `timeout`.
     pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.id().to_string())
-            .status()?;
-        if !status.success() {
-            bail!("kill -TERM {} failed", self.id());
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                bail!("{} did not exit within {timeout:?} of SIGTERM", self.name);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.signal(Signal::Term)?;
+        self.wait_exit(timeout)
+            .with_context(|| format!("after SIGTERM; its log:\n{}", self.log()))
     }
 
     /// Kills the process at once (SIGKILL) and reaps it.

@@ -41,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
         proxy_listen: args.listen,
         attestation_config: args.attestation_config,
         keep_dir: args.serve,
+        ..Options::default()
     };
     let system = System::start(options).await?;
     println!(
