@@ -129,8 +129,18 @@ impl SoftIssuer {
             EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8, &rng)
                 .map_err(|e| SoftIssuerError::KeyRejected(KeyType::EcdsaP256, e.to_string()))?;
         // ring's public key is the SEC1 uncompressed point 04 ‖ x ‖ y.
-        let point = key.public_key().as_ref();
-        let (x, y) = point.get(1..).unwrap_or_default().split_at(32);
+        let (x, y) = key
+            .public_key()
+            .as_ref()
+            .strip_prefix(&[0x04])
+            .and_then(|xy| xy.split_at_checked(32))
+            .filter(|(x, y)| x.len() == y.len())
+            .ok_or_else(|| {
+                SoftIssuerError::KeyRejected(
+                    KeyType::EcdsaP256,
+                    "the public key is not an uncompressed P-256 point".to_owned(),
+                )
+            })?;
         let ak_pub = marshal::public_ecc_p256(x, y);
         Ok(SoftIssuer::with_key(
             SigningKey::Ecdsa(key),
