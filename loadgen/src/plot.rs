@@ -56,7 +56,9 @@ pub fn axis(max: f64) -> (f64, f64) {
 }
 
 fn label(v: f64) -> String {
-    if v >= 100.0 {
+    if v == 0.0 {
+        "0".to_owned()
+    } else if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {
         format!("{v:.1}")
@@ -225,6 +227,7 @@ mod tests {
         assert_eq!(label(1234.4), "1234");
         assert_eq!(label(12.34), "12.3");
         assert_eq!(label(0.1234), "0.12");
+        assert_eq!(label(0.0), "0");
         assert_eq!(escape("a<b>&c"), "a&lt;b&gt;&amp;c");
     }
 }
