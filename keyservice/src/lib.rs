@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use plumbing::shutdown::Shutdown;
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use config::Config;
@@ -104,7 +105,13 @@ impl KeyServer {
         let serve = tonic::transport::Server::builder()
             .add_service(service::server(self.master))
             .serve_with_incoming_shutdown(
-                TcpListenerStream::new(self.listener),
+                // Answers are small and latency-bound: without TCP_NODELAY, Nagle's algorithm and
+                // the client's delayed ACK hold a response back for up to 40 ms.
+                TcpListenerStream::new(self.listener).map(|accepted| {
+                    let stream = accepted?;
+                    stream.set_nodelay(true)?;
+                    Ok::<_, std::io::Error>(stream)
+                }),
                 shutdown.clone().wait(),
             );
         plumbing::shutdown::drain(serve, shutdown, self.drain_timeout)

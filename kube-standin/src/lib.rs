@@ -158,6 +158,9 @@ async fn accept_loop(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
+                    // Small, latency-bound answers, as the real API server's Go net stack sends
+                    // them: no Nagle delay.
+                    let _ = tcp.set_nodelay(true);
                     let acceptor = acceptor.clone();
                     let state = state.clone();
                     conns.spawn(async move {
