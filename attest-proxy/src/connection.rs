@@ -36,6 +36,11 @@ pub struct Shared {
 }
 
 /// Serves one node until it disconnects or shutdown drains it.
+///
+/// Until the client sends its first bytes, the connection's task holds only a socket and this
+/// small future: the state of a handshake, a verification and HTTP/2 serving (tens of KiB) is
+/// allocated when the client starts talking, so a crowd of silent connections held until the
+/// deadline costs little. The deadline runs from accept either way.
 pub async fn handle(
     shared: Arc<Shared>,
     tcp: TcpStream,
@@ -44,28 +49,83 @@ pub async fn handle(
     shutdown: Shutdown,
 ) {
     let started = Instant::now();
-    let attested =
-        tokio::time::timeout(shared.handshake_timeout, attest(&shared, tcp, peer_addr)).await;
-    // The places are for attesting only; serving the join does not count against them.
-    drop(admitted);
-    shared.metrics.admission(&shared.admission);
-    let (tls, outcome) = match attested {
-        Ok(Ok(attested)) => attested,
+    let deadline = tokio::time::Instant::now() + shared.handshake_timeout;
+    // `readable` may wake spuriously; a peek waits until a byte has really arrived.
+    let mut first = [0u8; 1];
+    let first_bytes = tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await;
+    match first_bytes {
+        Ok(Ok(1..)) => {}
+        Ok(Ok(0)) => {
+            drop(admitted);
+            handshake_failed(
+                &shared,
+                peer_addr,
+                started,
+                &atls::HandshakeError::UnexpectedEof,
+            );
+            return;
+        }
         Ok(Err(error)) => {
-            shared
-                .metrics
-                .handshake(Handshake::Failed, started.elapsed());
-            tracing::warn!(peer = %peer_addr, error = %status::chain(&error), "aTLS handshake failed");
+            drop(admitted);
+            handshake_failed(
+                &shared,
+                peer_addr,
+                started,
+                &atls::HandshakeError::Io(error),
+            );
             return;
         }
         Err(_) => {
-            shared
-                .metrics
-                .handshake(Handshake::TimedOut, started.elapsed());
-            tracing::warn!(peer = %peer_addr, timeout = ?shared.handshake_timeout, "aTLS handshake and attestation timed out");
+            drop(admitted);
+            timed_out(&shared, peer_addr, started);
             return;
         }
+    }
+    Box::pin(attest_and_serve(
+        shared, tcp, peer_addr, admitted, shutdown, started, deadline,
+    ))
+    .await;
+}
+
+fn handshake_failed(
+    shared: &Shared,
+    peer_addr: SocketAddr,
+    started: Instant,
+    error: &atls::HandshakeError,
+) {
+    shared.metrics.admission(&shared.admission);
+    shared
+        .metrics
+        .handshake(Handshake::Failed, started.elapsed());
+    tracing::warn!(peer = %peer_addr, error = %status::chain(error), "aTLS handshake failed");
+}
+
+fn timed_out(shared: &Shared, peer_addr: SocketAddr, started: Instant) {
+    shared.metrics.admission(&shared.admission);
+    shared
+        .metrics
+        .handshake(Handshake::TimedOut, started.elapsed());
+    tracing::warn!(peer = %peer_addr, timeout = ?shared.handshake_timeout, "aTLS handshake and attestation timed out");
+}
+
+async fn attest_and_serve(
+    shared: Arc<Shared>,
+    tcp: TcpStream,
+    peer_addr: SocketAddr,
+    admitted: Admitted,
+    shutdown: Shutdown,
+    started: Instant,
+    deadline: tokio::time::Instant,
+) {
+    let attested = tokio::time::timeout_at(deadline, attest(&shared, tcp, peer_addr)).await;
+    // The places are for attesting only; serving the join does not count against them.
+    drop(admitted);
+    let (tls, outcome) = match attested {
+        Ok(Ok(attested)) => attested,
+        Ok(Err(error)) => return handshake_failed(&shared, peer_addr, started, &error),
+        Err(_) => return timed_out(&shared, peer_addr, started),
     };
+    shared.metrics.admission(&shared.admission);
     match outcome {
         Ok(identity) => {
             tracing::debug!(peer = %peer_addr, elapsed = ?started.elapsed(), "attested connection ready");

@@ -117,12 +117,10 @@ impl Proxy {
             handshake_timeout: config.handshake_timeout,
             metrics,
         };
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| Error::Listen {
-                addr: config.listen,
-                source,
-            })?;
+        let listener = listen(config.listen).map_err(|source| Error::Listen {
+            addr: config.listen,
+            source,
+        })?;
         let admin = match config.admin_listen {
             Some(addr) => Some(
                 admin(admin_endpoint, &shared, &config)
@@ -249,6 +247,25 @@ fn admin(
                 )
             })
         })
+}
+
+/// Connections the kernel may hold for the accept loop (capped by `net.core.somaxconn`).
+///
+/// In a storm, nodes connect faster than any one loop accepts for a moment. A connection that
+/// finds the queue full has its handshake's last packet dropped and waits for a retransmission,
+/// which takes seconds and looks to the node like a hung server; a deep queue absorbs the burst,
+/// and the bounds at accept then refuse at once what the proxy cannot take.
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As std and tokio do for listeners: a restarted proxy rebinds while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Binds and serves until `shutdown`.

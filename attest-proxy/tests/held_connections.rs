@@ -1,0 +1,271 @@
+//! 10,000 connections held open mid-handshake: the proxy's memory stays bounded and every one of
+//! them is closed by the handshake deadline.
+//!
+//! The real attest-proxy binary runs as its own process, so its resident memory can be read from
+//! `/proc/<pid>/status`. Clients from 10,000 distinct loopback addresses (as many nodes would
+//! come from) connect and then stall: half send the first bytes of a ClientHello, half send
+//! nothing. Twice: with the default bound on handshakes in progress (all but that many are closed
+//! at accept), and with the bound raised above the crowd (every connection is held until the
+//! deadline, which shows what one held connection costs).
+//!
+//! The test raises its open-file limit to fit the crowd (the proxy inherits it); if the hard
+//! limit is lower, it uses as many connections as the limit allows and says so.
+
+// Helpers outside #[test] functions unwrap too; a panic is the failure report here.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use loadgen::node::loopback_source;
+use loadgen::procstat;
+use testsupport::harness;
+use testsupport::process::{Process, free_port};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpSocket, TcpStream};
+
+const CROWD: usize = 10_000;
+const DEADLINE: Duration = Duration::from_secs(4);
+/// The proxy's default `--max-handshakes`.
+const DEFAULT_MAX_HANDSHAKES: usize = 512;
+
+/// Raises the open-file limit for the crowd and returns how many connections fit under it.
+fn crowd_size() -> usize {
+    // This process holds one descriptor per connection, and so does the proxy while it holds it.
+    let wanted = u64::try_from(CROWD + 1024).unwrap();
+    let limit = rlimit::increase_nofile_limit(wanted).unwrap();
+    let fits = usize::try_from(limit)
+        .unwrap()
+        .saturating_sub(1024)
+        .min(CROWD);
+    if fits < CROWD {
+        eprintln!("open-file limit {limit}: holding {fits} connections instead of {CROWD}");
+    }
+    fits
+}
+
+struct Proxy {
+    process: Process,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+fn start_proxy(extra: &[&str]) -> Proxy {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("attestationConfig");
+    std::fs::write(&policy, harness::attestation_config(&[])).unwrap();
+    let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let (addr, admin) = (
+        loopback(free_port().unwrap()),
+        loopback(free_port().unwrap()),
+    );
+    let mut process = Process::spawn(
+        "attest-proxy",
+        Command::new(env!("CARGO_BIN_EXE_attest-proxy"))
+            // Every shed handshake would log a warning; the counts are in the metrics.
+            .env("RUST_LOG", "error")
+            .args(["--listen", &addr.to_string()])
+            .args(["--admin-listen", &admin.to_string()])
+            // Nothing gets that far: no connection finishes its handshake.
+            .arg("--upstream-socket")
+            .arg(dir.path().join("join-core.sock"))
+            .arg("--attestation-config")
+            .arg(&policy)
+            .args([
+                "--handshake-timeout",
+                &humantime::format_duration(DEADLINE).to_string(),
+            ])
+            .args(extra),
+        dir.path(),
+    )
+    .unwrap();
+    process.wait_for_tcp(addr).unwrap();
+    Proxy {
+        process,
+        addr,
+        admin,
+        _dir: dir,
+    }
+}
+
+/// One value of the proxy's metrics (a line `<name> <value>`).
+async fn metric(proxy: &Proxy, name: &str) -> f64 {
+    let (status, body) = plumbing::admin::get(proxy.admin, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+async fn connect_from(index: usize, target: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(
+        loopback_source(u64::try_from(index).unwrap()),
+        0,
+    ))?;
+    socket.connect(target).await
+}
+
+/// Opens `n` stalling connections, each from its own address, and returns for each how long
+/// after it was opened the proxy closed it (`None`: still open `patience` after opening).
+async fn hold(target: SocketAddr, n: usize, patience: Duration) -> Vec<Option<Duration>> {
+    // Connecting faster than the proxy accepts would only test the kernel's listen queue.
+    let connecting = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut held = tokio::task::JoinSet::new();
+    for index in 0..n {
+        let permit = connecting.clone().acquire_owned().await.unwrap();
+        held.spawn(async move {
+            let mut tcp = connect_from(index, target).await.unwrap();
+            drop(permit);
+            let opened = Instant::now();
+            if index % 2 == 0 {
+                // A TLS record header announcing a 512-byte handshake message, and one byte of it.
+                let _ = tcp.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).await;
+            }
+            let mut buf = [0u8; 64];
+            let closed = tokio::time::timeout(patience, async {
+                // EOF, a reset, or (never, here) bytes the server sent: any of them ends the wait
+                // only when the connection is gone.
+                loop {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            closed.ok().map(|()| opened.elapsed())
+        });
+    }
+    let mut closed = Vec::with_capacity(n);
+    while let Some(result) = held.join_next().await {
+        closed.push(result.unwrap());
+    }
+    closed
+}
+
+/// Runs one crowd against `proxy` and checks that each connection was closed by the deadline.
+/// Returns (peak RSS growth in bytes, connections that the proxy held until the deadline).
+async fn crowd(proxy: &Proxy, n: usize) -> (u64, usize) {
+    let pid = proxy.process.id();
+    let before = procstat::memory(pid).unwrap();
+    let started = Instant::now();
+    // Sample the proxy's memory while the crowd is held.
+    let sampling = {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut peak = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(memory) = procstat::memory(pid) {
+                    peak = peak.max(memory.peak_rss).max(memory.rss);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            peak
+        });
+        (stop, task)
+    };
+    let patience = DEADLINE + Duration::from_secs(2);
+    let closed = hold(proxy.addr, n, patience).await;
+    sampling.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampling.1.await.unwrap();
+    let after = procstat::memory(pid).unwrap();
+    let peak = peak.max(after.peak_rss);
+
+    let mut histogram = std::collections::BTreeMap::new();
+    for c in &closed {
+        *histogram.entry(c.map(|d| d.as_millis() / 500)).or_insert(0) += 1;
+    }
+    eprintln!("close times (half seconds): {histogram:?}");
+    let open = closed.iter().filter(|c| c.is_none()).count();
+    assert_eq!(
+        open,
+        0,
+        "{open} of {n} connections were still open {patience:?} after they were opened (deadline {DEADLINE:?}); log:\n{}",
+        proxy.process.log()
+    );
+    // Held ones are closed at the deadline, shed ones at once.
+    let held_to_deadline = closed
+        .iter()
+        .flatten()
+        .filter(|after| **after >= DEADLINE.mul_f64(0.9))
+        .count();
+    eprintln!(
+        "{n} connections in {:?}: {held_to_deadline} held until the deadline; proxy RSS {} KiB before, peak {} KiB",
+        started.elapsed(),
+        before.rss / 1024,
+        peak / 1024
+    );
+    (peak.saturating_sub(before.rss), held_to_deadline)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_stalled_handshakes_stay_bounded_and_are_shed_at_the_deadline() {
+    let n = crowd_size();
+
+    // Defaults: at most 512 handshakes in progress; the rest are closed at accept.
+    let proxy = start_proxy(&[]);
+    let (growth, held) = crowd(&proxy, n).await;
+    assert!(
+        held <= DEFAULT_MAX_HANDSHAKES,
+        "{held} connections held, beyond the bound"
+    );
+    let shed = metric(
+        &proxy,
+        "attest_proxy_connections_shed_total{reason=\"handshakes\"}",
+    )
+    .await;
+    assert!(
+        shed >= (n - DEFAULT_MAX_HANDSHAKES) as f64,
+        "{shed} connections shed at accept of {n}"
+    );
+    let timed_out = metric(
+        &proxy,
+        "attest_proxy_handshake_duration_seconds_count{outcome=\"timeout\"}",
+    )
+    .await;
+    assert!(
+        timed_out >= held as f64,
+        "{timed_out} timeouts for {held} held"
+    );
+    assert_eq!(
+        metric(&proxy, "attest_proxy_handshakes_in_progress").await,
+        0.0
+    );
+    assert!(
+        growth < 48 << 20,
+        "the proxy grew by {} KiB holding at most {DEFAULT_MAX_HANDSHAKES} handshakes",
+        growth / 1024
+    );
+    drop(proxy);
+
+    // The bound out of the way: every connection is held until the deadline, and what they cost
+    // is what one stalled handshake costs (a task, a socket, TLS state), times the crowd.
+    let proxy = start_proxy(&["--max-handshakes", "100000"]);
+    let (growth, held) = crowd(&proxy, n).await;
+    assert!(
+        held >= n * 9 / 10,
+        "only {held} of {n} connections were held until the deadline"
+    );
+    assert_eq!(
+        metric(
+            &proxy,
+            "attest_proxy_connections_shed_total{reason=\"handshakes\"}"
+        )
+        .await,
+        0.0
+    );
+    assert_eq!(
+        metric(&proxy, "attest_proxy_handshakes_in_progress").await,
+        0.0
+    );
+    let per_connection = growth / u64::try_from(n).unwrap();
+    assert!(
+        per_connection < 48 << 10,
+        "each stalled handshake cost the proxy {per_connection} bytes"
+    );
+}
