@@ -346,6 +346,20 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
     }
 }
 
+/// How many nodes to make before a step at `concurrency` for `step`, when the setup has run at
+/// up to `rate` joins/s so far: enough for a step up to three times as fast (a step at higher
+/// concurrency is faster, and the warm-up runs at 4), bounded so memory and the time spent
+/// making them stay small. Nodes beyond these make their identities inside the step.
+fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
+    const MIN_RATE: f64 = 500.0;
+    const MAX_NODES: f64 = 40_000.0;
+    let expected = rate.max(MIN_RATE) * 3.0 * step.as_secs_f64() + 2.0 * concurrency as f64;
+    // Truncation is intended: a count of nodes, bounded above.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let count = expected.min(MAX_NODES) as u64;
+    count
+}
+
 /// The service's processes of a running `local-cluster` (pid `cluster`): its children
 /// attest-proxy, join-core, token-issuer and keyservice, and local-cluster itself, which hosts the
 /// Kubernetes API stand-in.
@@ -396,7 +410,7 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             server_side: false,
         });
         // Each run numbers its nodes from 0, so each gets its own name prefix: a name joins once.
-        let load = |label: String, step: &str, concurrency, duration| LoadConfig {
+        let load = |label: String, step: &str, concurrency, duration, pregenerate| LoadConfig {
             label,
             mode: Mode::Closed {
                 concurrency,
@@ -407,13 +421,17 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             node_prefix: format!("{prefix}-{}{step}", format!("{setup:?}").to_lowercase()),
             // Nodes come from distinct addresses, as in a real cluster.
             spread_sources: true,
+            pregenerate,
         };
+        // The fastest rate seen so far in this setup, to size the nodes made ahead of a step.
+        let mut rate = 0.0_f64;
         if !config.warmup.is_zero() {
-            let warm = load(format!("{setup:?} warm-up"), "w", 4, config.warmup);
+            let warm = load(format!("{setup:?} warm-up"), "w", 4, config.warmup, 0);
             let report = run::run(running.target.clone(), &warm, &watched).await?;
             if report.succeeded == 0 {
                 bail!("setup {setup:?} answers no join during the warm-up:\n{report}");
             }
+            rate = report.joins_per_second;
         }
         let mut steps = Vec::new();
         for &concurrency in &config.concurrencies {
@@ -422,9 +440,11 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
                 &concurrency.to_string(),
                 concurrency,
                 config.step,
+                pregenerate(rate, concurrency, config.step),
             );
             let report = run::run(running.target.clone(), &step, &watched).await?;
             println!("{report}");
+            rate = rate.max(report.joins_per_second);
             steps.push(report);
         }
         setups.push(SetupResults {

@@ -135,6 +135,11 @@ struct RunArgs {
     /// Node name prefix (default: random, so runs against one cluster never reuse names).
     #[arg(long)]
     node_prefix: Option<String>,
+    /// Make this many nodes' identities (kubelet key and CSR, SSH host key, attestation key)
+    /// before the clock starts, as real nodes make their keys at boot; later nodes make theirs
+    /// inside the measured time [default: with --count, all of them; else none].
+    #[arg(long)]
+    pregenerate: Option<u64>,
     /// Against a loopback address, connect every node from 127.0.0.1 instead of from its own
     /// 127.x.y.z (per-source limits then see all nodes as one source).
     #[arg(long)]
@@ -284,6 +289,11 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
             .clone()
             .unwrap_or_else(loadgen::run::random_prefix),
         spread_sources: !args.same_source,
+        pregenerate: args.pregenerate.unwrap_or(if args.rate.is_none() {
+            args.count.unwrap_or(0)
+        } else {
+            0
+        }),
     };
     let report = loadgen::run::run(Arc::new(target), &config, &watched).await?;
     let json = serde_json::to_string_pretty(&report)?;

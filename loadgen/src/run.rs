@@ -9,7 +9,7 @@ use node_client::{Backoff, ClientError};
 use rand::Rng as _;
 use tokio::time::Instant;
 
-use crate::node::{NodeError, Target, loopback_source, node_ip};
+use crate::node::{Node, NodeError, Target, loopback_source, node_ip};
 use crate::procstat::{self, ProcError, Watched};
 use crate::report::{Failure, Outcome, ProcessReadings, Report};
 
@@ -93,14 +93,73 @@ pub struct LoadConfig {
     /// Against a loopback target, each node connects from its own 127.x.y.z address
     /// ([`crate::node::loopback_source`]) instead of all from 127.0.0.1.
     pub spread_sources: bool,
+    /// Nodes whose identities (kubelet key and CSR, SSH host key, attestation key or client
+    /// certificate) are made before the clock starts, as a real node makes its keys at boot,
+    /// long before it joins. Later nodes make theirs when they start, inside the measured time.
+    /// Either way each join still does its full handshake (a fresh certificate key and
+    /// attestation document) inside the measured time.
+    pub pregenerate: u64,
 }
 
-/// Node names (`<prefix>-<index>`) and addresses of one run.
+/// Node names (`<prefix>-<index>`) and addresses of one run, and the nodes made ahead of it.
 #[derive(Debug)]
 struct Namer {
     prefix: String,
     next: AtomicU64,
     spread_sources: bool,
+    ready: std::sync::Mutex<std::collections::VecDeque<Node>>,
+}
+
+impl Namer {
+    /// A new node with the next index.
+    fn make(&self, target: &Target) -> Result<Node, NodeError> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        let source = (self.spread_sources && target.addr().ip().is_loopback())
+            .then(|| loopback_source(index));
+        target.node(&format!("{}-{index}", self.prefix), node_ip(index), source)
+    }
+
+    /// A node made ahead if one is left, else a new one.
+    fn take(&self, target: &Target) -> Result<Node, NodeError> {
+        let made = self
+            .ready
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop_front();
+        match made {
+            Some(node) => Ok(node),
+            None => self.make(target),
+        }
+    }
+
+    /// Makes `count` nodes ahead, on every core (key generation is CPU work only).
+    fn pregenerate(&self, target: &Target, count: u64) -> Result<(), NodeError> {
+        let threads = std::thread::available_parallelism().map_or(1, usize::from) as u64;
+        let per_thread = count.div_ceil(threads.max(1));
+        let made: Vec<Result<Vec<Node>, NodeError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let n = per_thread.min(count.saturating_sub(t * per_thread));
+                    scope.spawn(move || (0..n).map(|_| self.make(target)).collect())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        let mut ready = self
+            .ready
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for nodes in made {
+            ready.extend(nodes?);
+        }
+        Ok(())
+    }
 }
 
 /// A short random prefix for node names, lowercase as Kubernetes node names must be.
@@ -120,7 +179,12 @@ pub async fn run(
         prefix: config.node_prefix.clone(),
         next: AtomicU64::new(0),
         spread_sources: config.spread_sources,
+        ready: std::sync::Mutex::default(),
     });
+    if config.pregenerate > 0 {
+        let (target, namer, count) = (target.clone(), namer.clone(), config.pregenerate);
+        tokio::task::spawn_blocking(move || namer.pregenerate(&target, count)).await??;
+    }
     let before = procstat::sample(watched)?;
     let start = Instant::now();
     let outcomes = match config.mode {
@@ -238,8 +302,9 @@ async fn open(
     Ok(outcomes)
 }
 
-/// Makes the next node and joins it, retrying as `retry` says. Latency counts from `due` if
-/// given, else from the first attempt (the node's keys are made before).
+/// Takes the next node (made ahead, or made now) and joins it, retrying as `retry` says.
+/// Latency counts from `due` if given, else from the first attempt (the node's keys are made
+/// before).
 async fn one_node(
     target: &Target,
     namer: &Namer,
@@ -247,10 +312,7 @@ async fn one_node(
     retry: Option<Backoff>,
     due: Option<Instant>,
 ) -> Result<Outcome, RunError> {
-    let index = namer.next.fetch_add(1, Ordering::Relaxed);
-    let source =
-        (namer.spread_sources && target.addr().ip().is_loopback()).then(|| loopback_source(index));
-    let node = target.node(&format!("{}-{index}", namer.prefix), node_ip(index), source)?;
+    let node = namer.take(target)?;
     let started = due.unwrap_or_else(Instant::now);
     let Some(backoff) = retry else {
         let result = node.join(timeout).await;

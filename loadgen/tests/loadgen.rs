@@ -27,6 +27,8 @@ fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
         retry: None,
         node_prefix: loadgen::run::random_prefix(),
         spread_sources: true,
+        // Half made ahead, half on the way: both paths are exercised.
+        pregenerate: count / 2,
     }
 }
 
