@@ -51,10 +51,7 @@ async fn start(flags: &[&str]) -> Running {
 }
 
 async fn metric(admin: SocketAddr, name: &str) -> f64 {
-    let (_, body) = plumbing::admin::get(admin, "/metrics").await.unwrap();
-    body.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+    testsupport::harness::metric(admin, name).await.unwrap()
 }
 
 /// Whether the proxy closed `tcp` within `within` (without a byte sent either way).

@@ -15,30 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use attestation::{IssueError, Issuer, Variant};
+use attestation::Issuer;
 use clap::Parser as _;
-use testsupport::harness::{self, Options, System};
+use testsupport::harness::{self, JunkDocument, Options, System};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpSocket;
-
-/// Presents `size` bytes of junk as a qemu-vtpm document: cheap to send, and the proxy must
-/// still parse it before it can refuse it.
-#[derive(Debug)]
-struct Junk {
-    size: usize,
-}
-
-impl Issuer for Junk {
-    fn variant(&self) -> Variant {
-        Variant::QemuVtpm
-    }
-
-    fn issue(&self, _user_data: &[u8], _nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
-        let mut doc = b"{\"Attestation\":{\"ak_pub\":\"".to_vec();
-        doc.resize(self.size, b'A');
-        Ok(doc)
-    }
-}
 
 #[derive(Debug, Default)]
 struct Tally {
@@ -153,7 +134,7 @@ async fn honest_nodes_join_during_a_flood() {
         for n in 0..32 {
             // Just below and well above the 64 KiB certificate limit.
             let size = if n % 2 == 0 { 60 * 1024 } else { 200 * 1024 };
-            let issuer: Arc<dyn Issuer> = Arc::new(Junk { size });
+            let issuer: Arc<dyn Issuer> = Arc::new(JunkDocument { size });
             tasks.push(flooder(source, addr, issuer, stop.clone(), tally.clone()));
         }
     }

@@ -91,13 +91,8 @@ fn start_proxy(extra: &[&str]) -> Proxy {
     }
 }
 
-/// One value of the proxy's metrics (a line `<name> <value>`).
 async fn metric(proxy: &Proxy, name: &str) -> f64 {
-    let (status, body) = plumbing::admin::get(proxy.admin, "/metrics").await.unwrap();
-    assert_eq!(status, 200);
-    body.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+    harness::metric(proxy.admin, name).await.unwrap()
 }
 
 async fn connect_from(index: usize, target: SocketAddr) -> std::io::Result<TcpStream> {

@@ -19,13 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use attestation::{IssueError, Issuer, Variant};
 use kube_standin::Fault;
 use loadgen::node::{loopback_source, node_ip};
 use loadgen::report::Failure;
 use loadgen::{SoftAttestation, Target};
 use soft_issuer::KeyType;
-use testsupport::harness::{self, Options, Service, System};
+use testsupport::harness::{self, JunkDocument, Options, Service, System};
 use testsupport::process::Signal;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
@@ -485,12 +484,12 @@ async fn policy_reloads_every_100ms_fail_no_join() {
 }
 
 async fn policy_reloads(system: &System) -> f64 {
-    let (_, body) = plumbing::admin::get(system.admin.proxy, "/metrics")
-        .await
-        .unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix("attest_proxy_policy_reloads_total{result=\"ok\"} "))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
+    harness::metric(
+        system.admin.proxy,
+        "attest_proxy_policy_reloads_total{result=\"ok\"}",
+    )
+    .await
+    .unwrap()
 }
 
 /// SIGTERM to each process in turn, with joins held in flight by a slow API: the joins in
@@ -596,24 +595,6 @@ async fn sigterm_lets_joins_in_flight_finish_and_refuses_new_ones_cleanly() {
     );
 }
 
-/// Presents `size` bytes of junk as a qemu-vtpm document.
-#[derive(Debug)]
-struct Junk {
-    size: usize,
-}
-
-impl Issuer for Junk {
-    fn variant(&self) -> Variant {
-        Variant::QemuVtpm
-    }
-
-    fn issue(&self, _user_data: &[u8], _nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
-        let mut doc = b"{\"Attestation\":{\"ak_pub\":\"".to_vec();
-        doc.resize(self.size, b'A');
-        Ok(doc)
-    }
-}
-
 async fn connect_from(host: u8, target: SocketAddr) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket
@@ -706,7 +687,7 @@ async fn hostile_clients_are_refused_within_the_deadline_and_joins_go_on() {
             ("junk document", 60 * 1024, 40 + n),
         ] {
             hostile.spawn(async move {
-                let connector = atls::Connector::new(Arc::new(Junk { size }));
+                let connector = atls::Connector::new(Arc::new(JunkDocument { size }));
                 let started = Instant::now();
                 let tcp = connect_from(host, addr).await;
                 match connector.connect(tcp).await {

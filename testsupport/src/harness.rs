@@ -46,6 +46,41 @@ pub struct AdminAddrs {
     pub token_issuer: SocketAddr,
 }
 
+/// The value of the metric line `name` (with its labels as exposed, e.g.
+/// `attest_proxy_connections_shed_total{reason="peer_rate"}`) on the admin endpoint at `addr`;
+/// 0 if the series does not exist yet.
+pub async fn metric(addr: SocketAddr, name: &str) -> anyhow::Result<f64> {
+    let (status, body) = plumbing::admin::get(addr, "/metrics").await?;
+    anyhow::ensure!(status == 200, "/metrics answered {status}: {body}");
+    match body
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+    {
+        Some(value) => Ok(value.trim().parse()?),
+        None => Ok(0.0),
+    }
+}
+
+/// A hostile node's issuer: `size` bytes of junk presented as a qemu-vtpm document, cheap to
+/// send and still to be parsed before it can be refused. Beyond 64 KiB the certificate carrying
+/// it exceeds the proxy's limit.
+#[derive(Debug)]
+pub struct JunkDocument {
+    pub size: usize,
+}
+
+impl attestation::Issuer for JunkDocument {
+    fn variant(&self) -> attestation::Variant {
+        attestation::Variant::QemuVtpm
+    }
+
+    fn issue(&self, _user_data: &[u8], _nonce: &[u8]) -> Result<Vec<u8>, attestation::IssueError> {
+        let mut doc = b"{\"Attestation\":{\"ak_pub\":\"".to_vec();
+        doc.resize(self.size, b'A');
+        Ok(doc)
+    }
+}
+
 /// How to start the system.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
