@@ -695,12 +695,20 @@ async fn hostile_clients_are_refused_within_the_deadline_and_joins_go_on() {
                     Err(_) => (what, started.elapsed()),
                     // Refused on the first call, and the connection is closed after it.
                     Ok(tls) => {
-                        let (mut send, connection) = hyper::client::conn::http2::handshake(
+                        let handshake = hyper::client::conn::http2::handshake(
                             hyper_util::rt::TokioExecutor::new(),
                             hyper_util::rt::TokioIo::new(tls),
                         )
-                        .await
-                        .unwrap();
+                        .await;
+                        // TLS 1.3 lets the client finish before the server has looked at its
+                        // certificate; refusing it, the proxy closes the connection.
+                        let (mut send, connection) = match handshake {
+                            Ok(handshake) => handshake,
+                            Err(error) => {
+                                assert_eq!(what, "oversized certificate", "{error}");
+                                return (what, started.elapsed());
+                            }
+                        };
                         let closed = tokio::spawn(connection);
                         let request = http::Request::post("http://join/join.API/IssueJoinTicket")
                             .header("content-type", "application/grpc")
@@ -708,8 +716,6 @@ async fn hostile_clients_are_refused_within_the_deadline_and_joins_go_on() {
                             .unwrap();
                         let response = match send.send_request(request).await {
                             Ok(response) => response,
-                            // TLS 1.3 lets the client finish before the server has looked at its
-                            // certificate; the proxy then closes the connection.
                             Err(error) => {
                                 assert_eq!(what, "oversized certificate", "{error}");
                                 return (what, started.elapsed());
