@@ -50,36 +50,20 @@ pub async fn handle(
 ) {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + shared.handshake_timeout;
-    // `readable` may wake spuriously; a peek waits until a byte has really arrived.
-    let mut first = [0u8; 1];
-    let first_bytes = tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await;
+    let first_bytes = tokio::time::timeout_at(deadline, async {
+        // `readable` may wake spuriously; a peek waits until a byte has really arrived.
+        let mut first = [0u8; 1];
+        match tcp.peek(&mut first).await {
+            Ok(0) => Err(atls::HandshakeError::UnexpectedEof),
+            Ok(_) => Ok(()),
+            Err(error) => Err(atls::HandshakeError::Io(error)),
+        }
+    })
+    .await;
     match first_bytes {
-        Ok(Ok(1..)) => {}
-        Ok(Ok(0)) => {
-            drop(admitted);
-            handshake_failed(
-                &shared,
-                peer_addr,
-                started,
-                &atls::HandshakeError::UnexpectedEof,
-            );
-            return;
-        }
-        Ok(Err(error)) => {
-            drop(admitted);
-            handshake_failed(
-                &shared,
-                peer_addr,
-                started,
-                &atls::HandshakeError::Io(error),
-            );
-            return;
-        }
-        Err(_) => {
-            drop(admitted);
-            timed_out(&shared, peer_addr, started);
-            return;
-        }
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return gave_up(&shared, admitted, peer_addr, started, Some(&error)),
+        Err(_) => return gave_up(&shared, admitted, peer_addr, started, None),
     }
     Box::pin(attest_and_serve(
         shared, tcp, peer_addr, admitted, shutdown, started, deadline,
@@ -87,25 +71,31 @@ pub async fn handle(
     .await;
 }
 
-fn handshake_failed(
+/// Ends a connection that did not attest: frees its places, counts and logs why (`None`: the
+/// deadline passed).
+fn gave_up(
     shared: &Shared,
+    admitted: Admitted,
     peer_addr: SocketAddr,
     started: Instant,
-    error: &atls::HandshakeError,
+    error: Option<&atls::HandshakeError>,
 ) {
+    drop(admitted);
     shared.metrics.admission(&shared.admission);
-    shared
-        .metrics
-        .handshake(Handshake::Failed, started.elapsed());
-    tracing::warn!(peer = %peer_addr, error = %status::chain(error), "aTLS handshake failed");
-}
-
-fn timed_out(shared: &Shared, peer_addr: SocketAddr, started: Instant) {
-    shared.metrics.admission(&shared.admission);
-    shared
-        .metrics
-        .handshake(Handshake::TimedOut, started.elapsed());
-    tracing::warn!(peer = %peer_addr, timeout = ?shared.handshake_timeout, "aTLS handshake and attestation timed out");
+    match error {
+        Some(error) => {
+            shared
+                .metrics
+                .handshake(Handshake::Failed, started.elapsed());
+            tracing::warn!(peer = %peer_addr, error = %status::chain(error), "aTLS handshake failed");
+        }
+        None => {
+            shared
+                .metrics
+                .handshake(Handshake::TimedOut, started.elapsed());
+            tracing::warn!(peer = %peer_addr, timeout = ?shared.handshake_timeout, "aTLS handshake and attestation timed out");
+        }
+    }
 }
 
 async fn attest_and_serve(
@@ -118,13 +108,13 @@ async fn attest_and_serve(
     deadline: tokio::time::Instant,
 ) {
     let attested = tokio::time::timeout_at(deadline, attest(&shared, tcp, peer_addr)).await;
-    // The places are for attesting only; serving the join does not count against them.
-    drop(admitted);
     let (tls, outcome) = match attested {
         Ok(Ok(attested)) => attested,
-        Ok(Err(error)) => return handshake_failed(&shared, peer_addr, started, &error),
-        Err(_) => return timed_out(&shared, peer_addr, started),
+        Ok(Err(error)) => return gave_up(&shared, admitted, peer_addr, started, Some(&error)),
+        Err(_) => return gave_up(&shared, admitted, peer_addr, started, None),
     };
+    // The places are for attesting only; serving the join does not count against them.
+    drop(admitted);
     shared.metrics.admission(&shared.admission);
     match outcome {
         Ok(identity) => {
