@@ -92,6 +92,9 @@ pub struct Options {
     /// Keep the working directory (sockets, logs, keys) instead of deleting it.
     pub keep_dir: bool,
     /// Further command-line arguments for attest-proxy (e.g. `--handshake-timeout 2s`).
+    /// Unless they set `--per-peer-rate`, the proxy's per-source rate limit is off: test nodes
+    /// connect from 127.0.0.1 one after another, one address standing for many nodes, as behind
+    /// a load balancer.
     pub proxy_args: Vec<String>,
 }
 
@@ -367,7 +370,8 @@ impl System {
                 .arg("--attestation-config")
                 .arg(&paths.attestation_config)
                 .args(["--admin-listen", &admin.proxy.to_string()])
-                .args(&options.proxy_args),
+                .args(&options.proxy_args)
+                .args(per_peer_rate(&options.proxy_args)),
             &paths.logs,
         )?;
 
@@ -467,6 +471,15 @@ impl System {
         .map(|p| format!("----- {} -----\n{}", p.name(), p.log()))
         .collect::<Vec<_>>()
         .join("\n")
+    }
+}
+
+/// `--per-peer-rate 0` unless `proxy_args` set a rate (the flag may be given only once).
+fn per_peer_rate(proxy_args: &[String]) -> &'static [&'static str] {
+    if proxy_args.iter().any(|a| a.starts_with("--per-peer-rate")) {
+        &[]
+    } else {
+        &["--per-peer-rate", "0"]
     }
 }
 
