@@ -11,6 +11,12 @@ fn seconds(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("expected whole seconds: {e}"))
 }
 
+fn milliseconds(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("expected whole milliseconds: {e}"))
+}
+
 /// How to run token-issuer. Tests build this directly.
 #[derive(Clone, Debug, clap::Parser)]
 #[command(
@@ -75,6 +81,12 @@ pub struct Config {
     /// Deadline for each Kubernetes API call, retries included (seconds).
     #[arg(long = "kube-timeout-secs", env = "TOKEN_ISSUER_KUBE_TIMEOUT_SECS", value_parser = seconds, default_value = "10")]
     pub kube_timeout: Duration,
+    /// How long a read of the `NodeVersion` and its components ConfigMap is used for later
+    /// joins (milliseconds; 0: read on every join). An upgrade reaches joining nodes at most
+    /// this much later; a node served the previous version is recorded with it (see
+    /// `cluster_version`).
+    #[arg(long = "version-max-age-ms", env = "TOKEN_ISSUER_VERSION_MAX_AGE_MS", value_parser = milliseconds, default_value = "1000")]
+    pub version_max_age: Duration,
     /// Address of the admin endpoint (`/livez`, `/readyz`, `/metrics`, plain HTTP), e.g.
     /// `0.0.0.0:9093`. Unset: no admin endpoint. Readiness means the API server answers
     /// `GET /version` (open to every client by Kubernetes' default RBAC).
@@ -128,6 +140,7 @@ mod tests {
         assert_eq!(c.api_server_endpoint().unwrap(), "10.0.0.1:6443");
         assert_eq!(c.pki_dir, PathBuf::from("/etc/kubernetes/pki"));
         assert_eq!(c.kube_timeout, Duration::from_secs(3));
+        assert_eq!(c.version_max_age, Duration::from_secs(1));
         assert_eq!(c.ca_key, PathBuf::from("/etc/kubernetes/pki/ca.key"));
     }
 

@@ -141,7 +141,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     let service = service::Service::new(service::Parts {
         ca,
         tokens: bootstrap::TokenStore::new(client.clone(), config.kube_timeout),
-        versions: cluster_version::VersionReader::new(client.clone(), config.kube_timeout),
+        versions: cluster_version::VersionReader::new(client.clone(), config.kube_timeout)
+            .with_max_age(config.version_max_age),
         joining: joining::JoiningNodes::new(client, config.kube_timeout),
         pki: pki::PkiDir::new(config.pki_dir.clone()),
         api_server_endpoint: endpoint,

@@ -4,7 +4,8 @@
 //! 1. validate the CSR (untrusted input);
 //! 2. sign the kubelet certificate (local);
 //! 3. control-plane joiners: read the control-plane PKI files (local);
-//! 4. read the `NodeVersion` and its components ConfigMap (reads);
+//! 4. read the `NodeVersion` and its components ConfigMap (reads, kept for up to a second and
+//!    dropped when a join fails at the API server: see [`crate::cluster_version`]);
 //! 5. record the join as a `JoiningNode` (first write; for a control-plane node it is also the
 //!    lock, so a second concurrent control-plane joiner is refused before any token exists);
 //! 6. create the bootstrap token Secret (last write).
@@ -222,10 +223,15 @@ impl Service {
                 forget_record(&task_parts, &task_record, why).await;
             }
         });
-        match done_rx.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(IssueError::TaskAborted),
+        let written = match done_rx.await {
+            Ok(result) => result,
+            Err(_) => Err(IssueError::TaskAborted),
+        };
+        if let Err(e) = written {
+            // After a fault, the next join reads the cluster's version afresh rather than trust
+            // an answer from before it.
+            parts.versions.forget();
+            return Err(e);
         }
 
         tracing::info!(

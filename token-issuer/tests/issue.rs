@@ -91,6 +91,26 @@ impl Harness {
         key: &str,
         seed: &[serde_json::Value],
     ) -> Self {
+        Self::start_full(
+            user,
+            peer_uid,
+            cert,
+            key,
+            seed,
+            token_issuer::cluster_version::DEFAULT_MAX_AGE,
+        )
+        .await
+    }
+
+    /// Starts with the stand-in holding exactly `seed`, keeping version reads for `max_age`.
+    async fn start_full(
+        user: User,
+        peer_uid: u32,
+        cert: &str,
+        key: &str,
+        seed: &[serde_json::Value],
+        version_max_age: Duration,
+    ) -> Self {
         let standin = KubeStandin::start(StandinConfig::new(vec![user]))
             .await
             .unwrap();
@@ -121,6 +141,7 @@ impl Harness {
             pki_dir: pki_dir.clone(),
             kubeconfig: Some(kubeconfig),
             kube_timeout: Duration::from_secs(5),
+            version_max_age,
             admin_listen: Some(admin),
             grace_period: Duration::from_secs(2),
             log_format: Default::default(),
@@ -1017,5 +1038,79 @@ async fn missing_control_plane_file_refuses_control_plane_joins_only() {
         h.methods()
     );
     h.issue(node_csr("worker-0", &[])).await.unwrap();
+    h.stop().await;
+}
+
+/// The `NodeVersion` and ConfigMap are read once for joins close together, read again once the
+/// read is older than its max age, and read afresh after a join failed at the API server.
+#[tokio::test]
+async fn cluster_version_reads_are_kept_for_a_moment_and_dropped_after_a_fault() {
+    const MAX_AGE: Duration = Duration::from_secs(30);
+    let seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json());
+    let h = Harness::start_full(
+        full_user(),
+        own_uid(),
+        "ca-rsa.crt",
+        "ca-rsa-pkcs1.key",
+        &seed,
+        MAX_AGE,
+    )
+    .await;
+    let reads = |h: &Harness| {
+        let requests = h.standin.requests();
+        let count = |part: &str| {
+            requests
+                .iter()
+                .filter(|r| r.method == "GET" && r.path.contains(part))
+                .count()
+        };
+        (count("/nodeversions/"), count("/configmaps/"))
+    };
+    let first = h.issue(node_csr("worker-0", &[])).await.unwrap();
+    let second = h.issue(node_csr("worker-1", &[])).await.unwrap();
+    assert_eq!(reads(&h), (1, 1), "{:?}", h.methods());
+    assert_eq!(first.kubernetes_version, second.kubernetes_version);
+    assert_eq!(first.kubernetes_components, second.kubernetes_components);
+
+    h.standin.inject(
+        Fault::once(500)
+            .on("POST")
+            .at("/api/v1/namespaces/kube-system/secrets"),
+    );
+    h.issue(node_csr("worker-2", &[])).await.unwrap_err();
+    h.issue(node_csr("worker-3", &[])).await.unwrap();
+    assert_eq!(reads(&h), (2, 2), "read afresh after the fault");
+    h.stop().await;
+
+    // A read older than its max age is not used.
+    let h = Harness::start_full(
+        full_user(),
+        own_uid(),
+        "ca-rsa.crt",
+        "ca-rsa-pkcs1.key",
+        &seed,
+        Duration::from_millis(100),
+    )
+    .await;
+    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    h.issue(node_csr("worker-1", &[])).await.unwrap();
+    assert_eq!(reads(&h), (2, 2));
+    h.stop().await;
+
+    // Max age zero: every join reads.
+    let h = Harness::start_full(
+        full_user(),
+        own_uid(),
+        "ca-rsa.crt",
+        "ca-rsa-pkcs1.key",
+        &seed,
+        Duration::ZERO,
+    )
+    .await;
+    for node in ["worker-0", "worker-1", "worker-2"] {
+        h.issue(node_csr(node, &[])).await.unwrap();
+    }
+    assert_eq!(reads(&h), (3, 3));
     h.stop().await;
 }
