@@ -67,12 +67,16 @@ pub enum CallError {
 impl CallError {
     /// Sorts a client-side status by where it came from.
     pub(crate) fn from_status(status: Status, deadline: Duration) -> Self {
-        if matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled) {
+        let timeout_message = tonic::TimeoutExpired(()).to_string();
+        let local_timeout = status.code() == Code::Cancelled && status.message() == timeout_message;
+        if status.code() == Code::DeadlineExceeded || local_timeout {
             // We send our deadline as grpc-timeout; tonic's client enforces it locally
-            // (Cancelled, "Timeout expired") and a server that gives up first answers like
-            // this. join-core never cancels a backend call otherwise.
+            // (Cancelled, "Timeout expired") and a server that gives up first answers
+            // DeadlineExceeded.
             CallError::Timeout(deadline)
-        } else if status.source().is_some() {
+        } else if status.code() == Code::Cancelled || status.source().is_some() {
+            // Any other Cancelled is the connection or the peer going away mid-call (a backend
+            // draining on SIGTERM resets its streams): join-core never cancels a call itself.
             // tonic attaches the underlying error to statuses it makes itself (connect
             // failures, broken connections); statuses the server sent carry none.
             CallError::Unreachable(status)
@@ -341,6 +345,29 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cancelled_is_a_timeout_only_when_our_deadline_fired() {
+        let deadline = Duration::from_secs(2);
+        let local_timeout = Status::cancelled(tonic::TimeoutExpired(()).to_string());
+        assert!(matches!(
+            CallError::from_status(local_timeout, deadline),
+            CallError::Timeout(_)
+        ));
+        assert!(matches!(
+            CallError::from_status(Status::deadline_exceeded("server gave up"), deadline),
+            CallError::Timeout(_)
+        ));
+        // A backend resetting its streams while it drains: gone, not slow.
+        assert!(matches!(
+            CallError::from_status(Status::cancelled("stream reset"), deadline),
+            CallError::Unreachable(_)
+        ));
+        assert!(matches!(
+            CallError::from_status(Status::permission_denied("no"), deadline),
+            CallError::Refused(_)
+        ));
+    }
 
     #[test]
     fn codes_are_chosen_per_layer() {
