@@ -96,6 +96,9 @@ pub struct Options {
     /// connect from 127.0.0.1 one after another, one address standing for many nodes, as behind
     /// a load balancer.
     pub proxy_args: Vec<String>,
+    /// The RBAC manifest whose grants token-issuer's token gets in the API stand-in;
+    /// `deploy/rbac.yaml`, what operators deploy, if unset.
+    pub rbac: Option<PathBuf>,
 }
 
 /// One of the system's service processes.
@@ -290,8 +293,11 @@ impl System {
         // fails here with the API server's 403; and the cluster's version as Constellation's
         // node operator records it.
         let token = random_hex(16);
-        let grants = deploy::grants_for_service_account("kube-system", "join-token-issuer")
-            .context("loading the deployment's RBAC")?;
+        let grants = match &options.rbac {
+            Some(path) => deploy::grants_from_file(path, "kube-system", "join-token-issuer"),
+            None => deploy::grants_for_service_account("kube-system", "join-token-issuer"),
+        }
+        .context("loading the deployment's RBAC")?;
         let user = User::service_account(&token, "kube-system", "join-token-issuer", grants);
         let kube = KubeStandin::start(StandinConfig::new(vec![user]))
             .await
