@@ -622,6 +622,16 @@ mod tests {
     }
 
     #[test]
+    fn nodes_made_ahead_cover_a_faster_step_and_stay_bounded() {
+        let step = Duration::from_secs(5);
+        // Nothing seen yet: at least 500/s is assumed.
+        assert_eq!(pregenerate(0.0, 1, step), 7_502);
+        // Three times the fastest rate so far, plus two nodes per slot.
+        assert_eq!(pregenerate(1_000.0, 64, step), 15_128);
+        assert_eq!(pregenerate(1e9, 64, step), 40_000);
+    }
+
+    #[test]
     fn ratios_compare_with_a_at_the_same_concurrency() {
         // A: 100 ops/s at 1 tick each (10 ms); B: 50 ops/s at 3 ticks (2 of them the proxy).
         let setups = vec![
