@@ -8,7 +8,9 @@
 #   C  full joins through the whole system (local-cluster: attest-proxy, join-core, token-issuer,
 #      the key service; the Kubernetes API stand-in runs inside local-cluster's process)
 # at concurrency 1, 16, 64 and 256 (closed loop: N nodes at a time, each a new node with its own
-# keys and a new connection with a full handshake). Prints each step's report and a side-by-side
+# keys and a new connection with a full handshake). Node identities (kubelet key and CSR, SSH host
+# key, attestation key; A: the client certificate) are made before each step, as a node makes its
+# keys at boot; the per-join handshake work (a fresh aTLS key and document) is inside the step. Prints each step's report and a side-by-side
 # table with the ratios B/A and C/A (server CPU per operation and throughput), and writes
 # target/bench/results.json, target/bench/results.svg and the processes' logs (target/bench/logs).
 #
@@ -17,6 +19,8 @@
 # the trivial upstream (attest-proxy alone is in the JSON). C: attest-proxy, join-core,
 # token-issuer, keyservice and local-cluster (the stand-in). The load generator runs on the same
 # cores; its own CPU is reported apart and is in no ratio. Peak RSS is VmHWM (/proc/<pid>/status).
+#
+# The figures, the targets and where the CPU goes: loadgen/BENCHMARKS.md.
 #
 # Not part of the test run. Options go to `loadgen bench` (see `--help`), e.g.
 #   scripts/bench.sh --step 10s --warmup 2s            longer steps (default 5s each, 12 steps)
