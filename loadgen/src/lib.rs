@@ -4,7 +4,8 @@
 //! own keys (a kubelet CSR with its own key, an SSH host key, its own software attestation key
 //! from `soft-issuer`), dials a new connection per join with a full aTLS handshake (a fresh
 //! certificate key and attestation document per handshake, as a Constellation node does) and
-//! calls `IssueJoinTicket`. It reports joins per second, latency percentiles, errors by gRPC
+//! calls `IssueJoinTicket`. Nodes can make their identities before the measured window, as a
+//! node makes its keys at boot ([`run::LoadConfig::pregenerate`]). It reports joins per second, latency percentiles, errors by gRPC
 //! status and message, and for each of the service's processes the CPU seconds per join and the
 //! peak resident memory ([`report::Report`]).
 //!
