@@ -9,7 +9,7 @@
 //! status and message, and for each of the service's processes the CPU seconds per join and the
 //! peak resident memory ([`report::Report`]).
 //!
-//! The benchmark ([`bench`]) runs three setups side by side on one machine: a plain mutual-TLS
+//! The benchmark ([`mod@bench`]) runs three setups side by side on one machine: a plain mutual-TLS
 //! floor (A), aTLS with attestation through attest-proxy to a trivial upstream (B), and full
 //! joins through the whole system (C), and writes the figures as JSON and SVG.
 //!
