@@ -386,3 +386,50 @@ async fn works_on_a_current_thread_runtime() {
     client.unwrap();
     accepted.unwrap().1.verify(&TestValidator).unwrap();
 }
+
+/// Vectored writes (how HTTP/2 writes a frame's header and payload) carry every byte in order,
+/// including slices beyond one call's limit and empty ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectored_writes_carry_every_slice_in_order() {
+    let connector = Connector::new(Arc::new(TestIssuer::default()));
+    let (client, accepted) = one_connection(&connector).await;
+    let mut client = client.unwrap();
+    let (mut server, _) = accepted.unwrap();
+    assert!(tokio::io::AsyncWrite::is_write_vectored(&client));
+
+    let parts: Vec<Vec<u8>> = [9usize, 0, 1_015, 40_000, 0, 50_000, 3]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| (0..len).map(|j| (i * 31 + j) as u8).collect())
+        .collect();
+    let expected = parts.concat();
+    let reader = tokio::spawn(async move {
+        let mut got = vec![0u8; expected.len()];
+        server.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, expected);
+    });
+    // Write as a caller of `poll_write_vectored` does: resubmit what was not taken.
+    let mut sent = 0;
+    let total: usize = parts.iter().map(Vec::len).sum();
+    while sent < total {
+        let mut skip = sent;
+        let slices: Vec<std::io::IoSlice<'_>> = parts
+            .iter()
+            .filter_map(|p| {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    None
+                } else {
+                    let slice = std::io::IoSlice::new(&p[skip..]);
+                    skip = 0;
+                    Some(slice)
+                }
+            })
+            .collect();
+        let n = client.write_vectored(&slices).await.unwrap();
+        assert!(n > 0 && n <= 64 * 1024, "took {n}");
+        sent += n;
+    }
+    client.flush().await.unwrap();
+    reader.await.unwrap();
+}
