@@ -151,6 +151,9 @@ pub struct Machine {
     pub kernel: String,
     /// Seconds since the Unix epoch when the benchmark started.
     pub started_unix: u64,
+    /// The 1-, 5- and 15-minute load averages when the benchmark started (`/proc/loadavg`):
+    /// other work on the machine shows in every figure.
+    pub load_average: Vec<f64>,
 }
 
 impl Machine {
@@ -172,6 +175,12 @@ impl Machine {
             started_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .filter_map(|v| v.parse().ok())
+                .collect(),
         }
     }
 }
@@ -393,6 +402,10 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
     std::fs::create_dir_all(&config.out_dir)
         .with_context(|| format!("creating {}", config.out_dir.display()))?;
     let machine = Machine::current();
+    println!(
+        "machine: {} CPUs ({}), load average {:?} at the start",
+        machine.cpus, machine.cpu_model, machine.load_average
+    );
     let prefix = run::random_prefix();
     let mut setups = Vec::new();
     for &setup in &config.setups {
@@ -667,6 +680,7 @@ mod tests {
         assert_eq!(json["ratios"][0]["b_over_a_cpu"], 3.0);
         assert_eq!(json["config"]["step"], 1.0);
         assert_eq!(json["config"]["key_type"], "ecdsa-p256");
+        assert_eq!(json["machine"]["load_average"].as_array().unwrap().len(), 3);
 
         // The plot: A and B at concurrency 16 in each of the three panels, nothing at 64.
         let svg = crate::plot::svg(&results);
