@@ -397,6 +397,49 @@ pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
     Ok(watched)
 }
 
+/// A setup started for the benchmark, and its steps so far.
+struct Started {
+    setup: Setup,
+    running: Running,
+    watched: Vec<Watched>,
+    /// The fastest rate seen so far, to size the nodes made ahead of a step.
+    rate: f64,
+    steps: Vec<Report>,
+    /// The setup's working directory, removed after its processes stop (fields drop in order).
+    _work: tempfile::TempDir,
+}
+
+/// One step's load: `concurrency` nodes at a time for `duration`.
+fn load(
+    config: &BenchConfig,
+    prefix: &str,
+    setup: Setup,
+    step: &str,
+    concurrency: usize,
+    duration: Duration,
+    pregenerate: u64,
+) -> LoadConfig {
+    let label = if step == "w" {
+        format!("{setup:?} warm-up")
+    } else {
+        format!("{setup:?}")
+    };
+    LoadConfig {
+        label,
+        mode: Mode::Closed {
+            concurrency,
+            stop: Stop::Duration(duration),
+        },
+        timeout: config.timeout,
+        retry: config.retry,
+        // Each run numbers its nodes from 0, so each gets its own name prefix: a name joins once.
+        node_prefix: format!("{prefix}-{}{step}", format!("{setup:?}").to_lowercase()),
+        // Nodes come from distinct addresses, as in a real cluster.
+        spread_sources: true,
+        pregenerate,
+    }
+}
+
 /// Runs every setup at every concurrency, printing each report as it comes.
 pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
     std::fs::create_dir_all(&config.out_dir)
@@ -407,7 +450,11 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
         machine.cpus, machine.cpu_model, machine.load_average
     );
     let prefix = run::random_prefix();
-    let mut setups = Vec::new();
+    // Every setup is started (and warmed up) first, then each concurrency's steps run for A, B
+    // and C back to back. Idle setups cost nothing, and the steps a ratio compares are then
+    // seconds apart instead of a whole setup's run apart: other work on the machine drifts,
+    // and it moved the ratios by more than the differences they measure.
+    let mut started = Vec::new();
     for &setup in &config.setups {
         let work = tempfile::Builder::new()
             .prefix("loadgen-bench-")
@@ -422,52 +469,51 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             pid: std::process::id(),
             server_side: false,
         });
-        // Each run numbers its nodes from 0, so each gets its own name prefix: a name joins once.
-        let load = |label: String, step: &str, concurrency, duration, pregenerate| LoadConfig {
-            label,
-            mode: Mode::Closed {
-                concurrency,
-                stop: Stop::Duration(duration),
-            },
-            timeout: config.timeout,
-            retry: config.retry,
-            node_prefix: format!("{prefix}-{}{step}", format!("{setup:?}").to_lowercase()),
-            // Nodes come from distinct addresses, as in a real cluster.
-            spread_sources: true,
-            pregenerate,
-        };
         // The fastest rate seen so far in this setup, to size the nodes made ahead of a step.
         let mut rate = 0.0_f64;
         if !config.warmup.is_zero() {
-            let warm = load(format!("{setup:?} warm-up"), "w", 4, config.warmup, 0);
+            let warm = load(&config, &prefix, setup, "w", 4, config.warmup, 0);
             let report = run::run(running.target.clone(), &warm, &watched).await?;
             if report.succeeded == 0 {
                 bail!("setup {setup:?} answers no join during the warm-up:\n{report}");
             }
             rate = report.joins_per_second;
         }
-        let mut steps = Vec::new();
-        for &concurrency in &config.concurrencies {
+        started.push(Started {
+            setup,
+            running,
+            watched,
+            rate,
+            steps: Vec::new(),
+            _work: work,
+        });
+    }
+    for &concurrency in &config.concurrencies {
+        for s in &mut started {
             let step = load(
-                format!("{setup:?}"),
+                &config,
+                &prefix,
+                s.setup,
                 &concurrency.to_string(),
                 concurrency,
                 config.step,
-                pregenerate(rate, concurrency, config.step),
+                pregenerate(s.rate, concurrency, config.step),
             );
-            let report = run::run(running.target.clone(), &step, &watched).await?;
+            let report = run::run(s.running.target.clone(), &step, &s.watched).await?;
             println!("{report}");
-            rate = rate.max(report.joins_per_second);
-            steps.push(report);
+            s.rate = s.rate.max(report.joins_per_second);
+            s.steps.push(report);
         }
-        setups.push(SetupResults {
-            setup,
-            description: setup.description(),
-            server_processes: running.watched.iter().map(|w| w.name.clone()).collect(),
-            steps,
-        });
-        drop(running);
     }
+    let setups: Vec<SetupResults> = started
+        .into_iter()
+        .map(|s| SetupResults {
+            setup: s.setup,
+            description: s.setup.description(),
+            server_processes: s.running.watched.iter().map(|w| w.name.clone()).collect(),
+            steps: s.steps,
+        })
+        .collect();
     let ratios = ratios(&setups, &config.concurrencies);
     Ok(BenchResults {
         machine,
