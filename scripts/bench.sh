@@ -10,7 +10,9 @@
 # at concurrency 1, 16, 64 and 256 (closed loop: N nodes at a time, each a new node with its own
 # keys and a new connection with a full handshake). Node identities (kubelet key and CSR, SSH host
 # key, attestation key; A: the client certificate) are made before each step, as a node makes its
-# keys at boot; the per-join handshake work (a fresh aTLS key and document) is inside the step. Prints each step's report and a side-by-side
+# keys at boot; the per-join handshake work (a fresh aTLS key and document) is inside the step.
+# All setups are started first; then each concurrency's A, B and C steps run back to back, so the
+# steps a ratio compares are seconds apart on a machine whose other load drifts. Prints each step's report and a side-by-side
 # table with the ratios B/A and C/A (server CPU per operation and throughput), and writes
 # target/bench/results.json, target/bench/results.svg and the processes' logs (target/bench/logs).
 #

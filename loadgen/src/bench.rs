@@ -9,6 +9,8 @@
 //!   token-issuer, the key service as processes, the Kubernetes API stand-in inside
 //!   local-cluster's own process).
 //!
+//! All setups are started first; each concurrency's steps then run for A, B and C back to back.
+//!
 //! The load generator runs in this process. CPU per operation is the `utime + stime` the setup's
 //! server-side processes spent during a step, divided by the step's successful operations; the
 //! load generator's own CPU is reported apart and is not in the ratios.
