@@ -290,8 +290,36 @@ async fn write(
     Ok(())
 }
 
+/// Attempts at each rollback. A transient API failure (5xx, 429, timeout, broken connection)
+/// should not leave a token for its 15 minutes or a control-plane lock for its 10.
+const ROLLBACK_ATTEMPTS: u32 = 3;
+
+/// Runs a rollback step, again after 100 ms and 400 ms while it fails transiently.
+async fn with_rollback_retries<T, F, Fut>(mut step: F) -> Result<T, KubeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, KubeError>>,
+{
+    let mut pause = std::time::Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match step().await {
+            Err(e)
+                if attempt < ROLLBACK_ATTEMPTS
+                    && (e.outcome_unknown() || e.code() == Some(429)) =>
+            {
+                tracing::warn!(error = %e, attempt, "rollback step failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause *= 4;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn forget_token(parts: &Parts, name: &str, why: &str) {
-    match parts.tokens.delete(name).await {
+    match with_rollback_retries(|| parts.tokens.delete(name)).await {
         Ok(()) => tracing::info!(secret = name, why, "rolled back bootstrap token"),
         Err(error) => {
             tracing::error!(secret = name, why, error = %error, "cannot roll back bootstrap token; it expires on its own")
@@ -300,7 +328,7 @@ async fn forget_token(parts: &Parts, name: &str, why: &str) {
 }
 
 async fn forget_record(parts: &Parts, record: &Record, why: &str) {
-    match parts.joining.forget(record).await {
+    match with_rollback_retries(|| parts.joining.forget(record)).await {
         Ok(true) => tracing::info!(joining_node = %record.name, why, "rolled back JoiningNode"),
         Ok(false) => {
             tracing::debug!(joining_node = %record.name, why, "no JoiningNode of this join to roll back")

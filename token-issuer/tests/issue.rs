@@ -486,6 +486,32 @@ async fn forbidden_by_rbac_is_internal_and_names_the_step() {
     h.stop().await;
 }
 
+#[tokio::test]
+async fn a_rollback_that_fails_transiently_is_retried() {
+    // The token is refused (403), so the JoiningNode written before it must go; the first
+    // DELETE of it fails with a 500.
+    let h = Harness::start(issuer_user(&["delete"]), own_uid()).await;
+    h.standin.inject(
+        Fault::once(500)
+            .on("DELETE")
+            .at("/apis/update.edgeless.systems/v1alpha1/joiningnodes/"),
+    );
+    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    h.assert_nothing_created("a rollback retried after a 500");
+    let deletes: Vec<String> = h
+        .methods()
+        .into_iter()
+        .filter(|m| m.starts_with("DELETE /apis/update.edgeless.systems"))
+        .collect();
+    assert_eq!(deletes.len(), 2, "{deletes:?}");
+    assert!(
+        deletes[0].ends_with(" 500") && deletes[1].ends_with(" 200"),
+        "{deletes:?}"
+    );
+    h.stop().await;
+}
+
 async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     plumbing::admin::get(addr, path).await.unwrap()
 }
