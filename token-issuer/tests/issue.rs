@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube_standin::fixtures::{components_json, constellation_version, token_issuer_grants};
+use kube_standin::fixtures::{components_json, constellation_version};
 use kube_standin::{Fault, Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
 use plumbing::shutdown::{self, Trigger};
 use proto::tokenissuer::IssueNodeCredentialsRequest;
@@ -26,10 +26,15 @@ fn own_uid() -> u32 {
     f.as_file().metadata().unwrap().uid()
 }
 
-/// token-issuer's service account with the RBAC it needs, except that on Secrets it may only
+/// The grants deploy/rbac.yaml gives token-issuer's service account.
+fn deployed_grants() -> Vec<Grant> {
+    deploy::grants_for_service_account("kube-system", "join-token-issuer").unwrap()
+}
+
+/// token-issuer's service account with the deployed RBAC, except that on Secrets it may only
 /// do `secret_verbs`.
 fn issuer_user(secret_verbs: &[&str]) -> User {
-    let mut grants: Vec<Grant> = token_issuer_grants()
+    let mut grants: Vec<Grant> = deployed_grants()
         .into_iter()
         .filter(|g| !g.rule.resources.contains(&"secrets".to_owned()))
         .collect();
@@ -42,12 +47,7 @@ fn issuer_user(secret_verbs: &[&str]) -> User {
 
 /// The RBAC token-issuer gets in deploy/.
 fn full_user() -> User {
-    User::service_account(
-        TOKEN,
-        "kube-system",
-        "join-token-issuer",
-        token_issuer_grants(),
-    )
+    User::service_account(TOKEN, "kube-system", "join-token-issuer", deployed_grants())
 }
 
 const K8S_VERSION: &str = "v1.31.1";
