@@ -107,7 +107,8 @@ async fn attest_and_serve(
     started: Instant,
     deadline: tokio::time::Instant,
 ) {
-    let attested = tokio::time::timeout_at(deadline, attest(&shared, tcp, peer_addr)).await;
+    let attested =
+        tokio::time::timeout_at(deadline, attest(&shared, tcp, peer_addr, started)).await;
     let (tls, outcome) = match attested {
         Ok(Ok(attested)) => attested,
         Ok(Err(error)) => return gave_up(&shared, admitted, peer_addr, started, Some(&error)),
@@ -140,13 +141,14 @@ type Tls = atls::TlsStream<TcpStream>;
 
 /// Runs the handshake, then verification on the pool, and writes the decision's audit line. The
 /// node learns why it was refused from a gRPC status on its first call, so a failed check still
-/// yields a connection to answer on.
+/// yields a connection to answer on. `started` is when the connection was accepted: every
+/// handshake outcome is timed from there, as the node experiences it.
 async fn attest(
     shared: &Shared,
     tcp: TcpStream,
     peer_addr: SocketAddr,
+    started: Instant,
 ) -> Result<(Tls, Result<PeerIdentity, tonic::Status>), atls::HandshakeError> {
-    let started = Instant::now();
     let (tls, evidence) = shared.acceptor.accept(tcp).await?;
     shared
         .metrics
