@@ -5,14 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+use attestation::eventlog::{
+    EventLog, EventLogError, LogFormat, MAX_ALGORITHMS, MAX_EVENT_LOG_SIZE, MAX_EVENTS,
+    MAX_LISTED_DIGEST_SIZE, MAX_PCR_INDEX,
+};
 use attestation::policy::{MAX_CONFIG_SIZE, PolicyError};
 use attestation::tpm::{
     self, Attest, MAX_DIGEST_SIZE, MAX_ECC_KEY_BYTES, MAX_NAME_SIZE, MAX_PCR_SELECT_BYTES,
     MAX_PCR_SELECTIONS, MAX_RSA_KEY_BYTES, ParseError, Public, Signature, alg,
-};
-use attestation::vtpm::eventlog::{
-    EventLog, EventLogError, LogFormat, MAX_ALGORITHMS, MAX_EVENT_LOG_SIZE, MAX_EVENTS,
-    MAX_LISTED_DIGEST_SIZE, MAX_PCR_INDEX,
 };
 use attestation::vtpm::{MAX_DOCUMENT_SIZE, MAX_QUOTES, verify_document};
 use attestation::{Error, Policy};

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use attestation::Error;
+use attestation::eventlog::{EventLog, check_against_quote};
 use attestation::tpm::HashAlg;
-use attestation::vtpm::eventlog::{EventLog, check_against_quote};
 use attestation::vtpm::{Pcrs, Quote, verify_quote};
 use prost::Message;
 

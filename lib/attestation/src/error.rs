@@ -2,8 +2,8 @@
 //! and the audit line say exactly why.
 
 use crate::MeasurementMismatch;
+use crate::eventlog::EventLogError;
 use crate::tpm::{HashAlg, ParseError};
-use crate::vtpm::eventlog::EventLogError;
 
 /// A rejected attestation document.
 #[derive(Debug, thiserror::Error)]

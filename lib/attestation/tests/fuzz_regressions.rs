@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-#[path = "../../fuzz/src/targets.rs"]
+#[path = "../../../fuzz/src/targets.rs"]
 mod targets;
 
 fn inputs(dir: &Path) -> Vec<PathBuf> {
@@ -44,6 +44,6 @@ fn saved_crash_inputs_stay_fixed() {
 
 #[test]
 fn fuzz_seeds_run_cleanly() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
     assert!(replay(&root) >= 20, "the seed corpus is missing");
 }

@@ -1,6 +1,8 @@
 //! Attestation: the documents nodes present in aTLS certificates, and their validation.
 //!
-//! Each variant lives in a module of its own behind the [`Validator`] and [`Issuer`] traits. The
+//! Each variant lives in a module of its own under [`variants`], behind the [`Validator`] and
+//! [`Issuer`] traits; what the variants share (TPM structures, the vTPM document, event logs, the
+//! measurement policy, the audit record) sits beside `variants`, one module each. The
 //! aTLS layer (crate `atls`) finds the document in the client certificate by the variant's OID and
 //! hands it here together with the connection's nonce; a validator checks the evidence, then the
 //! measurement policy, and returns the user data the evidence binds (aTLS requires it to equal the
@@ -8,14 +10,16 @@
 
 pub mod audit;
 pub mod error;
+pub mod eventlog;
 pub mod policy;
 pub mod tpm;
 pub mod variant;
+pub mod variants;
 pub mod vtpm;
 
 pub use error::Error;
 pub use policy::{Measurement, Policy, PolicyError};
-pub use vtpm::QemuVtpmValidator;
+pub use variants::qemu_vtpm::QemuVtpmValidator;
 
 pub use variant::Variant;
 

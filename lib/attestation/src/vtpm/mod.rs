@@ -1,23 +1,23 @@
-//! The vTPM attestation variant (qemu-vtpm): a TPM quote per PCR bank, signed by an attestation
-//! key, bound to the verifier's nonce and the node's user data.
+//! The vTPM document every TPM-based variant shares: a TPM quote per PCR bank, signed by an
+//! attestation key, bound to the verifier's nonce and the node's user data, with the TCG event
+//! log that explains the PCR values.
 //!
-//! [`document`] holds the wire types shared with the node-side issuer; [`QemuVtpmValidator`]
-//! checks a document. The order of checks follows the trust chain: parse within limits, trust
-//! the key, verify each quote's signature, then what the signature covers (magic, tag, nonce
-//! binding, PCR selection and digest), then the event log, and only then compare the verified
-//! PCR values with the measurement policy.
+//! [`document`] holds the wire types shared with the node-side issuer; [`verify_document`]
+//! checks a document up to, not including, the question of whether its attestation key is
+//! trusted: that is the variant's (`crate::variants`). The order of checks follows the trust
+//! chain: parse within limits, verify each quote's signature, then what the signature covers
+//! (magic, tag, nonce binding, PCR selection and digest), then the event log. A variant compares
+//! the verified PCR values with the measurement policy only after it has trusted the key.
 
 pub mod document;
-pub mod eventlog;
 mod signature;
 
 use std::collections::BTreeMap;
 
 use subtle::ConstantTimeEq;
 
-use crate::policy::Policy;
 use crate::tpm::{self, HashAlg, ParseError};
-use crate::{Error, Validator, Variant, Verified};
+use crate::{Error, eventlog};
 
 pub use document::{Attestation, AttestationDocument, Pcrs, Quote};
 
@@ -56,58 +56,6 @@ fn to_array(d: ring::digest::Digest) -> [u8; 32] {
 pub struct VerifiedQuote {
     pub bank: HashAlg,
     pub pcrs: BTreeMap<u32, Vec<u8>>,
-}
-
-/// Validates qemu-vtpm documents against a measurement policy.
-///
-/// The attestation key is trusted as presented: QEMU's vTPM has no endorsement certificate, so
-/// for this variant the quote proves freshness and consistency, and the policy the PCR values.
-#[derive(Clone, Debug)]
-pub struct QemuVtpmValidator {
-    policy: Policy,
-}
-
-impl QemuVtpmValidator {
-    pub fn new(policy: Policy) -> Self {
-        QemuVtpmValidator { policy }
-    }
-
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-}
-
-impl Validator for QemuVtpmValidator {
-    fn variant(&self) -> Variant {
-        Variant::QemuVtpm
-    }
-
-    fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
-        let (doc, quotes) = verify_document(document, nonce)?;
-        // The policy's value size names the bank it was written for; an empty policy still
-        // needs a verified SHA-256 quote so there is something trustworthy to report.
-        let bank = self
-            .policy
-            .digest_len()
-            .and_then(HashAlg::from_digest_len)
-            .unwrap_or(HashAlg::Sha256);
-        let quote = quotes
-            .iter()
-            .find(|q| q.bank == bank)
-            .ok_or(Error::MissingBank(bank))?;
-        let (enforced, warnings) = self.policy.compare(&quote.pcrs);
-        if !enforced.is_empty() {
-            return Err(Error::Measurements {
-                enforced,
-                warn_only: warnings,
-            });
-        }
-        Ok(Verified {
-            variant: Variant::QemuVtpm,
-            user_data: doc.user_data.unwrap_or_default(),
-            warnings,
-        })
-    }
 }
 
 /// Everything but the policy: parses `document`, verifies every non-SHA-1 quote against the
