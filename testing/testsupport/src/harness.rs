@@ -257,7 +257,28 @@ fn random_hex(len: usize) -> String {
 
 impl System {
     /// Starts everything and waits until each process serves.
+    ///
+    /// Ports are picked free and then bound by the processes, so another process can take one in
+    /// between; such a start (a process failing with "address in use") is retried on new ports,
+    /// a few times, before it is reported as the error it is.
     pub async fn start(options: Options) -> anyhow::Result<System> {
+        const ATTEMPTS: usize = 3;
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(&options).await {
+                Err(error) if attempt < ATTEMPTS && is_port_race(&error) => {
+                    tracing::warn!(
+                        attempt,
+                        "a port was taken while starting, retrying: {error:#}"
+                    );
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(options: &Options) -> anyhow::Result<System> {
         let dir = tempfile::Builder::new().prefix("joinservice-").tempdir()?;
         let paths = Paths::new(dir.path());
         std::fs::create_dir_all(&paths.logs)?;
@@ -381,7 +402,7 @@ impl System {
             &paths.logs,
         )?;
 
-        keyservice.wait_for_tcp(SocketAddr::from(([127, 0, 0, 1], kms_port)))?;
+        keyservice.wait_for_listener(SocketAddr::from(([127, 0, 0, 1], kms_port)))?;
         token_issuer.wait_for_socket(&paths.token_issuer_socket)?;
         join_core.wait_for_socket(&paths.join_core_socket)?;
         let connect_addr = if proxy_addr.ip().is_unspecified() {
@@ -389,7 +410,7 @@ impl System {
         } else {
             proxy_addr
         };
-        proxy.wait_for_tcp(connect_addr)?;
+        proxy.wait_for_listener(connect_addr)?;
 
         // Kept files outlive the system, for inspection after a local run.
         let dir = if options.keep_dir {
@@ -549,4 +570,10 @@ pub fn join_request(
         host_public_key: ssh.public_wire,
         host_certificate_principals: vec![],
     })
+}
+
+/// Whether a start failed because a port picked free was taken before its process bound it.
+fn is_port_race(error: &anyhow::Error) -> bool {
+    let text = format!("{error:#}");
+    text.contains("ddress already in use") || text.contains("os error 98")
 }

@@ -214,10 +214,11 @@ impl Process {
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
+            // Dead first: a port this process failed to bind may be served by someone else.
+            self.check_running()?;
             if ready() {
                 return Ok(());
             }
-            self.check_running()?;
             if Instant::now() > deadline {
                 bail!(
                     "{} not ready ({what}) after {timeout:?}; its log:\n{}",
@@ -235,6 +236,25 @@ impl Process {
             &format!("socket {}", path.display()),
             Duration::from_secs(20),
             || std::os::unix::net::UnixStream::connect(path).is_ok(),
+        )
+    }
+
+    /// Waits until this process says it listens on `addr`'s port and the address accepts
+    /// connections. The log line is what tells this process's listener from another process that
+    /// took the port first (then this one fails to bind and exits).
+    pub fn wait_for_listener(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
+        let port = format!(":{}", addr.port());
+        let log = self.log.clone();
+        self.wait_until(
+            &format!("listening on {addr}"),
+            Duration::from_secs(20),
+            || {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                said.lines()
+                    .any(|l| l.contains("listening") && l.contains(&port))
+                    && std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+                        .is_ok()
+            },
         )
     }
 
