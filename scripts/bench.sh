@@ -22,7 +22,7 @@
 # token-issuer, keyservice and local-cluster (the stand-in). The load generator runs on the same
 # cores; its own CPU is reported apart and is in no ratio. Peak RSS is VmHWM (/proc/<pid>/status).
 #
-# The figures, the targets and where the CPU goes: loadgen/BENCHMARKS.md.
+# The figures, the targets and where the CPU goes: tools/loadgen/BENCHMARKS.md.
 #
 # Not part of the test run. Options go to `loadgen bench` (see `--help`), e.g.
 #   scripts/bench.sh --step 10s --warmup 2s            longer steps (default 5s each, 12 steps)

@@ -69,7 +69,7 @@ fn build(variant: Variant, path: &Path, raw: &[u8]) -> Result<Active, PolicyErro
     })?;
     let digest = policy.digest();
     let validator: Arc<dyn Validator> = match variant {
-        Variant::QemuVtpm => Arc::new(attestation::vtpm::QemuVtpmValidator::new(policy)),
+        Variant::QemuVtpm => Arc::new(attestation::QemuVtpmValidator::new(policy)),
         other => return Err(PolicyError::Unsupported(other)),
     };
     Ok(Active { validator, digest })

@@ -1,5 +1,5 @@
 //! The aTLS client certificate as the server receives it: X.509 parsing and the lookup of the
-//! attestation extension (atls/src/extension.rs), for every variant.
+//! attestation extension (lib/atls/src/extension.rs), for every variant.
 #![no_main]
 
 use attestation::Variant;

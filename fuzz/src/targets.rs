@@ -1,5 +1,5 @@
 //! What each attestation fuzz target does with its input. The targets in `fuzz_targets/` call
-//! these, and `attestation/tests/fuzz_regressions.rs` replays every saved crash input through
+//! these, and `lib/attestation/tests/fuzz_regressions.rs` replays every saved crash input through
 //! the same functions in the normal test run, so a fixed crash stays fixed.
 //!
 //! Every function must return without panicking for any input: the code under test is the first
@@ -8,13 +8,12 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+use attestation::eventlog::{EventLog, check_against_quote};
 use attestation::tpm::{Attest, HashAlg, Public, Signature};
-use attestation::vtpm::eventlog::{EventLog, check_against_quote};
 use attestation::vtpm::{
-    AttestationDocument, QemuVtpmValidator, Quote, make_extra_data, make_qualifying_data,
-    verify_quote,
+    AttestationDocument, Quote, make_extra_data, make_qualifying_data, verify_quote,
 };
-use attestation::{Measurement, Policy, Validator};
+use attestation::{Measurement, Policy, QemuVtpmValidator, Validator};
 use soft_issuer::{KeyType, SoftIssuer};
 
 /// A valid quote, its qualifying data and its key, which a target mutates one part of so the

@@ -23,9 +23,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use attestation::eventlog::{EventLog, EventLogError};
 use attestation::tpm::HashAlg;
 use attestation::vtpm::document::{Attestation, AttestationDocument, Pcrs, Quote};
-use attestation::vtpm::eventlog::{EventLog, EventLogError};
 use attestation::vtpm::{make_extra_data, make_qualifying_data};
 use attestation::{IssueError, Issuer, Variant};
 use ring::rand::SystemRandom;

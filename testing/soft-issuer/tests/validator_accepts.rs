@@ -196,7 +196,7 @@ fn the_policy_only_sees_values_of_a_verified_quote() {
 fn an_event_log_sets_the_pcrs_and_replays_in_the_validator() {
     let log = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../attestation/testdata/eventlogs/rhel8-uefi.bin"
+        "/../../lib/attestation/testdata/eventlogs/rhel8-uefi.bin"
     ))
     .unwrap();
     let issuer = SoftIssuer::rsa_2048().unwrap().with_event_log(log).unwrap();
@@ -237,7 +237,7 @@ fn bad_inputs_are_refused() {
 fn altered_event_data_is_refused_by_the_validator() {
     let log = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../attestation/testdata/eventlogs/rhel8-uefi.bin"
+        "/../../lib/attestation/testdata/eventlogs/rhel8-uefi.bin"
     ))
     .unwrap();
     let issuer = SoftIssuer::ecdsa_p256()
@@ -263,7 +263,7 @@ fn altered_event_data_is_refused_by_the_validator() {
     assert!(
         matches!(
             err,
-            Error::EventLog(attestation::vtpm::eventlog::EventLogError::DataMismatch {
+            Error::EventLog(attestation::eventlog::EventLogError::DataMismatch {
                 bank: HashAlg::Sha256,
                 ..
             })

@@ -1,15 +1,17 @@
 //! join-core's and token-issuer's sockets serve one peer uid each; a process running as any
 //! other uid is dropped, even when file permissions would let it connect.
 //!
-//! The probe runs as a real process under another uid: this test binary re-runs itself as
-//! `nobody`, which takes root. Without root the test cannot start such a process and says so.
+//! The probe runs as a real process under another uid: this test binary re-runs a copy of itself
+//! as `nobody`, which takes root, so the test is `#[ignore]`d and `scripts/test.sh` runs it (with
+//! every other `as_root_` test) when it runs as root, as CI does. The copy lives in a directory
+//! `nobody` can reach: the checkout may sit under one only root can traverse.
 
 #![allow(clippy::unwrap_used)]
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -42,8 +44,21 @@ fn probe() {
     println!("PROBE-RESULT {outcome}");
 }
 
-fn run_probe(socket: &Path, uid: Option<u32>) -> String {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+/// This test binary, copied into a fresh directory every uid can traverse.
+fn reachable_copy_of_this_binary() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("peer-uid-probe")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.path().join("probe");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, copy)
+}
+
+fn run_probe(probe: &Path, socket: &Path, uid: Option<u32>) -> String {
+    let mut command = Command::new(probe);
     command
         .args(["--exact", "probe", "--nocapture", "--test-threads=1"])
         .env(PROBE_SOCKET, socket);
@@ -65,11 +80,10 @@ fn run_probe(socket: &Path, uid: Option<u32>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sockets_refuse_processes_of_other_uids() {
-    if own_uid().unwrap() != 0 {
-        eprintln!("SKIPPED: starting a probe under another uid needs root (CI runs as root)");
-        return;
-    }
+#[ignore = "needs root to run a probe as another uid; scripts/test.sh runs it as root"]
+async fn as_root_sockets_refuse_processes_of_other_uids() {
+    assert_eq!(own_uid().unwrap(), 0, "run as root: scripts/test.sh does");
+    let (_probe_dir, probe) = reachable_copy_of_this_binary();
     let system = System::start(Options::default()).await.unwrap();
     // Open the file permissions wide, so the peer-credential check is the only fence left.
     for dir in [
@@ -84,13 +98,13 @@ async fn sockets_refuse_processes_of_other_uids() {
     ] {
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(
-            run_probe(socket, None),
+            run_probe(&probe, socket, None),
             "answered",
             "the allowed uid is served on {}",
             socket.display()
         );
         assert_eq!(
-            run_probe(socket, Some(NOBODY)),
+            run_probe(&probe, socket, Some(NOBODY)),
             "closed",
             "uid {NOBODY} must be dropped by {}",
             socket.display()

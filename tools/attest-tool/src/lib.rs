@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use attestation::audit::{Decision, Evidence, Subject};
+use attestation::eventlog::{EventLog, LogFormat};
 use attestation::tpm::HashAlg;
-use attestation::vtpm::eventlog::{EventLog, LogFormat};
 use attestation::{Policy, QemuVtpmValidator, Validator, Variant};
 use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};

@@ -13,7 +13,8 @@ const NONCE_HEX: &str = "6e6f6e63652d6f662d7468652d68616e647368616b652d303132333
 const USER_DATA: [u8; 32] = [0x42; 32];
 
 fn rhel8_log_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../attestation/testdata/eventlogs/rhel8-uefi.bin")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../lib/attestation/testdata/eventlogs/rhel8-uefi.bin")
 }
 
 fn tool(args: &[&str]) -> Output {
