@@ -3,7 +3,9 @@
 //! Order of work, chosen so a refused or failed request leaves nothing behind:
 //! 1. validate the CSR (untrusted input);
 //! 2. sign the kubelet certificate (local);
-//! 3. control-plane joiners: read the control-plane PKI files (local);
+//! 3. control-plane joiners: ask the cluster whether it expects a control-plane node
+//!    ([`crate::control_plane`]: reads only; refused with `PermissionDenied` when it does not),
+//!    then read the control-plane PKI files (local);
 //! 4. read the `NodeVersion` and its components ConfigMap (reads, kept for up to a second and
 //!    dropped when a join fails at the API server: see [`crate::cluster_version`]);
 //! 5. record the join as a `JoiningNode` (first write; for a control-plane node it is also the
@@ -27,6 +29,8 @@
 //! | failure | code | why |
 //! |---|---|---|
 //! | CSR refused, key not certifiable | `InvalidArgument` | the node's request; retrying it won't help |
+//! | control-plane files asked for while the cluster has all the control-plane nodes it expects | `PermissionDenied` | the caller is not entitled to the CA keys now; a legitimate node is misconfigured |
+//! | ConfigMap `join-control-plane` missing or malformed | `FailedPrecondition` | the operator has not said how many control-plane nodes to expect |
 //! | API server 401/403 | `Internal` | our credential or RBAC is wrong: a deployment fault, not the node's (`PermissionDenied` would blame the node) |
 //! | API server 404; `NodeVersion`/ConfigMap incomplete | `FailedPrecondition` | the cluster is not set up for joins until an operator fixes it |
 //! | another control-plane node is joining | `Aborted` | a concurrency conflict that clears by itself: retry the whole join later (`FailedPrecondition` would say "don't retry until fixed", `AlreadyExists` names an object the node never asked for) |
@@ -44,6 +48,7 @@ use tonic::{Code, Request, Response, Status};
 use crate::bootstrap::{BootstrapToken, TOKEN_TTL, TokenStore};
 use crate::ca::{ClusterCa, SignError};
 use crate::cluster_version::{VersionError, VersionReader};
+use crate::control_plane::{ControlPlaneGate, GateError};
 use crate::csr::{self, CsrError};
 use crate::joining::{JoiningError, JoiningNodes, Record};
 use crate::kube_api::KubeError;
@@ -58,6 +63,9 @@ pub enum IssueError {
     /// Signing the kubelet certificate failed.
     #[error("signing the kubelet certificate: {0}")]
     Sign(#[source] SignError),
+    /// The cluster does not expect a control-plane node now, or cannot say.
+    #[error("control-plane files refused: {0}")]
+    ControlPlaneRefused(#[source] GateError),
     /// Reading the control-plane PKI failed.
     #[error("reading the control-plane PKI: {0}")]
     ControlPlaneFiles(#[source] PkiError),
@@ -87,6 +95,8 @@ impl IssueError {
         match self {
             IssueError::Csr(_) => "csr",
             IssueError::Sign(_) => "sign_kubelet_cert",
+            IssueError::ControlPlaneRefused(GateError::Full { .. }) => "control_plane_full",
+            IssueError::ControlPlaneRefused(_) => "control_plane_gate",
             IssueError::ControlPlaneFiles(_) => "control_plane_files",
             IssueError::ClusterVersion(_) => "cluster_version",
             IssueError::JoiningNode(JoiningError::ControlPlaneBusy { .. }) => "control_plane_busy",
@@ -120,6 +130,13 @@ impl From<IssueError> for Status {
                 Code::InvalidArgument
             }
             IssueError::Sign(SignError::Sign(_)) => Code::Internal,
+            IssueError::ControlPlaneRefused(GateError::Full { .. }) => Code::PermissionDenied,
+            IssueError::ControlPlaneRefused(GateError::BadExpected(_)) => Code::FailedPrecondition,
+            IssueError::ControlPlaneRefused(
+                GateError::NotConfigured(source)
+                | GateError::ListNodes(source)
+                | GateError::ReadNodeVersion(source),
+            ) => kube_code(source),
             IssueError::ControlPlaneFiles(_) => Code::Internal,
             IssueError::ClusterVersion(
                 VersionError::ReadNodeVersion(source) | VersionError::ReadComponents { source, .. },
@@ -154,6 +171,8 @@ pub struct Parts {
     pub versions: VersionReader,
     /// The `JoiningNode` records.
     pub joining: JoiningNodes,
+    /// Whether the cluster expects a control-plane node.
+    pub control_plane: ControlPlaneGate,
     /// The control-plane PKI directory.
     pub pki: PkiDir,
     /// The endpoint handed to nodes.
@@ -183,6 +202,11 @@ impl Service {
         let node = csr::validate(&req.certificate_request).map_err(IssueError::Csr)?;
         let kubelet_cert = parts.ca.sign_kubelet(&node).map_err(IssueError::Sign)?;
         let control_plane_files = if req.is_control_plane {
+            parts
+                .control_plane
+                .admit()
+                .await
+                .map_err(IssueError::ControlPlaneRefused)?;
             parts
                 .pki
                 .read()

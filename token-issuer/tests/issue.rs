@@ -7,7 +7,10 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube_standin::fixtures::{components_json, constellation_version};
+use kube_standin::fixtures::{
+    components_json, constellation_version, control_plane_expectation, control_plane_node,
+    worker_node,
+};
 use kube_standin::{Fault, Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
 use plumbing::shutdown::{self, Trigger};
 use proto::tokenissuer::IssueNodeCredentialsRequest;
@@ -53,6 +56,13 @@ fn full_user() -> User {
 const K8S_VERSION: &str = "v1.31.1";
 const COMPONENTS_REF: &str = "k8s-components-sha256-0123abcd";
 
+/// A cluster that expects three control-plane nodes and has none yet, with its version.
+fn fresh_cluster() -> Vec<serde_json::Value> {
+    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    seed.push(control_plane_expectation(3));
+    seed
+}
+
 /// Fills a PKI directory with the eight control-plane files, each holding its own name.
 fn write_pki(dir: &Path) {
     std::fs::create_dir_all(dir.join("etcd")).unwrap();
@@ -79,8 +89,7 @@ impl Harness {
     }
 
     async fn start_with_ca(user: User, peer_uid: u32, cert: &str, key: &str) -> Self {
-        let seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json());
-        Self::start_seeded(user, peer_uid, cert, key, &seed).await
+        Self::start_seeded(user, peer_uid, cert, key, &fresh_cluster()).await
     }
 
     /// Starts with the stand-in holding exactly `seed`.
@@ -853,7 +862,7 @@ async fn two_control_plane_nodes_at_once_one_joins_one_retries() {
 
 #[tokio::test]
 async fn expired_control_plane_lock_is_replaced() {
-    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    let mut seed = fresh_cluster();
     seed.push(serde_json::json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "JoiningNode",
         "metadata": {"name": "control-plane"},
@@ -1059,8 +1068,8 @@ async fn missing_control_plane_file_refuses_control_plane_joins_only() {
     );
     h.assert_nothing_created("missing PKI file");
     assert!(
-        h.standin.requests().is_empty(),
-        "refused before any API call: {:?}",
+        h.standin.requests().iter().all(|r| r.method == "GET"),
+        "refused before any write: {:?}",
         h.methods()
     );
     h.issue(node_csr("worker-0", &[])).await.unwrap();
@@ -1138,5 +1147,171 @@ async fn cluster_version_reads_are_kept_for_a_moment_and_dropped_after_a_fault()
         h.issue(node_csr(node, &[])).await.unwrap();
     }
     assert_eq!(reads(&h), (3, 3));
+    h.stop().await;
+}
+
+/// Starts with a fresh cluster's version, expecting `expected` control-plane nodes (none if
+/// `None`), holding `nodes` and, if `upgrading`, a NodeVersion marking an upgrade in progress.
+async fn start_cluster(
+    expected: Option<&str>,
+    nodes: &[serde_json::Value],
+    upgrading: bool,
+) -> Harness {
+    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    if upgrading {
+        seed[0]["status"] = serde_json::json!({"conditions": [
+            {"type": "Outdated", "status": "True", "reason": "NodesOutdated",
+             "message": "Some nodes are outdated", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]});
+    }
+    if let Some(expected) = expected {
+        let mut config = control_plane_expectation(0);
+        config["data"]["expectedControlPlaneNodes"] = expected.into();
+        seed.push(config);
+    }
+    seed.extend(nodes.iter().cloned());
+    Harness::start_seeded(
+        full_user(),
+        own_uid(),
+        "ca-rsa.crt",
+        "ca-rsa-pkcs1.key",
+        &seed,
+    )
+    .await
+}
+
+fn cp_nodes(n: usize) -> Vec<serde_json::Value> {
+    (0..n)
+        .map(|i| control_plane_node(&format!("cp-old-{i}")))
+        .collect()
+}
+
+/// The control-plane CA keys go only to a node the cluster expects: a caller claiming
+/// `is_control_plane` while every expected control-plane node is present gets nothing.
+#[tokio::test]
+async fn control_plane_files_are_refused_when_the_cluster_has_its_control_plane() {
+    let mut nodes = cp_nodes(3);
+    nodes.push(worker_node("worker-0"));
+    let h = start_cluster(Some("3"), &nodes, false).await;
+    let status = h
+        .issue_as(node_csr("cp-evil", &[]), true)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains(
+            "the cluster expects no further control-plane node: 3 control-plane Nodes present, 3 expected"
+        ),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("control plane complete");
+    assert!(
+        h.standin.requests().iter().all(|r| r.method == "GET"),
+        "only reads: {:?}",
+        h.methods()
+    );
+    assert!(
+        h.standin
+            .requests()
+            .iter()
+            .any(|r| r.path == "/api/v1/nodes" && r.code == 200),
+        "{:?}",
+        h.methods()
+    );
+    // Workers still join, and are not counted as control-plane nodes.
+    h.issue(node_csr("worker-1", &[])).await.unwrap();
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn control_plane_files_are_released_while_fewer_are_present_than_expected() {
+    let mut nodes = cp_nodes(2);
+    nodes.push(worker_node("worker-0"));
+    let h = start_cluster(Some("3"), &nodes, false).await;
+    let resp = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap();
+    assert_eq!(resp.control_plane_files.len(), 8);
+    assert_eq!(h.secrets().len(), 1);
+    h.stop().await;
+}
+
+/// During an upgrade the node operator adds the replacement before removing the old node: one
+/// node beyond the expected count is admitted, and no more.
+#[tokio::test]
+async fn an_upgrade_admits_one_surge_control_plane_node() {
+    let h = start_cluster(Some("3"), &cp_nodes(3), true).await;
+    let resp = h.issue_as(node_csr("cp-new", &[]), true).await.unwrap();
+    assert_eq!(resp.control_plane_files.len(), 8);
+    h.stop().await;
+
+    let h = start_cluster(Some("3"), &cp_nodes(4), true).await;
+    let status = h.issue_as(node_csr("cp-new", &[]), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains(
+            "4 control-plane Nodes present, 3 expected (+1 during the upgrade in progress)"
+        ),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("surge used up");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn without_an_expected_count_control_plane_files_are_a_failed_precondition() {
+    for (expected, needle) in [
+        (
+            None,
+            "reading ConfigMap kube-system/join-control-plane (the expected control-plane node count): Kubernetes API answered 404",
+        ),
+        (
+            Some("three"),
+            "expectedControlPlaneNodes is \"three\", not a count of nodes",
+        ),
+        (Some("-1"), "expectedControlPlaneNodes is \"-1\""),
+    ] {
+        let h = start_cluster(expected, &[], false).await;
+        let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::FailedPrecondition,
+            "{expected:?}: {status:?}"
+        );
+        assert!(
+            status.message().contains(needle),
+            "{expected:?}: {}",
+            status.message()
+        );
+        h.assert_nothing_created("no expectation");
+        h.issue(node_csr("worker-0", &[])).await.unwrap();
+        h.stop().await;
+    }
+}
+
+/// The deployed RBAC must allow listing Nodes: without it the gate fails closed, as a
+/// deployment fault.
+#[tokio::test]
+async fn without_rbac_to_list_nodes_control_plane_files_are_refused() {
+    let grants: Vec<Grant> = deployed_grants()
+        .into_iter()
+        .filter(|g| !g.rule.resources.contains(&"nodes".to_owned()))
+        .collect();
+    assert!(
+        grants.len() < deployed_grants().len(),
+        "deploy/rbac.yaml grants list nodes"
+    );
+    let user = User::service_account(TOKEN, "kube-system", "join-token-issuer", grants);
+    let h = Harness::start(user, own_uid()).await;
+    let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("listing control-plane Nodes: Kubernetes API answered 403"),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("no RBAC");
     h.stop().await;
 }
