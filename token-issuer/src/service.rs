@@ -126,9 +126,7 @@ impl From<IssueError> for Status {
     fn from(e: IssueError) -> Status {
         let code = match &e {
             IssueError::Csr(_) => Code::InvalidArgument,
-            IssueError::Sign(SignError::PublicKey(_) | SignError::DnsName(_)) => {
-                Code::InvalidArgument
-            }
+            IssueError::Sign(SignError::PublicKey(_)) => Code::InvalidArgument,
             IssueError::Sign(SignError::Sign(_)) => Code::Internal,
             IssueError::ControlPlaneRefused(GateError::Full { .. }) => Code::PermissionDenied,
             IssueError::ControlPlaneRefused(GateError::BadExpected(_)) => Code::FailedPrecondition,

@@ -1315,3 +1315,62 @@ async fn without_rbac_to_list_nodes_control_plane_files_are_refused() {
     h.assert_nothing_created("no RBAC");
     h.stop().await;
 }
+
+/// The cluster CA must not certify a name the node does not own: a kubelet certificate for
+/// `kubernetes.default.svc` would let a node impersonate the API server to every pod.
+#[tokio::test]
+async fn dns_sans_are_refused_and_nothing_is_created() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    for (sans, needle) in [
+        (
+            vec!["10.0.0.5", "kubernetes.default.svc"],
+            "subject alternative name DNS:kubernetes.default.svc is not allowed",
+        ),
+        (
+            vec!["worker-0"],
+            "subject alternative name DNS:worker-0 is not allowed",
+        ),
+    ] {
+        let status = h.issue(node_csr("worker-0", &sans)).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{sans:?}: {status:?}");
+        assert!(status.message().contains(needle), "{}", status.message());
+        h.assert_nothing_created("DNS SAN");
+        assert!(
+            h.standin.requests().is_empty(),
+            "refused before any API call: {:?}",
+            h.methods()
+        );
+    }
+    h.stop().await;
+}
+
+/// A control-plane node retrying its join holds the lock already: it takes it afresh instead
+/// of being told for ten minutes that "another control-plane node" (itself) is joining.
+#[tokio::test]
+async fn the_control_plane_lock_holder_may_retry_and_others_may_not() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
+    let first_deadline = spec(&h.joining_nodes()[0], "deadline").clone();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let again = h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
+    assert_eq!(again.control_plane_files.len(), 8);
+    let nodes = h.joining_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(spec(&nodes[0], "name"), "cp-1");
+    assert_ne!(
+        spec(&nodes[0], "deadline"),
+        &first_deadline,
+        "the retry renews the lock's deadline"
+    );
+
+    let busy = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap_err();
+    assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
+    assert!(
+        busy.message().contains("another control-plane node (cp-1)"),
+        "{}",
+        busy.message()
+    );
+    assert_eq!(spec(&h.joining_nodes()[0], "name"), "cp-1");
+    h.stop().await;
+}
