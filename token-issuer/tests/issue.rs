@@ -21,6 +21,8 @@ use tonic::Code;
 use x509_parser::prelude::*;
 
 const TOKEN: &str = "issuer-sa-token";
+/// The evidence digest join-core passes on from attest-proxy.
+const EVIDENCE: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 fn own_uid() -> u32 {
@@ -153,6 +155,7 @@ impl Harness {
             version_max_age,
             admin_listen: Some(admin),
             grace_period: Duration::from_secs(2),
+            pod_name: "join-service-test-pod".into(),
             log_format: Default::default(),
         };
         let (trigger, stop) = shutdown::channel();
@@ -194,6 +197,7 @@ impl Harness {
                 certificate_request: csr,
                 is_control_plane,
                 peer_address: "192.0.2.7:51000".into(),
+                attested_evidence_sha256: EVIDENCE.into(),
             })
             .await
             .map(|r| r.into_inner())
@@ -1372,5 +1376,85 @@ async fn the_control_plane_lock_holder_may_retry_and_others_may_not() {
         busy.message()
     );
     assert_eq!(spec(&h.joining_nodes()[0], "name"), "cp-1");
+    h.stop().await;
+}
+
+/// Every release of the control-plane files is a `ControlPlaneFilesReleased` Event in
+/// kube-system naming the node, the requesting uid and the evidence digest; workers get none.
+#[tokio::test]
+async fn each_control_plane_release_is_recorded_as_an_event() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    assert!(
+        h.standin.objects_of("events").is_empty(),
+        "workers get no event"
+    );
+
+    h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
+    let events = h.standin.objects_of("events");
+    assert_eq!(events.len(), 1);
+    let e = &events[0].object;
+    assert_eq!(events[0].namespace.as_deref(), Some("kube-system"));
+    assert_eq!(e["reason"], "ControlPlaneFilesReleased");
+    assert_eq!(e["type"], "Normal");
+    assert_eq!(
+        e["involvedObject"],
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "cp-1"})
+    );
+    assert_eq!(
+        e["reportingComponent"],
+        "joinservice.edgeless.systems/token-issuer"
+    );
+    assert_eq!(e["reportingInstance"], "join-service-test-pod");
+    let message = e["message"].as_str().unwrap();
+    for needle in [
+        "node cp-1",
+        &format!("requested by uid {}", own_uid()),
+        &format!("attestation evidence sha256 {EVIDENCE}"),
+        "0 of 3 expected control-plane Nodes present",
+    ] {
+        assert!(message.contains(needle), "{needle:?} in {message}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn no_event_no_release() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    h.standin.inject(
+        Fault::once(403)
+            .on("POST")
+            .at("/api/v1/namespaces/kube-system/events"),
+    );
+    let status = h.issue_as(node_csr("cp-1", &[]), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains(
+            "recording the control-plane files release as an Event: Kubernetes API answered 403"
+        ),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("event refused");
+
+    // Without the evidence digest there is no release either, and no API call is made.
+    let mut client = TokenIssuerClient::new(plumbing::unix::channel(h.socket.clone()));
+    let before = h.standin.requests().len();
+    let status = client
+        .issue_node_credentials(IssueNodeCredentialsRequest {
+            certificate_request: node_csr("cp-1", &[]),
+            is_control_plane: true,
+            peer_address: "192.0.2.7:51000".into(),
+            attested_evidence_sha256: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("attested_evidence_sha256"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(h.standin.requests().len(), before);
     h.stop().await;
 }
