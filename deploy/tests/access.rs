@@ -133,6 +133,8 @@ fn admission_policy_narrows_the_role_to_bootstrap_tokens() {
         "string(object.data['auth-extra-groups']) == 'system:bootstrappers:kubeadm:default-node-token'",
         "timestamp(string(object.data['expiration'])) <= object.metadata.creationTimestamp + duration('1h')",
         "oldObject.metadata.name.startsWith('bootstrap-token-')",
+        "oldObject.metadata.labels['joinservice.edgeless.systems/issued-by'] == 'token-issuer'",
+        "object.metadata.labels['joinservice.edgeless.systems/issued-by'] == 'token-issuer'",
         "request.namespace == 'kube-system'",
     ] {
         assert!(exprs.contains(needle), "policy lacks `{needle}`");
@@ -163,6 +165,12 @@ fn admission_policy_matches_what_token_issuer_writes() {
     let source = std::fs::read_to_string(deploy_dir().join("../token-issuer/src/bootstrap.rs"))
         .expect("token-issuer source");
     let policy = expressions(&one_of("ValidatingAdmissionPolicy")).join("\n");
+    // The label that lets token-issuer delete its own tokens (and only those) is the one it sets.
+    assert!(
+        source.contains("\"joinservice.edgeless.systems/issued-by\"")
+            && source.contains("\"token-issuer\""),
+        "token-issuer labels its tokens"
+    );
     for key in [
         "token-id",
         "token-secret",

@@ -294,6 +294,11 @@ async fn valid_csr_gets_token_certificate_and_hash() {
     let s = &secrets[0];
     assert_eq!(s.name, format!("bootstrap-token-{id}"));
     assert_eq!(s.secret_type(), Some("bootstrap.kubernetes.io/token"));
+    assert_eq!(
+        s.object["metadata"]["labels"],
+        serde_json::json!({"joinservice.edgeless.systems/issued-by": "token-issuer"}),
+        "the admission policy lets token-issuer delete only tokens so labelled"
+    );
     assert_eq!(s.secret_string("token-id").unwrap(), id);
     assert_eq!(s.secret_string("token-secret").unwrap(), secret);
     assert_eq!(
