@@ -600,6 +600,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn events_about_nodes_are_validated_like_the_apiserver() {
+        let event = |extra: Value| {
+            let mut e = json!({"involvedObject": {"kind": "Node", "name": "cp-1"}, "reason": "R"});
+            if let (Some(e), Value::Object(extra)) = (e.as_object_mut(), extra) {
+                e.extend(extra);
+            }
+            e.as_object().cloned().unwrap_or_default()
+        };
+        let new_style = json!({"eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingComponent": "a/b", "reportingInstance": "pod", "action": "A"});
+        // An old-style event about a cluster-scoped object belongs in default only.
+        let old = validate_event(&event(json!({})), "kube-system", "e").unwrap_err();
+        assert_eq!(old.status.code, 422);
+        assert!(
+            old.status.message.contains(
+                "involvedObject.namespace: Invalid value: \"\": does not match event.namespace"
+            ),
+            "{}",
+            old.status.message
+        );
+        validate_event(&event(json!({})), "default", "e").unwrap();
+        // A new-style one may live in kube-system, and needs its reporting fields.
+        validate_event(&event(new_style.clone()), "kube-system", "e").unwrap();
+        let missing = validate_event(
+            &event(json!({"eventTime": "2026-01-01T00:00:00.000000Z"})),
+            "kube-system",
+            "e",
+        )
+        .unwrap_err();
+        assert!(
+            missing
+                .status
+                .message
+                .contains("reportingComponent: Required value"),
+            "{}",
+            missing.status.message
+        );
+        assert!(validate_event(&event(new_style), "other", "e").is_err());
+    }
+
+    #[test]
     fn paths_parse_like_the_apiserver_routes() {
         let t = parse("/apis/update.edgeless.systems/v1alpha1/joiningnodes/control-plane").unwrap();
         assert_eq!(
