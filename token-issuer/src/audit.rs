@@ -9,7 +9,10 @@
 //! connection), and why the cluster admitted a control-plane node ([`Admitted`]).
 //!
 //! The Event is written before the keys are handed back; if it cannot be written, the join
-//! fails and is rolled back, so no release goes unrecorded in the cluster.
+//! fails and is rolled back, so no release goes unrecorded in the cluster. The converse does not
+//! hold: if join-core hangs up after the Event is written, the join is rolled back and the
+//! Event stays, recording a release whose answer nobody received (the audit line is written
+//! only for an answer that is sent).
 
 use std::time::Duration;
 
