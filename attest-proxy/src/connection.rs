@@ -184,6 +184,7 @@ async fn attest(
                 variant: verified.variant,
                 peer_addr,
                 policy_digest: active.digest.clone(),
+                evidence_sha256: decision.evidence.sha256.clone(),
             }),
             decision,
         ),

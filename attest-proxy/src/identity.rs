@@ -19,6 +19,8 @@ pub struct PeerIdentity {
     pub peer_addr: SocketAddr,
     /// The digest of the measurement policy the node passed.
     pub policy_digest: String,
+    /// SHA-256 (hex) of the evidence that was verified, as the audit line records it.
+    pub evidence_sha256: String,
 }
 
 /// Adds [`IdentityHeaders`] for one connection's verified identity.
@@ -30,11 +32,12 @@ pub struct IdentityLayer {
 impl IdentityLayer {
     /// Headers asserting `peer`. Header values are built once per connection, not per request.
     pub fn new(peer: &PeerIdentity) -> Self {
-        let mut headers = Vec::with_capacity(3);
+        let mut headers = Vec::with_capacity(4);
         for (name, value) in [
             (identity::VARIANT, peer.variant.name().to_owned()),
             (identity::PEER_ADDR, peer.peer_addr.to_string()),
             (identity::POLICY_DIGEST, peer.policy_digest.clone()),
+            (identity::EVIDENCE_SHA256, peer.evidence_sha256.clone()),
         ] {
             // Variant names, socket addresses and hex digests are always valid header values;
             // should that ever change, the header is left out and join-core refuses the call.
@@ -113,6 +116,7 @@ mod tests {
             variant: attestation::Variant::QemuVtpm,
             peer_addr: "10.0.0.7:41234".parse().unwrap(),
             policy_digest: "ab12".to_owned(),
+            evidence_sha256: "cd".repeat(32),
         };
         let echo = tower::service_fn(|req: http::Request<()>| async move {
             Ok::<_, std::convert::Infallible>(req)
@@ -122,6 +126,7 @@ mod tests {
             .header("X-Attested-Variant", "aws-sev-snp")
             .header("x-attested-peer-addr", "1.2.3.4:5")
             .header("x-attested-admin", "yes")
+            .header("x-attested-evidence-sha256", "00".repeat(32))
             .header("x-forwarded-for", "1.2.3.4")
             .header("content-type", "application/grpc")
             .body(())
@@ -143,6 +148,15 @@ mod tests {
             ["10.0.0.7:41234"]
         );
         assert_eq!(headers[identity::POLICY_DIGEST], "ab12");
+        assert_eq!(
+            headers
+                .get_all(identity::EVIDENCE_SHA256)
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["cd".repeat(32)],
+            "the client's own evidence digest is replaced"
+        );
         assert!(headers.get("x-attested-admin").is_none());
         assert!(headers.get("x-forwarded-for").is_none());
         assert_eq!(headers["content-type"], "application/grpc");

@@ -17,20 +17,24 @@ fn rbac_is_exactly_the_calls_token_issuer_makes() {
         json!([
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         ]),
-        "in kube-system: bootstrap-token Secrets (create, delete on rollback) and the components \
-         ConfigMap (get); no list, watch or update"
+        "in kube-system: bootstrap-token Secrets (create, delete on rollback), the components \
+         and join-control-plane ConfigMaps (get), the audit Events of control-plane key \
+         releases (create); no list, watch or update"
     );
     let cluster_role = one_of("ClusterRole");
     assert_eq!(
         cluster_role["rules"],
         json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
             {"apiGroups": ["update.edgeless.systems"], "resources": ["nodeversions"],
              "resourceNames": ["constellation-version"], "verbs": ["get"]},
             {"apiGroups": ["update.edgeless.systems"], "resources": ["joiningnodes"],
              "verbs": ["create", "get", "patch", "delete"]},
         ]),
-        "cluster-wide: only Constellation's node-operator resources token-issuer reads and records"
+        "cluster-wide: counting control-plane Nodes (list only), and Constellation's \
+         node-operator resources token-issuer reads and records"
     );
     for r in [&role, &cluster_role] {
         assert!(
@@ -68,11 +72,11 @@ fn rbac_is_exactly_the_calls_token_issuer_makes() {
     // What the API stand-in enforces in the end-to-end tests is resolved from these objects.
     let grants = deploy::grants_for_service_account("kube-system", "join-token-issuer")
         .expect("rbac.yaml resolves");
-    assert_eq!(grants.len(), 4);
+    assert_eq!(grants.len(), 6);
     assert_eq!(
         grants.iter().filter(|g| g.namespace.is_none()).count(),
-        2,
-        "the two update.edgeless.systems rules are cluster-wide, nothing else is"
+        3,
+        "listing Nodes and the two update.edgeless.systems rules are cluster-wide, nothing else is"
     );
 }
 
@@ -129,6 +133,8 @@ fn admission_policy_narrows_the_role_to_bootstrap_tokens() {
         "string(object.data['auth-extra-groups']) == 'system:bootstrappers:kubeadm:default-node-token'",
         "timestamp(string(object.data['expiration'])) <= object.metadata.creationTimestamp + duration('1h')",
         "oldObject.metadata.name.startsWith('bootstrap-token-')",
+        "oldObject.metadata.labels['joinservice.edgeless.systems/issued-by'] == 'token-issuer'",
+        "object.metadata.labels['joinservice.edgeless.systems/issued-by'] == 'token-issuer'",
         "request.namespace == 'kube-system'",
     ] {
         assert!(exprs.contains(needle), "policy lacks `{needle}`");
@@ -159,6 +165,12 @@ fn admission_policy_matches_what_token_issuer_writes() {
     let source = std::fs::read_to_string(deploy_dir().join("../token-issuer/src/bootstrap.rs"))
         .expect("token-issuer source");
     let policy = expressions(&one_of("ValidatingAdmissionPolicy")).join("\n");
+    // The label that lets token-issuer delete its own tokens (and only those) is the one it sets.
+    assert!(
+        source.contains("\"joinservice.edgeless.systems/issued-by\"")
+            && source.contains("\"token-issuer\""),
+        "token-issuer labels its tokens"
+    );
     for key in [
         "token-id",
         "token-secret",

@@ -42,12 +42,14 @@ impl CredentialsClient {
         certificate_request: Vec<u8>,
         is_control_plane: bool,
         peer_addr: SocketAddr,
+        evidence_sha256: &str,
     ) -> Result<IssueNodeCredentialsResponse, TicketError> {
         let fail = TicketError::TokenIssuer;
         let message = IssueNodeCredentialsRequest {
             certificate_request,
             is_control_plane,
             peer_address: peer_addr.to_string(),
+            attested_evidence_sha256: evidence_sha256.to_owned(),
         };
         let mut client = self.client.clone();
         let started = Instant::now();

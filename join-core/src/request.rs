@@ -21,6 +21,9 @@ pub struct Identity {
     pub variant: String,
     /// The node's TCP address as attest-proxy saw it.
     pub peer_addr: SocketAddr,
+    /// SHA-256 (hex) of the evidence attest-proxy verified; empty if it sent none (token-issuer
+    /// then refuses control-plane files, which it releases only with this digest on record).
+    pub evidence_sha256: String,
 }
 
 impl Identity {
@@ -32,9 +35,23 @@ impl Identity {
             .map_err(|_| RequestError::MalformedIdentity {
                 header: identity::PEER_ADDR,
             })?;
+        let evidence_sha256 = match metadata.get(identity::EVIDENCE_SHA256) {
+            None => String::new(),
+            Some(value) => match value.to_str() {
+                Ok(text) if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    text.to_ascii_lowercase()
+                }
+                _ => {
+                    return Err(RequestError::MalformedIdentity {
+                        header: identity::EVIDENCE_SHA256,
+                    });
+                }
+            },
+        };
         Ok(Self {
             variant: variant.to_owned(),
             peer_addr,
+            evidence_sha256,
         })
     }
 }
@@ -149,5 +166,14 @@ mod tests {
         let id = Identity::from_metadata(&metadata).unwrap();
         assert_eq!(id.variant, "qemu-vtpm");
         assert_eq!(id.peer_addr.to_string(), "[2001:db8::1]:443");
+        assert_eq!(id.evidence_sha256, "");
+        metadata.insert(identity::EVIDENCE_SHA256, "not hex".parse().unwrap());
+        assert!(matches!(
+            Identity::from_metadata(&metadata),
+            Err(RequestError::MalformedIdentity { header }) if header == identity::EVIDENCE_SHA256
+        ));
+        metadata.insert(identity::EVIDENCE_SHA256, "AB".repeat(32).parse().unwrap());
+        let id = Identity::from_metadata(&metadata).unwrap();
+        assert_eq!(id.evidence_sha256, "ab".repeat(32));
     }
 }

@@ -109,6 +109,7 @@ impl TicketService {
                 request.certificate_request,
                 request.is_control_plane,
                 identity.peer_addr,
+                &identity.evidence_sha256,
             )
             .await?;
         let ticket = IssueJoinTicketResponse {

@@ -435,7 +435,13 @@ fn forwarded<T>(message: T) -> Request<T> {
         .metadata_mut()
         .insert(identity::PEER_ADDR, PEER.parse().unwrap());
     request
+        .metadata_mut()
+        .insert(identity::EVIDENCE_SHA256, EVIDENCE.parse().unwrap());
+    request
 }
+
+/// The evidence digest attest-proxy forwards.
+const EVIDENCE: &str = "5e0b3a7c9d1f2e4a6b8c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a";
 
 fn assert_status(result: Result<impl std::fmt::Debug, Status>, code: Code, mentions: &str) {
     let status = result.unwrap_err();
@@ -517,6 +523,10 @@ async fn issues_a_full_join_ticket() {
     assert_eq!(calls[0].certificate_request, CSR);
     assert!(calls[0].is_control_plane);
     assert_eq!(calls[0].peer_address, PEER);
+    assert_eq!(
+        calls[0].attested_evidence_sha256, EVIDENCE,
+        "the evidence digest reaches token-issuer for its audit record"
+    );
 
     system.stop().await;
 }

@@ -21,6 +21,11 @@ pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 /// Group the token authenticates into besides `system:bootstrappers`; kubeadm's default RBAC
 /// lets it create node CSRs.
 pub const EXTRA_GROUPS: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// The label on every token Secret token-issuer creates; the admission policy lets it delete
+/// only Secrets carrying it, so it can roll back its own tokens and no one else's.
+pub const ISSUED_BY_LABEL: &str = "joinservice.edgeless.systems/issued-by";
+/// The label's value.
+pub const ISSUED_BY: &str = "token-issuer";
 /// Constellation's token lifetime.
 pub const TOKEN_TTL: time::Duration = time::Duration::minutes(15);
 
@@ -92,6 +97,10 @@ impl BootstrapToken {
             metadata: ObjectMeta {
                 name: Some(self.secret_name()),
                 namespace: Some(NAMESPACE.to_owned()),
+                labels: Some(BTreeMap::from([(
+                    ISSUED_BY_LABEL.to_owned(),
+                    ISSUED_BY.to_owned(),
+                )])),
                 ..ObjectMeta::default()
             },
             type_: Some(SECRET_TYPE.to_owned()),
@@ -170,6 +179,18 @@ mod tests {
                 .all(|c| c == b'.' || ALPHABET.contains(&c))
         );
         assert!(!format!("{t:?}").contains(&t.secret));
+    }
+
+    #[test]
+    fn secrets_carry_the_issued_by_label() {
+        let t = BootstrapToken::generate();
+        let s = t.to_secret("worker-0", time::OffsetDateTime::now_utc());
+        let labels = s.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get(ISSUED_BY_LABEL).map(String::as_str),
+            Some(ISSUED_BY)
+        );
+        assert_eq!(labels.len(), 1);
     }
 
     #[test]

@@ -78,9 +78,6 @@ pub enum SignError {
     /// The CSR's key algorithm cannot be put into a certificate by rcgen.
     #[error("unsupported public key in certificate request")]
     PublicKey(#[source] rcgen::Error),
-    /// A DNS SAN is not an IA5 string.
-    #[error("invalid DNS name {0:?} in certificate request")]
-    DnsName(String),
     /// Signing failed.
     #[error("signing failed")]
     Sign(#[source] rcgen::Error),
@@ -234,13 +231,6 @@ impl ClusterCa {
         dn.push(DnType::CommonName, req.common_name());
         params.distinguished_name = dn;
         params.subject_alt_names = req.ips.iter().copied().map(SanType::IpAddress).collect();
-        for name in &req.dns_names {
-            let ia5 = name
-                .clone()
-                .try_into()
-                .map_err(|_| SignError::DnsName(name.clone()))?;
-            params.subject_alt_names.push(SanType::DnsName(ia5));
-        }
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,

@@ -96,6 +96,10 @@ pub struct Config {
     /// terminationGracePeriodSeconds.
     #[arg(long = "grace-period-secs", env = "TOKEN_ISSUER_GRACE_PERIOD_SECS", value_parser = seconds, default_value = "20")]
     pub grace_period: Duration,
+    /// This instance's name in the Events it records (`reportingInstance`): the pod name,
+    /// which Kubernetes sets as the container's hostname.
+    #[arg(long, env = "HOSTNAME", default_value = "token-issuer")]
+    pub pod_name: String,
     /// Log format.
     #[arg(long, env = "TOKEN_ISSUER_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,

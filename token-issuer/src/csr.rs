@@ -3,7 +3,16 @@
 //! The rules are the ones Kubernetes applies to kubelet client certificates and Constellation
 //! applies in its join service: the signature must verify (the node holds the key), the subject
 //! is exactly `O=system:nodes`, `CN=system:node:<node name>` with a valid object name, and only
-//! IP and DNS subject alternative names are carried over.
+//! IP subject alternative names are carried over.
+//!
+//! No DNS name is certified, not even one equal to the node name. The kubelet certificate is
+//! also a serving certificate (server auth), signed by the cluster CA that every pod and
+//! component trusts; a DNS SAN would let whoever holds it serve as that name, e.g.
+//! `kubernetes.default.svc`, to all of them. The node name is no safer: it is the node's own
+//! claim, and a valid node name may itself be `kubernetes.default.svc`. Constellation nodes ask
+//! for IP SANs only, and the API server reaches kubelets by address; a CSR with any other SAN
+//! is refused as a whole ([`CsrError::SanNotAllowed`]), so the node learns why rather than
+//! getting a certificate that silently says less than it asked for.
 
 use std::net::IpAddr;
 
@@ -52,9 +61,11 @@ pub enum CsrError {
         "node name {0:?} is not a valid Kubernetes name (DNS-1123 subdomain, at most 253 characters)"
     )]
     NodeName(String),
-    /// A SAN of a kind kubelet certificates never carry.
-    #[error("subject alternative name of unsupported type: {0}")]
-    UnsupportedSan(String),
+    /// A SAN other than an IP address: the cluster CA certifies kubelets by address only.
+    #[error(
+        "subject alternative name {0} is not allowed: kubelet certificates carry IP addresses only"
+    )]
+    SanNotAllowed(String),
     /// An IP SAN with a length other than 4 or 16.
     #[error("subject alternative name has a malformed IP address ({0} bytes)")]
     MalformedIp(usize),
@@ -70,8 +81,6 @@ pub struct NodeRequest {
     pub node_name: String,
     /// IP SANs, in request order.
     pub ips: Vec<IpAddr>,
-    /// DNS SANs, in request order.
-    pub dns_names: Vec<String>,
     /// The requested key as DER SubjectPublicKeyInfo.
     pub public_key_der: Vec<u8>,
 }
@@ -142,7 +151,6 @@ pub fn validate(der: &[u8]) -> Result<NodeRequest, CsrError> {
     }
 
     let mut ips = Vec::new();
-    let mut dns_names = Vec::new();
     if let Some(extensions) = csr.requested_extensions() {
         for ext in extensions {
             match ext {
@@ -150,8 +158,7 @@ pub fn validate(der: &[u8]) -> Result<NodeRequest, CsrError> {
                     for name in &san.general_names {
                         match name {
                             GeneralName::IPAddress(bytes) => ips.push(ip(bytes)?),
-                            GeneralName::DNSName(dns) => dns_names.push((*dns).to_owned()),
-                            other => return Err(CsrError::UnsupportedSan(other.to_string())),
+                            other => return Err(CsrError::SanNotAllowed(san_text(other))),
                         }
                     }
                 }
@@ -164,9 +171,19 @@ pub fn validate(der: &[u8]) -> Result<NodeRequest, CsrError> {
     Ok(NodeRequest {
         node_name: node_name.to_owned(),
         ips,
-        dns_names,
         public_key_der: info.subject_pki.raw.to_vec(),
     })
+}
+
+/// A refused SAN as OpenSSL prints it (`DNS:name`), its text escaped: it is untrusted and goes
+/// into logs and the caller's error.
+fn san_text(name: &GeneralName<'_>) -> String {
+    match name {
+        GeneralName::DNSName(s) => format!("DNS:{}", s.escape_debug()),
+        GeneralName::URI(s) => format!("URI:{}", s.escape_debug()),
+        GeneralName::RFC822Name(s) => format!("email:{}", s.escape_debug()),
+        other => other.to_string().escape_debug().to_string(),
+    }
 }
 
 fn ip(bytes: &[u8]) -> Result<IpAddr, CsrError> {

@@ -7,9 +7,10 @@
 //! - Control-plane nodes: create under the one name `control-plane`, deadline 10 min. The
 //!   create is the lock that lets only one control-plane node join at a time (etcd grows one
 //!   member at a time). A second joiner gets [`JoiningError::ControlPlaneBusy`] and retries. A
-//!   record whose deadline has passed belongs to a join that died; it is deleted with `uid` and
-//!   `resourceVersion` preconditions (so a record someone renewed meanwhile is never removed)
-//!   and the create is tried once more.
+//!   record whose deadline has passed belongs to a join that died, and a record held by the
+//!   very node now joining (same node name) belongs to its own earlier attempt; either is
+//!   deleted with `uid` and `resourceVersion` preconditions (so a record someone renewed
+//!   meanwhile is never removed) and the create is tried once more.
 //!
 //! Rollback ([`JoiningNodes::forget`]) deletes a record only if it still is the one this join
 //! wrote (same spec name and deadline), again with preconditions, so a failed join never removes
@@ -226,13 +227,21 @@ impl JoiningNodes {
                 // rather than block control-plane joins forever.
                 Err(_) => true,
             };
-            if !expired || attempt == 1 {
+            // The same node retrying its join (its first attempt failed after the lock was
+            // taken, or its answer was lost): the lock is its own, so it takes it afresh with a
+            // new deadline rather than wait out its own 10 minutes. Another node never does.
+            let own = holder == record.node_name;
+            if !(expired || own) || attempt == 1 {
                 return Err(JoiningError::ControlPlaneBusy {
                     holder,
                     deadline: their_deadline,
                 });
             }
-            tracing::warn!(holder = %holder, deadline = %their_deadline, "removing expired control-plane JoiningNode");
+            if own {
+                tracing::info!(holder = %holder, deadline = %their_deadline, "control-plane node retries its join; renewing its own JoiningNode");
+            } else {
+                tracing::warn!(holder = %holder, deadline = %their_deadline, "removing expired control-plane JoiningNode");
+            }
             match self.delete_exact(&existing.metadata).await {
                 Ok(()) => {}
                 // Renewed or replaced meanwhile: someone else holds the lock now.

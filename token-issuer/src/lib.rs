@@ -4,16 +4,19 @@
 //! Kubernetes credentials: a bootstrap token ([`bootstrap`]), the kubelet certificate signed by
 //! the cluster CA ([`ca`]), the discovery hash, the cluster's Kubernetes version and components
 //! ([`cluster_version`]), a `JoiningNode` record of the join ([`joining`]) and, for
-//! control-plane joiners, the shared control-plane PKI ([`pki`]). The node's CSR is validated
+//! control-plane joiners the cluster expects ([`control_plane`]), the shared control-plane PKI
+//! ([`pki`]); each such release is recorded ([`audit`]). The node's CSR is validated
 //! first ([`csr`]); a refused request touches nothing in Kubernetes. [`service`] orders the
 //! steps, undoes what a failed join created, and maps errors to gRPC codes in one place.
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod bootstrap;
 pub mod ca;
 pub mod cluster_version;
 mod config;
+pub mod control_plane;
 pub mod csr;
 pub mod joining;
 pub mod kube_api;
@@ -143,7 +146,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
         tokens: bootstrap::TokenStore::new(client.clone(), config.kube_timeout),
         versions: cluster_version::VersionReader::new(client.clone(), config.kube_timeout)
             .with_max_age(config.version_max_age),
-        joining: joining::JoiningNodes::new(client, config.kube_timeout),
+        joining: joining::JoiningNodes::new(client.clone(), config.kube_timeout),
+        control_plane: control_plane::ControlPlaneGate::new(client.clone(), config.kube_timeout),
+        events: audit::AuditEvents::new(client, config.pod_name.clone(), config.kube_timeout),
         pki: pki::PkiDir::new(config.pki_dir.clone()),
         api_server_endpoint: endpoint,
     });

@@ -3,15 +3,19 @@
 //! Order of work, chosen so a refused or failed request leaves nothing behind:
 //! 1. validate the CSR (untrusted input);
 //! 2. sign the kubelet certificate (local);
-//! 3. control-plane joiners: read the control-plane PKI files (local);
+//! 3. control-plane joiners: ask the cluster whether it expects a control-plane node
+//!    ([`crate::control_plane`]: reads only; refused with `PermissionDenied` when it does not),
+//!    then read the control-plane PKI files (local);
 //! 4. read the `NodeVersion` and its components ConfigMap (reads, kept for up to a second and
 //!    dropped when a join fails at the API server: see [`crate::cluster_version`]);
 //! 5. record the join as a `JoiningNode` (first write; for a control-plane node it is also the
 //!    lock, so a second concurrent control-plane joiner is refused before any token exists);
-//! 6. create the bootstrap token Secret (last write).
+//! 6. create the bootstrap token Secret;
+//! 7. control-plane joiners: record the release of the control-plane files as a Kubernetes
+//!    Event (last write; see [`crate::audit`]), then log the audit line once all succeeded.
 //!
 //! Every check and read comes before the first write. If step 6 fails, the `JoiningNode` from
-//! step 5 is removed. If a write's outcome is unknown (5xx, timeout, broken connection: it may
+//! step 5 is removed; if step 7 fails, the token and the `JoiningNode` are. If a write's outcome is unknown (5xx, timeout, broken connection: it may
 //! have happened), what it may have created is removed too. Steps 5–6 and their rollback run in
 //! their own task, so a caller that hangs up cannot cut between a write and its rollback; if the
 //! caller is gone once both exist, both are removed, because nobody will ever receive them.
@@ -27,6 +31,9 @@
 //! | failure | code | why |
 //! |---|---|---|
 //! | CSR refused, key not certifiable | `InvalidArgument` | the node's request; retrying it won't help |
+//! | control-plane files asked for without the attestation evidence digest | `InvalidArgument` | every release is recorded with it; join-core must pass on what attest-proxy forwarded |
+//! | control-plane files asked for while the cluster has all the control-plane nodes it expects | `PermissionDenied` | the caller is not entitled to the CA keys now; a legitimate node is misconfigured |
+//! | ConfigMap `join-control-plane` missing or malformed | `FailedPrecondition` | the operator has not said how many control-plane nodes to expect |
 //! | API server 401/403 | `Internal` | our credential or RBAC is wrong: a deployment fault, not the node's (`PermissionDenied` would blame the node) |
 //! | API server 404; `NodeVersion`/ConfigMap incomplete | `FailedPrecondition` | the cluster is not set up for joins until an operator fixes it |
 //! | another control-plane node is joining | `Aborted` | a concurrency conflict that clears by itself: retry the whole join later (`FailedPrecondition` would say "don't retry until fixed", `AlreadyExists` names an object the node never asked for) |
@@ -41,9 +48,11 @@ use proto::tokenissuer::{IssueNodeCredentialsRequest, IssueNodeCredentialsRespon
 use tokio::sync::oneshot;
 use tonic::{Code, Request, Response, Status};
 
+use crate::audit::{AuditEvents, Release};
 use crate::bootstrap::{BootstrapToken, TOKEN_TTL, TokenStore};
 use crate::ca::{ClusterCa, SignError};
 use crate::cluster_version::{VersionError, VersionReader};
+use crate::control_plane::{ControlPlaneGate, GateError};
 use crate::csr::{self, CsrError};
 use crate::joining::{JoiningError, JoiningNodes, Record};
 use crate::kube_api::KubeError;
@@ -58,6 +67,17 @@ pub enum IssueError {
     /// Signing the kubelet certificate failed.
     #[error("signing the kubelet certificate: {0}")]
     Sign(#[source] SignError),
+    /// A control-plane request without a well-formed attestation evidence digest.
+    #[error(
+        "control-plane files are released only with the SHA-256 of the attestation evidence on record; attested_evidence_sha256 is {0:?}"
+    )]
+    MissingEvidence(String),
+    /// Recording the release of the control-plane files as an Event failed.
+    #[error("recording the control-plane files release as an Event: {0}")]
+    AuditEvent(#[source] KubeError),
+    /// The cluster does not expect a control-plane node now, or cannot say.
+    #[error("control-plane files refused: {0}")]
+    ControlPlaneRefused(#[source] GateError),
     /// Reading the control-plane PKI failed.
     #[error("reading the control-plane PKI: {0}")]
     ControlPlaneFiles(#[source] PkiError),
@@ -87,6 +107,10 @@ impl IssueError {
         match self {
             IssueError::Csr(_) => "csr",
             IssueError::Sign(_) => "sign_kubelet_cert",
+            IssueError::MissingEvidence(_) => "evidence_digest",
+            IssueError::AuditEvent(_) => "audit_event",
+            IssueError::ControlPlaneRefused(GateError::Full { .. }) => "control_plane_full",
+            IssueError::ControlPlaneRefused(_) => "control_plane_gate",
             IssueError::ControlPlaneFiles(_) => "control_plane_files",
             IssueError::ClusterVersion(_) => "cluster_version",
             IssueError::JoiningNode(JoiningError::ControlPlaneBusy { .. }) => "control_plane_busy",
@@ -116,10 +140,17 @@ impl From<IssueError> for Status {
     fn from(e: IssueError) -> Status {
         let code = match &e {
             IssueError::Csr(_) => Code::InvalidArgument,
-            IssueError::Sign(SignError::PublicKey(_) | SignError::DnsName(_)) => {
-                Code::InvalidArgument
-            }
+            IssueError::Sign(SignError::PublicKey(_)) => Code::InvalidArgument,
             IssueError::Sign(SignError::Sign(_)) => Code::Internal,
+            IssueError::MissingEvidence(_) => Code::InvalidArgument,
+            IssueError::AuditEvent(source) => kube_code(source),
+            IssueError::ControlPlaneRefused(GateError::Full { .. }) => Code::PermissionDenied,
+            IssueError::ControlPlaneRefused(GateError::BadExpected(_)) => Code::FailedPrecondition,
+            IssueError::ControlPlaneRefused(
+                GateError::NotConfigured(source)
+                | GateError::ListNodes(source)
+                | GateError::ReadNodeVersion(source),
+            ) => kube_code(source),
             IssueError::ControlPlaneFiles(_) => Code::Internal,
             IssueError::ClusterVersion(
                 VersionError::ReadNodeVersion(source) | VersionError::ReadComponents { source, .. },
@@ -154,8 +185,12 @@ pub struct Parts {
     pub versions: VersionReader,
     /// The `JoiningNode` records.
     pub joining: JoiningNodes,
+    /// Whether the cluster expects a control-plane node.
+    pub control_plane: ControlPlaneGate,
     /// The control-plane PKI directory.
     pub pki: PkiDir,
+    /// The Events recording each release of the control-plane files.
+    pub events: AuditEvents,
     /// The endpoint handed to nodes.
     pub api_server_endpoint: String,
 }
@@ -174,15 +209,35 @@ impl Service {
         }
     }
 
-    /// Issues credentials for one node (everything but the gRPC framing).
+    /// Issues credentials for one node (everything but the gRPC framing); `peer_uid` is the
+    /// uid of the process that asked (the socket's peer credentials), for the audit record.
     pub async fn issue(
         &self,
         req: &IssueNodeCredentialsRequest,
+        peer_uid: Option<u32>,
     ) -> Result<IssueNodeCredentialsResponse, IssueError> {
         let parts = &self.inner;
         let node = csr::validate(&req.certificate_request).map_err(IssueError::Csr)?;
+        if req.is_control_plane && !crate::audit::is_sha256_hex(&req.attested_evidence_sha256) {
+            return Err(IssueError::MissingEvidence(
+                req.attested_evidence_sha256.clone(),
+            ));
+        }
         let kubelet_cert = parts.ca.sign_kubelet(&node).map_err(IssueError::Sign)?;
+        let mut release = None;
         let control_plane_files = if req.is_control_plane {
+            let admitted = parts
+                .control_plane
+                .admit()
+                .await
+                .map_err(IssueError::ControlPlaneRefused)?;
+            release = Some(Release {
+                node_name: node.node_name.clone(),
+                peer_uid,
+                evidence_sha256: req.attested_evidence_sha256.clone(),
+                peer_address: req.peer_address.clone(),
+                admitted,
+            });
             parts
                 .pki
                 .read()
@@ -206,6 +261,7 @@ impl Service {
         let reference = version.components_reference.clone();
         let task_token = token.clone();
         let task_record = record.clone();
+        let task_release = release.clone();
         tokio::spawn(async move {
             let result = write(
                 &task_parts,
@@ -213,6 +269,7 @@ impl Service {
                 &reference,
                 &task_token,
                 &secret,
+                task_release.as_ref(),
                 now,
             )
             .await;
@@ -232,6 +289,9 @@ impl Service {
             // an answer from before it.
             parts.versions.forget();
             return Err(e);
+        }
+        if let Some(release) = &release {
+            release.log();
         }
 
         tracing::info!(
@@ -263,6 +323,7 @@ async fn write(
     components_reference: &str,
     token: &BootstrapToken,
     secret: &k8s_openapi::api::core::v1::Secret,
+    release: Option<&Release>,
     now: time::OffsetDateTime,
 ) -> Result<(), IssueError> {
     if let Err(e) = parts
@@ -286,6 +347,16 @@ async fn write(
         }
         forget_record(parts, record, "creating the bootstrap token failed").await;
         return Err(IssueError::CreateToken { name, source });
+    }
+    if let Some(release) = release {
+        // No release of the CA keys without its record in the cluster: a failed (or unknown)
+        // Event write undoes the join. A duplicate Event after an unknown outcome is harmless.
+        if let Err(source) = parts.events.record(release).await {
+            let why = "recording the control-plane release failed";
+            forget_token(parts, &name, why).await;
+            forget_record(parts, record, why).await;
+            return Err(IssueError::AuditEvent(source));
+        }
     }
     Ok(())
 }
@@ -350,8 +421,13 @@ impl TokenIssuer for Service {
         request: Request<IssueNodeCredentialsRequest>,
     ) -> Result<Response<IssueNodeCredentialsResponse>, Status> {
         let started = std::time::Instant::now();
+        let peer_uid = request
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+            .and_then(|info| info.peer_cred)
+            .map(|cred| cred.uid());
         let req = request.into_inner();
-        match self.issue(&req).await {
+        match self.issue(&req, peer_uid).await {
             Ok(resp) => {
                 crate::metrics::issued(None, started.elapsed());
                 Ok(Response::new(resp))

@@ -7,7 +7,10 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube_standin::fixtures::{components_json, constellation_version};
+use kube_standin::fixtures::{
+    components_json, constellation_version, control_plane_expectation, control_plane_node,
+    worker_node,
+};
 use kube_standin::{Fault, Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
 use plumbing::shutdown::{self, Trigger};
 use proto::tokenissuer::IssueNodeCredentialsRequest;
@@ -18,6 +21,8 @@ use tonic::Code;
 use x509_parser::prelude::*;
 
 const TOKEN: &str = "issuer-sa-token";
+/// The evidence digest join-core passes on from attest-proxy.
+const EVIDENCE: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 fn own_uid() -> u32 {
@@ -53,6 +58,13 @@ fn full_user() -> User {
 const K8S_VERSION: &str = "v1.31.1";
 const COMPONENTS_REF: &str = "k8s-components-sha256-0123abcd";
 
+/// A cluster that expects three control-plane nodes and has none yet, with its version.
+fn fresh_cluster() -> Vec<serde_json::Value> {
+    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    seed.push(control_plane_expectation(3));
+    seed
+}
+
 /// Fills a PKI directory with the eight control-plane files, each holding its own name.
 fn write_pki(dir: &Path) {
     std::fs::create_dir_all(dir.join("etcd")).unwrap();
@@ -79,8 +91,7 @@ impl Harness {
     }
 
     async fn start_with_ca(user: User, peer_uid: u32, cert: &str, key: &str) -> Self {
-        let seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json());
-        Self::start_seeded(user, peer_uid, cert, key, &seed).await
+        Self::start_seeded(user, peer_uid, cert, key, &fresh_cluster()).await
     }
 
     /// Starts with the stand-in holding exactly `seed`.
@@ -144,6 +155,7 @@ impl Harness {
             version_max_age,
             admin_listen: Some(admin),
             grace_period: Duration::from_secs(2),
+            pod_name: "join-service-test-pod".into(),
             log_format: Default::default(),
         };
         let (trigger, stop) = shutdown::channel();
@@ -185,6 +197,7 @@ impl Harness {
                 certificate_request: csr,
                 is_control_plane,
                 peer_address: "192.0.2.7:51000".into(),
+                attested_evidence_sha256: EVIDENCE.into(),
             })
             .await
             .map(|r| r.into_inner())
@@ -281,6 +294,11 @@ async fn valid_csr_gets_token_certificate_and_hash() {
     let s = &secrets[0];
     assert_eq!(s.name, format!("bootstrap-token-{id}"));
     assert_eq!(s.secret_type(), Some("bootstrap.kubernetes.io/token"));
+    assert_eq!(
+        s.object["metadata"]["labels"],
+        serde_json::json!({"joinservice.edgeless.systems/issued-by": "token-issuer"}),
+        "the admission policy lets token-issuer delete only tokens so labelled"
+    );
     assert_eq!(s.secret_string("token-id").unwrap(), id);
     assert_eq!(s.secret_string("token-secret").unwrap(), secret);
     assert_eq!(
@@ -853,7 +871,7 @@ async fn two_control_plane_nodes_at_once_one_joins_one_retries() {
 
 #[tokio::test]
 async fn expired_control_plane_lock_is_replaced() {
-    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    let mut seed = fresh_cluster();
     seed.push(serde_json::json!({
         "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "JoiningNode",
         "metadata": {"name": "control-plane"},
@@ -1059,8 +1077,8 @@ async fn missing_control_plane_file_refuses_control_plane_joins_only() {
     );
     h.assert_nothing_created("missing PKI file");
     assert!(
-        h.standin.requests().is_empty(),
-        "refused before any API call: {:?}",
+        h.standin.requests().iter().all(|r| r.method == "GET"),
+        "refused before any write: {:?}",
         h.methods()
     );
     h.issue(node_csr("worker-0", &[])).await.unwrap();
@@ -1138,5 +1156,310 @@ async fn cluster_version_reads_are_kept_for_a_moment_and_dropped_after_a_fault()
         h.issue(node_csr(node, &[])).await.unwrap();
     }
     assert_eq!(reads(&h), (3, 3));
+    h.stop().await;
+}
+
+/// Starts with a fresh cluster's version, expecting `expected` control-plane nodes (none if
+/// `None`), holding `nodes` and, if `upgrading`, a NodeVersion marking an upgrade in progress.
+async fn start_cluster(
+    expected: Option<&str>,
+    nodes: &[serde_json::Value],
+    upgrading: bool,
+) -> Harness {
+    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    if upgrading {
+        seed[0]["status"] = serde_json::json!({"conditions": [
+            {"type": "Outdated", "status": "True", "reason": "NodesOutdated",
+             "message": "Some nodes are outdated", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]});
+    }
+    if let Some(expected) = expected {
+        let mut config = control_plane_expectation(0);
+        config["data"]["expectedControlPlaneNodes"] = expected.into();
+        seed.push(config);
+    }
+    seed.extend(nodes.iter().cloned());
+    Harness::start_seeded(
+        full_user(),
+        own_uid(),
+        "ca-rsa.crt",
+        "ca-rsa-pkcs1.key",
+        &seed,
+    )
+    .await
+}
+
+fn cp_nodes(n: usize) -> Vec<serde_json::Value> {
+    (0..n)
+        .map(|i| control_plane_node(&format!("cp-old-{i}")))
+        .collect()
+}
+
+/// The control-plane CA keys go only to a node the cluster expects: a caller claiming
+/// `is_control_plane` while every expected control-plane node is present gets nothing.
+#[tokio::test]
+async fn control_plane_files_are_refused_when_the_cluster_has_its_control_plane() {
+    let mut nodes = cp_nodes(3);
+    nodes.push(worker_node("worker-0"));
+    let h = start_cluster(Some("3"), &nodes, false).await;
+    let status = h
+        .issue_as(node_csr("cp-evil", &[]), true)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains(
+            "the cluster expects no further control-plane node: 3 control-plane Nodes present, 3 expected"
+        ),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("control plane complete");
+    assert!(
+        h.standin.requests().iter().all(|r| r.method == "GET"),
+        "only reads: {:?}",
+        h.methods()
+    );
+    assert!(
+        h.standin
+            .requests()
+            .iter()
+            .any(|r| r.path == "/api/v1/nodes" && r.code == 200),
+        "{:?}",
+        h.methods()
+    );
+    // Workers still join, and are not counted as control-plane nodes.
+    h.issue(node_csr("worker-1", &[])).await.unwrap();
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn control_plane_files_are_released_while_fewer_are_present_than_expected() {
+    let mut nodes = cp_nodes(2);
+    nodes.push(worker_node("worker-0"));
+    let h = start_cluster(Some("3"), &nodes, false).await;
+    let resp = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap();
+    assert_eq!(resp.control_plane_files.len(), 8);
+    assert_eq!(h.secrets().len(), 1);
+    h.stop().await;
+}
+
+/// During an upgrade the node operator adds the replacement before removing the old node: one
+/// node beyond the expected count is admitted, and no more.
+#[tokio::test]
+async fn an_upgrade_admits_one_surge_control_plane_node() {
+    let h = start_cluster(Some("3"), &cp_nodes(3), true).await;
+    let resp = h.issue_as(node_csr("cp-new", &[]), true).await.unwrap();
+    assert_eq!(resp.control_plane_files.len(), 8);
+    h.stop().await;
+
+    let h = start_cluster(Some("3"), &cp_nodes(4), true).await;
+    let status = h.issue_as(node_csr("cp-new", &[]), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains(
+            "4 control-plane Nodes present, 3 expected (+1 during the upgrade in progress)"
+        ),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("surge used up");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn without_an_expected_count_control_plane_files_are_a_failed_precondition() {
+    for (expected, needle) in [
+        (
+            None,
+            "reading ConfigMap kube-system/join-control-plane (the expected control-plane node count): Kubernetes API answered 404",
+        ),
+        (
+            Some("three"),
+            "expectedControlPlaneNodes is \"three\", not a count of nodes",
+        ),
+        (Some("-1"), "expectedControlPlaneNodes is \"-1\""),
+    ] {
+        let h = start_cluster(expected, &[], false).await;
+        let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::FailedPrecondition,
+            "{expected:?}: {status:?}"
+        );
+        assert!(
+            status.message().contains(needle),
+            "{expected:?}: {}",
+            status.message()
+        );
+        h.assert_nothing_created("no expectation");
+        h.issue(node_csr("worker-0", &[])).await.unwrap();
+        h.stop().await;
+    }
+}
+
+/// The deployed RBAC must allow listing Nodes: without it the gate fails closed, as a
+/// deployment fault.
+#[tokio::test]
+async fn without_rbac_to_list_nodes_control_plane_files_are_refused() {
+    let grants: Vec<Grant> = deployed_grants()
+        .into_iter()
+        .filter(|g| !g.rule.resources.contains(&"nodes".to_owned()))
+        .collect();
+    assert!(
+        grants.len() < deployed_grants().len(),
+        "deploy/rbac.yaml grants list nodes"
+    );
+    let user = User::service_account(TOKEN, "kube-system", "join-token-issuer", grants);
+    let h = Harness::start(user, own_uid()).await;
+    let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("listing control-plane Nodes: Kubernetes API answered 403"),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("no RBAC");
+    h.stop().await;
+}
+
+/// The cluster CA must not certify a name the node does not own: a kubelet certificate for
+/// `kubernetes.default.svc` would let a node impersonate the API server to every pod.
+#[tokio::test]
+async fn dns_sans_are_refused_and_nothing_is_created() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    for (sans, needle) in [
+        (
+            vec!["10.0.0.5", "kubernetes.default.svc"],
+            "subject alternative name DNS:kubernetes.default.svc is not allowed",
+        ),
+        (
+            vec!["worker-0"],
+            "subject alternative name DNS:worker-0 is not allowed",
+        ),
+    ] {
+        let status = h.issue(node_csr("worker-0", &sans)).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{sans:?}: {status:?}");
+        assert!(status.message().contains(needle), "{}", status.message());
+        h.assert_nothing_created("DNS SAN");
+        assert!(
+            h.standin.requests().is_empty(),
+            "refused before any API call: {:?}",
+            h.methods()
+        );
+    }
+    h.stop().await;
+}
+
+/// A control-plane node retrying its join holds the lock already: it takes it afresh instead
+/// of being told for ten minutes that "another control-plane node" (itself) is joining.
+#[tokio::test]
+async fn the_control_plane_lock_holder_may_retry_and_others_may_not() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
+    let first_deadline = spec(&h.joining_nodes()[0], "deadline").clone();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let again = h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
+    assert_eq!(again.control_plane_files.len(), 8);
+    let nodes = h.joining_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(spec(&nodes[0], "name"), "cp-1");
+    assert_ne!(
+        spec(&nodes[0], "deadline"),
+        &first_deadline,
+        "the retry renews the lock's deadline"
+    );
+
+    let busy = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap_err();
+    assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
+    assert!(
+        busy.message().contains("another control-plane node (cp-1)"),
+        "{}",
+        busy.message()
+    );
+    assert_eq!(spec(&h.joining_nodes()[0], "name"), "cp-1");
+    h.stop().await;
+}
+
+/// Every release of the control-plane files is a `ControlPlaneFilesReleased` Event in
+/// kube-system naming the node, the requesting uid and the evidence digest; workers get none.
+#[tokio::test]
+async fn each_control_plane_release_is_recorded_as_an_event() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    assert!(
+        h.standin.objects_of("events").is_empty(),
+        "workers get no event"
+    );
+
+    h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
+    let events = h.standin.objects_of("events");
+    assert_eq!(events.len(), 1);
+    let e = &events[0].object;
+    assert_eq!(events[0].namespace.as_deref(), Some("kube-system"));
+    assert_eq!(e["reason"], "ControlPlaneFilesReleased");
+    assert_eq!(e["type"], "Normal");
+    assert_eq!(
+        e["involvedObject"],
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "cp-1"})
+    );
+    assert_eq!(
+        e["reportingComponent"],
+        "joinservice.edgeless.systems/token-issuer"
+    );
+    assert_eq!(e["reportingInstance"], "join-service-test-pod");
+    let message = e["message"].as_str().unwrap();
+    for needle in [
+        "node cp-1",
+        &format!("requested by uid {}", own_uid()),
+        &format!("attestation evidence sha256 {EVIDENCE}"),
+        "0 of 3 expected control-plane Nodes present",
+    ] {
+        assert!(message.contains(needle), "{needle:?} in {message}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn no_event_no_release() {
+    let h = Harness::start(full_user(), own_uid()).await;
+    h.standin.inject(
+        Fault::once(403)
+            .on("POST")
+            .at("/api/v1/namespaces/kube-system/events"),
+    );
+    let status = h.issue_as(node_csr("cp-1", &[]), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains(
+            "recording the control-plane files release as an Event: Kubernetes API answered 403"
+        ),
+        "{}",
+        status.message()
+    );
+    h.assert_nothing_created("event refused");
+
+    // Without the evidence digest there is no release either, and no API call is made.
+    let mut client = TokenIssuerClient::new(plumbing::unix::channel(h.socket.clone()));
+    let before = h.standin.requests().len();
+    let status = client
+        .issue_node_credentials(IssueNodeCredentialsRequest {
+            certificate_request: node_csr("cp-1", &[]),
+            is_control_plane: true,
+            peer_address: "192.0.2.7:51000".into(),
+            attested_evidence_sha256: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("attested_evidence_sha256"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(h.standin.requests().len(), before);
     h.stop().await;
 }

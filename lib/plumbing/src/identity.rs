@@ -12,6 +12,10 @@ pub const VARIANT: &str = "x-attested-variant";
 pub const PEER_ADDR: &str = "x-attested-peer-addr";
 /// The digest of the measurement policy the node was verified against.
 pub const POLICY_DIGEST: &str = "x-attested-policy-digest";
+/// SHA-256 (lowercase hex) of the attestation evidence attest-proxy verified: the same digest
+/// as the `evidence` field of attest-proxy's audit line for the connection, so token-issuer's
+/// record of a release leads back to the attestation decision.
+pub const EVIDENCE_SHA256: &str = "x-attested-evidence-sha256";
 
 /// Headers that claim a client identity in other conventions; the proxy strips them too.
 pub const FOREIGN_IDENTITY_HEADERS: &[&str] = &[

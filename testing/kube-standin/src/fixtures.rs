@@ -18,6 +18,8 @@ pub fn token_issuer_grants() -> Vec<Grant> {
     vec![
         core(&["create", "delete"], "secrets"),
         core(&["get"], "configmaps"),
+        core(&["create"], "events"),
+        Grant::cluster(PolicyRule::new(&["list"], &[""], &["nodes"])),
         Grant::cluster(
             PolicyRule::new(&["get"], &[EDGELESS_GROUP], &["nodeversions"])
                 .with_names(&[NODE_VERSION_NAME]),
@@ -73,4 +75,38 @@ pub fn constellation_version(
             "data": {"components": components},
         }),
     ]
+}
+
+/// The ConfigMap `kube-system/join-control-plane` saying the cluster should have `expected`
+/// control-plane nodes (token-issuer releases the control-plane CA keys only below that).
+pub fn control_plane_expectation(expected: u32) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "join-control-plane", "namespace": "kube-system"},
+        "data": {"expectedControlPlaneNodes": expected.to_string()},
+    })
+}
+
+/// A Node as kubeadm registers a control-plane node (with the control-plane role label).
+pub fn control_plane_node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name,
+            "node-role.kubernetes.io/control-plane": "",
+        }},
+        "spec": {},
+    })
+}
+
+/// A worker Node.
+pub fn worker_node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+    })
 }

@@ -9,7 +9,9 @@
 //! under [`ADMIN_PREFIX`] when [`StandinConfig::admin_api`] is on.
 //!
 //! Served: every call token-issuer makes, on the resources in one table (`resources.rs`):
-//! Secrets and ConfigMaps (`/api/v1/namespaces/{ns}/...`), and Constellation's cluster-scoped
+//! Secrets, ConfigMaps and Events (`/api/v1/namespaces/{ns}/...`; Events validated as the API
+//! server does on create), Nodes (`/api/v1/nodes`, lists filtered by `labelSelector`), and
+//! Constellation's cluster-scoped
 //! `NodeVersion` and `JoiningNode` (`/apis/update.edgeless.systems/v1alpha1/...`), each with get,
 //! list, create, delete (with `uid`/`resourceVersion` preconditions) and patch (server-side apply
 //! with field managers and `force`, JSON merge patch). PUT, watch, deletecollection, JSON patch
@@ -23,6 +25,7 @@ pub mod fixtures;
 pub mod rbac;
 mod resources;
 mod secrets;
+mod selector;
 mod server;
 pub mod status;
 mod store;

@@ -1,6 +1,7 @@
 //! The resources the stand-in serves, how their URLs parse, and the verbs on them.
 //!
-//! One table ([`RESOURCES`]) says what exists: the core Secrets and ConfigMaps, and the two
+//! One table ([`RESOURCES`]) says what exists: the core Secrets, ConfigMaps, Events and Nodes
+//! (lists filtered by `labelSelector`, see [`crate::selector`]), and the two
 //! Constellation custom resources token-issuer uses (`NodeVersion`, `JoiningNode` in
 //! `update.edgeless.systems/v1alpha1`, cluster-scoped). Every resource gets the same verbs with
 //! the real server's semantics: get, list, create (409 `AlreadyExists`), delete (with
@@ -11,6 +12,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::secrets::{self, is_dns1123_subdomain};
+use crate::selector::Selector;
 use crate::status::{self, Cause, Failure};
 use crate::store::Store;
 
@@ -76,6 +78,22 @@ pub(crate) const RESOURCES: &[Resource] = &[
         plural: "configmaps",
         singular: "configmap",
         kind: "ConfigMap",
+        namespaced: true,
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        singular: "node",
+        kind: "Node",
+        namespaced: false,
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
         namespaced: true,
     },
     Resource {
@@ -191,11 +209,12 @@ pub(crate) fn get(store: &Store, t: &Target<'_>) -> Result<Value, Failure> {
         .ok_or_else(|| status::not_found(t.resource.group, t.resource.plural, t.name))
 }
 
-/// GET of a collection.
-pub(crate) fn list(store: &Store, t: &Target<'_>) -> Value {
+/// GET of a collection, of the objects `selector` matches.
+pub(crate) fn list(store: &Store, t: &Target<'_>, selector: &Selector) -> Value {
     let items: Vec<Value> = store
         .list(t.resource.plural, t.namespace)
         .into_iter()
+        .filter(|v| selector.matches(v))
         .map(|mut v| {
             // List items carry no kind/apiVersion on the wire.
             if let Some(o) = v.as_object_mut() {
@@ -314,6 +333,9 @@ fn decode_create(
             }
         }
     }
+    if r.plural == "events" {
+        validate_event(&obj, ns.unwrap_or(""), &name)?;
+    }
     // Custom resources with a status subresource ignore status on create.
     if r.custom() {
         obj.remove("status");
@@ -332,6 +354,60 @@ fn decode_create(
         }
     }
     Ok((name, object))
+}
+
+/// The API server's create-time validation of a core/v1 Event (`ValidateEventCreate`): a
+/// cluster-scoped involved object (no namespace) fits only events in `default`, or, for events
+/// with an `eventTime` (the new-style events), also in `kube-system`; an involved object's
+/// namespace must otherwise be the event's own. New-style events also need their reporting
+/// component and instance, an action and a reason.
+fn validate_event(obj: &Map<String, Value>, ns: &str, name: &str) -> Result<(), Failure> {
+    let text = |path: &str| {
+        obj.get(path)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let involved_ns = obj
+        .get("involvedObject")
+        .and_then(|o| o.get("namespace"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let new_style = obj.get("eventTime").is_some_and(|t| !t.is_null());
+    let mut causes = Vec::new();
+    let namespace_ok = match (involved_ns.is_empty(), new_style) {
+        (true, false) => ns.is_empty() || ns == "default",
+        (true, true) => ns == "default" || ns == "kube-system",
+        (false, _) => involved_ns == ns,
+    };
+    if !namespace_ok {
+        causes.push(Cause {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: \"{involved_ns}\": does not match event.namespace"),
+            field: "involvedObject.namespace".into(),
+        });
+    }
+    if new_style {
+        for (field, path) in [
+            ("reportingComponent", "reportingComponent"),
+            ("reportingInstance", "reportingInstance"),
+            ("action", "action"),
+            ("reason", "reason"),
+        ] {
+            if text(path).is_empty() {
+                causes.push(Cause {
+                    reason: "FieldValueRequired",
+                    message: "Required value".into(),
+                    field: field.into(),
+                });
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(status::invalid("", "Event", name, causes))
+    }
 }
 
 /// Object names of every served resource are DNS-1123 subdomains.
@@ -496,17 +572,73 @@ pub(crate) fn seed(
             r.kind
         )));
     }
+    let status = map.get("status").cloned();
     let t = Target {
         resource: r,
         namespace: if r.namespaced { ns.as_deref() } else { None },
         name: "",
     };
-    create(store, &t, &body, || "seed0".to_owned())
+    let mut stored = create(store, &t, &body, || "seed0".to_owned())?;
+    // A create drops a custom resource's status; a seeded object stands for one whose
+    // controller has written its status as well.
+    if let (Some(status), Some(map)) = (status, stored.as_object_mut()) {
+        map.insert("status".into(), status);
+        let name = map
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let ns_key = if r.namespaced { ns.as_deref() } else { None };
+        store.insert(r.plural, ns_key.unwrap_or(""), &name, stored.clone());
+    }
+    Ok(stored)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_about_nodes_are_validated_like_the_apiserver() {
+        let event = |extra: Value| {
+            let mut e = json!({"involvedObject": {"kind": "Node", "name": "cp-1"}, "reason": "R"});
+            if let (Some(e), Value::Object(extra)) = (e.as_object_mut(), extra) {
+                e.extend(extra);
+            }
+            e.as_object().cloned().unwrap_or_default()
+        };
+        let new_style = json!({"eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingComponent": "a/b", "reportingInstance": "pod", "action": "A"});
+        // An old-style event about a cluster-scoped object belongs in default only.
+        let old = validate_event(&event(json!({})), "kube-system", "e").unwrap_err();
+        assert_eq!(old.status.code, 422);
+        assert!(
+            old.status.message.contains(
+                "involvedObject.namespace: Invalid value: \"\": does not match event.namespace"
+            ),
+            "{}",
+            old.status.message
+        );
+        validate_event(&event(json!({})), "default", "e").unwrap();
+        // A new-style one may live in kube-system, and needs its reporting fields.
+        validate_event(&event(new_style.clone()), "kube-system", "e").unwrap();
+        let missing = validate_event(
+            &event(json!({"eventTime": "2026-01-01T00:00:00.000000Z"})),
+            "kube-system",
+            "e",
+        )
+        .unwrap_err();
+        assert!(
+            missing
+                .status
+                .message
+                .contains("reportingComponent: Required value"),
+            "{}",
+            missing.status.message
+        );
+        assert!(validate_event(&event(new_style), "other", "e").is_err());
+    }
 
     #[test]
     fn paths_parse_like_the_apiserver_routes() {

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::faults::{Fault, Faults};
 use crate::rbac::{Attributes, User};
+use crate::selector::Selector;
 use crate::status::{self, Failure};
 use crate::store::{Store, StoredObject};
 use crate::{ADMIN_PREFIX, apply, resources};
@@ -240,7 +241,13 @@ async fn dispatch(state: &State, user: &User, req: Request<Incoming>) -> Resp {
     };
     let result = match verb {
         "get" => resources::get(&lock(&state.store), &target).map(|o| (200, o)),
-        "list" => Ok((200, resources::list(&lock(&state.store), &target))),
+        "list" => match Selector::from_query(query.as_deref()) {
+            Ok(selector) => Ok((
+                200,
+                resources::list(&lock(&state.store), &target, &selector),
+            )),
+            Err(why) => Err(status::bad_request(why)),
+        },
         "create" => resources::create(&mut lock(&state.store), &target, &body, random_suffix)
             .map(|o| (201, o)),
         "delete" => resources::delete(&mut lock(&state.store), &target, &body).map(|o| (200, o)),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use kube_standin::fixtures::{components_json, constellation_version};
+use kube_standin::fixtures::{components_json, constellation_version, control_plane_expectation};
 use kube_standin::{KubeStandin, Running, StandinConfig, User};
 use node_client::Client;
 use rand::Rng;
@@ -32,6 +32,8 @@ pub const API_SERVER_ENDPOINT: &str = "10.0.0.1:6443";
 /// The cluster's Kubernetes version, as the seeded `NodeVersion` names it.
 pub const KUBERNETES_VERSION: &str = "v1.31.1";
 
+/// How many control-plane nodes the seeded cluster expects (it has none yet).
+pub const EXPECTED_CONTROL_PLANE_NODES: u32 = 3;
 /// The components ConfigMap the seeded `NodeVersion` references.
 pub const COMPONENTS_REF: &str = "k8s-components-sha256-4a7b2c9e";
 
@@ -312,7 +314,9 @@ impl System {
         // The Kubernetes API, with the token-issuer's service account allowed exactly what the
         // deployment's RBAC (deploy/rbac.yaml) allows it, so a call the manifests do not permit
         // fails here with the API server's 403; and the cluster's version as Constellation's
-        // node operator records it.
+        // node operator records it. The cluster is a fresh one: it expects
+        // EXPECTED_CONTROL_PLANE_NODES control-plane nodes and has none yet, so token-issuer
+        // releases the control-plane files to control-plane joiners.
         let token = random_hex(16);
         let grants = match &options.rbac {
             Some(path) => deploy::grants_from_file(path, "kube-system", "join-token-issuer"),
@@ -323,8 +327,9 @@ impl System {
         let kube = KubeStandin::start(StandinConfig::new(vec![user]))
             .await
             .context("starting kube-standin")?;
-        for object in constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json())
-        {
+        let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
+        let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
+        for object in version.into_iter().chain([expectation]) {
             kube.seed(object)
                 .map_err(|status| anyhow::anyhow!("seeding kube-standin: {}", status.message))?;
         }

@@ -342,6 +342,26 @@ async fn control_plane_join_gets_a_complete_ticket() {
     assert_eq!(nodes[0].name, "control-plane");
     assert_eq!(spec(&nodes[0], "name"), "cp-1");
     assert_eq!(spec(&nodes[0], "iscontrolplane"), true);
+
+    // The release is recorded as an Event naming the node and the digest of the evidence
+    // attest-proxy verified: the digest its own audit line records for this connection.
+    let events = system.kube.objects_of("events");
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0].object;
+    assert_eq!(event["reason"], "ControlPlaneFilesReleased");
+    assert_eq!(event["involvedObject"]["name"], "cp-1");
+    let message = event["message"].as_str().unwrap();
+    let digest = message
+        .split("attestation evidence sha256 ")
+        .nth(1)
+        .and_then(|rest| rest.get(..64))
+        .unwrap_or_else(|| panic!("no evidence digest in {message}"));
+    assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()), "{message}");
+    assert!(
+        system.logs().contains(&format!("\"sha256\":\"{digest}\"")),
+        "attest-proxy's audit line names the same evidence digest {digest}:\n{}",
+        system.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
