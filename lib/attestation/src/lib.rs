@@ -12,6 +12,7 @@ pub mod audit;
 pub mod error;
 pub mod eventlog;
 pub mod policy;
+pub mod snp;
 pub mod tpm;
 pub mod variant;
 pub mod variants;
