@@ -14,13 +14,15 @@
 //!   a VCEK's hwID equals CHIP_ID, and a report that names its CPU (version 3 and later) names
 //!   the product the chain is for.
 //!
-//! Policy (minimum TCBs, guest policy bits, VMPL, ID key digest) is applied to a
-//! [`VerifiedReport`] by the variant, after this.
+//! [`config`] reads the SNP settings of Constellation's attestation config and applies them to a
+//! [`VerifiedReport`]: minimum TCBs, CURRENT ≥ COMMITTED, guest policy bits, VMPL, ID key digest.
 
 pub mod certs;
+pub mod config;
 pub mod report;
 
 pub use certs::{Cert, LeafFacts, certs_from_pem};
+pub use config::{Enforcement, FirmwareSigner, SnpConfig, SnpConfigError, SnpPolicyError};
 pub use report::{Report, SigningKey, Tcb};
 
 use std::fmt;
