@@ -17,6 +17,7 @@
 //! and benchmark code links it in. Real nodes use `tpm-issuer`.
 
 mod marshal;
+pub mod snp;
 
 use std::collections::BTreeMap;
 use std::fmt;

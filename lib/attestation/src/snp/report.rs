@@ -90,6 +90,28 @@ impl Tcb {
         }
     }
 
+    /// Encodes the TCB_VERSION for `product`; the inverse of [`Tcb::decode`] (Turin's FMC is
+    /// zero when absent).
+    pub fn encode(&self, product: Product) -> u64 {
+        let mut b = [0u8; 8];
+        match product {
+            Product::Milan | Product::Genoa => {
+                b[0] = self.bootloader;
+                b[1] = self.tee;
+                b[6] = self.snp;
+                b[7] = self.microcode;
+            }
+            Product::Turin => {
+                b[0] = self.fmc.unwrap_or(0);
+                b[1] = self.bootloader;
+                b[2] = self.tee;
+                b[3] = self.snp;
+                b[7] = self.microcode;
+            }
+        }
+        u64::from_le_bytes(b)
+    }
+
     /// Whether every component is at least `min`'s.
     pub fn at_least(&self, min: &Tcb) -> bool {
         self.fmc.unwrap_or(0) >= min.fmc.unwrap_or(0)

@@ -1,0 +1,174 @@
+//! Simulated SNP hardware produces reports the real verifier accepts, trusted only through
+//! `amdRootKey`, and every policy check refuses what it must.
+
+#![allow(clippy::unwrap_used)]
+
+use attestation::snp::{
+    Cert, Product, Report, SnpConfig, SnpError, SnpPolicyError, Tcb, Trust, VerifiedReport,
+    certs_from_pem, verify_report,
+};
+use soft_issuer::snp::{ReportFields, SimulatedAmd, SimulatedSigner};
+
+const NOW: i64 = 1_795_564_800; // 2026-11-25
+
+fn tcb(bl: u8, tee: u8, snp: u8, ucode: u8) -> Tcb {
+    Tcb {
+        fmc: None,
+        bootloader: bl,
+        tee,
+        snp,
+        microcode: ucode,
+    }
+}
+
+fn trust(amd: &SimulatedAmd) -> Trust {
+    Trust::from_pem(amd.ark_pem().as_bytes()).unwrap()
+}
+
+fn verify(
+    amd: &SimulatedAmd,
+    signer: &SimulatedSigner,
+    intermediate: &[u8],
+    report: &[u8],
+    trust: &Trust,
+) -> Result<VerifiedReport, SnpError> {
+    verify_report(
+        &Report::parse(report)?,
+        &Cert::from_der(signer.cert_der().to_vec())?,
+        &Cert::from_der(intermediate.to_vec())?,
+        &Cert::from_der(amd.ark_der().to_vec())?,
+        trust,
+        NOW,
+    )
+}
+
+fn chip_id(seed: u8) -> [u8; 64] {
+    std::array::from_fn(|i| seed.wrapping_add(u8::try_from(i).unwrap()))
+}
+
+fn config(amd: &SimulatedAmd, min: Tcb) -> SnpConfig {
+    let json = serde_json::json!({
+        "bootloaderVersion": min.bootloader, "teeVersion": min.tee,
+        "snpVersion": min.snp, "microcodeVersion": min.microcode,
+        "amdRootKey": amd.ark_pem(),
+    });
+    SnpConfig::from_attestation_config(json.to_string().as_bytes()).unwrap()
+}
+
+#[test]
+fn every_product_and_signer_kind_verifies_under_its_own_root_only() {
+    for product in [Product::Milan, Product::Genoa, Product::Turin] {
+        let amd = SimulatedAmd::new(product).unwrap();
+        let min = tcb(3, 0, 8, 115);
+        let vcek = amd.chip(chip_id(7), min).unwrap();
+        let report = vcek.report(&ReportFields::default()).unwrap();
+        let verified = verify(&amd, &vcek, amd.ask_der(), &report, &trust(&amd)).unwrap();
+        assert_eq!(verified.product(), product);
+        assert_eq!(config(&amd, min).check(&verified), Ok(vec![]));
+
+        let vlek = amd.vlek("cc-test.example", min).unwrap();
+        let report = vlek.report(&ReportFields::default()).unwrap();
+        let verified = verify(&amd, &vlek, amd.asvk_der(), &report, &trust(&amd)).unwrap();
+        assert_eq!(verified.signer.csp_id.as_deref(), Some("cc-test.example"));
+
+        // AMD's built-in roots do not trust the simulated ARK: only configuration does.
+        let error = verify(
+            &amd,
+            &vcek,
+            amd.ask_der(),
+            &vcek.report(&ReportFields::default()).unwrap(),
+            &Trust::builtin(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, SnpError::UntrustedRoot(_)),
+            "{product}: {error}"
+        );
+    }
+}
+
+#[test]
+fn the_kds_style_chains_parse_in_order() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let chain = certs_from_pem(amd.vcek_chain_pem().as_bytes()).unwrap();
+    assert_eq!(
+        chain.iter().map(Cert::common_name).collect::<Vec<_>>(),
+        ["SEV-Milan", "ARK-Milan"]
+    );
+    let chain = certs_from_pem(amd.vlek_chain_pem().as_bytes()).unwrap();
+    assert_eq!(
+        chain.iter().map(Cert::common_name).collect::<Vec<_>>(),
+        ["SEV-VLEK-Milan", "ARK-Milan"]
+    );
+}
+
+#[test]
+fn policy_checks_refuse_what_they_must() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let min = tcb(3, 0, 8, 115);
+    let vcek = amd.chip(chip_id(1), min).unwrap();
+    let check = |fields: ReportFields, config: &SnpConfig| {
+        let report = vcek.report(&fields).unwrap();
+        let verified = verify(&amd, &vcek, amd.ask_der(), &report, &trust(&amd)).unwrap();
+        config.check(&verified)
+    };
+    let base = config(&amd, min);
+    let with = |f: fn(&mut ReportFields)| {
+        let mut fields = ReportFields::default();
+        f(&mut fields);
+        fields
+    };
+    assert_eq!(
+        check(with(|f| f.policy |= 1 << 19), &base).unwrap_err(),
+        SnpPolicyError::Debug
+    );
+    assert_eq!(
+        check(with(|f| f.policy |= 1 << 18), &base).unwrap_err(),
+        SnpPolicyError::MigrationAgent
+    );
+    assert_eq!(
+        check(with(|f| f.vmpl = 1), &base).unwrap_err(),
+        SnpPolicyError::Vmpl(1)
+    );
+    assert!(matches!(
+        check(with(|f| f.launch_tcb = Some(tcb(3, 0, 7, 115))), &base).unwrap_err(),
+        SnpPolicyError::TcbBelowMinimum {
+            which: "launch",
+            ..
+        }
+    ));
+    assert!(matches!(
+        check(with(|f| f.current_tcb = Some(tcb(3, 0, 8, 114))), &base).unwrap_err(),
+        SnpPolicyError::CurrentBelowCommitted { .. }
+    ));
+    // Provisional: current above committed.
+    assert_eq!(
+        check(with(|f| f.current_tcb = Some(tcb(3, 0, 9, 116))), &base),
+        Ok(vec![])
+    );
+    // A chip whose VCEK was issued for a TCB below the minimum.
+    let old = amd.chip(chip_id(2), tcb(2, 0, 8, 115)).unwrap();
+    let report = old.report(&ReportFields::default()).unwrap();
+    let verified = verify(&amd, &old, amd.ask_der(), &report, &trust(&amd)).unwrap();
+    assert!(matches!(
+        base.check(&verified).unwrap_err(),
+        SnpPolicyError::TcbBelowMinimum {
+            which: "reported",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_report_presented_with_another_chips_vcek_fails() {
+    let amd = SimulatedAmd::new(Product::Genoa).unwrap();
+    let a = amd.chip(chip_id(1), tcb(3, 0, 8, 115)).unwrap();
+    let b = amd.chip(chip_id(2), tcb(3, 0, 8, 115)).unwrap();
+    let report = a.report(&ReportFields::default()).unwrap();
+    assert_eq!(
+        verify(&amd, &b, amd.ask_der(), &report, &trust(&amd)).unwrap_err(),
+        SnpError::ChipId
+    );
+    // A VCEK presented with the ASVK, or a VLEK with the ASK, is no chain.
+    assert!(verify(&amd, &a, amd.asvk_der(), &report, &trust(&amd)).is_err());
+}
