@@ -11,6 +11,7 @@ use std::str::FromStr;
 use attestation::snp::{Product, SigningKey, Tcb, Trust};
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair as _, RsaKeyPair};
+use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
 use x509_cert::der::asn1::{BitString, Ia5String, OctetString};
 use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::{Any, Decode, Encode};
@@ -186,12 +187,7 @@ impl SimulatedAmd {
             subject_unique_id: None,
             extensions: (!extensions.is_empty()).then_some(extensions),
         };
-        let tbs_der = tbs.to_der()?;
-        let mut sig = vec![0u8; issuer.key.public().modulus_len()];
-        issuer
-            .key
-            .sign(&signature::RSA_PSS_SHA384, &self.rng, &tbs_der, &mut sig)
-            .map_err(|e| SimulationError::Sign(e.to_string()))?;
+        let sig = self.pss_sign(issuer, &tbs.to_der()?)?;
         Ok(Certificate {
             tbs_certificate: tbs,
             signature_algorithm: self.pss.clone(),
@@ -229,7 +225,14 @@ impl SimulatedAmd {
 
     /// A chip: its VCEK for `tcb`, certified by the ASK. The hwID is the first 64 bytes of
     /// `chip_id` (8 on Turin, the rest zero).
-    pub fn chip(&self, chip_id: [u8; 64], tcb: Tcb) -> Result<SimulatedSigner, SimulationError> {
+    ///
+    /// Real VCEKs carry serial 0; simulated ones carry `serial` so that a test can revoke one.
+    pub fn chip(
+        &self,
+        chip_id: [u8; 64],
+        tcb: Tcb,
+        serial: u8,
+    ) -> Result<SimulatedSigner, SimulationError> {
         let hw_id = match self.product {
             Product::Turin => chip_id[..8].to_vec(),
             Product::Milan | Product::Genoa => chip_id.to_vec(),
@@ -243,6 +246,7 @@ impl SimulatedAmd {
             SigningKey::Vcek,
             chip_id,
             tcb,
+            serial,
             vec![extension("4", hw_id_ext)?],
         )
     }
@@ -250,7 +254,63 @@ impl SimulatedAmd {
     /// A cloud provider's VLEK for `tcb`, certified by the ASVK.
     pub fn vlek(&self, csp: &str, tcb: Tcb) -> Result<SimulatedSigner, SimulationError> {
         let csp = Ia5String::new(csp)?.to_der()?;
-        self.signer(SigningKey::Vlek, [0; 64], tcb, vec![extension("5", csp)?])
+        self.signer(
+            SigningKey::Vlek,
+            [0; 64],
+            tcb,
+            0,
+            vec![extension("5", csp)?],
+        )
+    }
+
+    /// The product's CRL, signed by the ARK, valid from `this_update` to `next_update` (seconds
+    /// since the epoch), revoking the certificates with the given serials (the simulated ASK is
+    /// serial 2, the ASVK 3).
+    pub fn crl(
+        &self,
+        revoked: &[u8],
+        this_update: u64,
+        next_update: u64,
+    ) -> Result<Vec<u8>, SimulationError> {
+        let time = |secs: u64| {
+            Time::try_from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+                .map_err(SimulationError::Der)
+        };
+        let revoked = revoked
+            .iter()
+            .map(|serial| {
+                Ok(RevokedCert {
+                    serial_number: SerialNumber::new(&[*serial])?,
+                    revocation_date: time(this_update)?,
+                    crl_entry_extensions: None,
+                })
+            })
+            .collect::<Result<Vec<_>, SimulationError>>()?;
+        let tbs = TbsCertList {
+            version: Version::V2,
+            signature: self.pss.clone(),
+            issuer: self.ark.name.clone(),
+            this_update: time(this_update)?,
+            next_update: Some(time(next_update)?),
+            revoked_certificates: (!revoked.is_empty()).then_some(revoked),
+            crl_extensions: None,
+        };
+        let sig = self.pss_sign(&self.ark, &tbs.to_der()?)?;
+        Ok(CertificateList {
+            tbs_cert_list: tbs,
+            signature_algorithm: self.pss.clone(),
+            signature: BitString::from_bytes(&sig)?,
+        }
+        .to_der()?)
+    }
+
+    fn pss_sign(&self, issuer: &Ca, message: &[u8]) -> Result<Vec<u8>, SimulationError> {
+        let mut sig = vec![0u8; issuer.key.public().modulus_len()];
+        issuer
+            .key
+            .sign(&signature::RSA_PSS_SHA384, &self.rng, message, &mut sig)
+            .map_err(|e| SimulationError::Sign(e.to_string()))?;
+        Ok(sig)
     }
 
     fn signer(
@@ -258,6 +318,7 @@ impl SimulatedAmd {
         kind: SigningKey,
         chip_id: [u8; 64],
         tcb: Tcb,
+        serial: u8,
         mut extensions: Vec<Extension>,
     ) -> Result<SimulatedSigner, SimulationError> {
         let rng = SystemRandom::new();
@@ -292,7 +353,7 @@ impl SimulatedAmd {
             SigningKey::Vcek => (&self.ask, "SEV-VCEK"),
             SigningKey::Vlek => (&self.asvk, "SEV-VLEK"),
         };
-        let cert_der = self.sign(issuer, amd_name(cn)?, spki, 0, extensions)?;
+        let cert_der = self.sign(issuer, amd_name(cn)?, spki, serial, extensions)?;
         Ok(SimulatedSigner {
             key,
             cert_der,

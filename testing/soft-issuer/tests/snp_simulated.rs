@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use attestation::snp::{
-    Cert, Product, Report, SnpConfig, SnpError, SnpPolicyError, Tcb, Trust, VerifiedReport,
+    Cert, Crl, Product, Report, SnpConfig, SnpError, SnpPolicyError, Tcb, Trust, VerifiedReport,
     certs_from_pem, verify_report,
 };
 use soft_issuer::snp::{ReportFields, SimulatedAmd, SimulatedSigner};
@@ -60,7 +60,7 @@ fn every_product_and_signer_kind_verifies_under_its_own_root_only() {
     for product in [Product::Milan, Product::Genoa, Product::Turin] {
         let amd = SimulatedAmd::new(product).unwrap();
         let min = tcb(3, 0, 8, 115);
-        let vcek = amd.chip(chip_id(7), min).unwrap();
+        let vcek = amd.chip(chip_id(7), min, 0).unwrap();
         let report = vcek.report(&ReportFields::default()).unwrap();
         let verified = verify(&amd, &vcek, amd.ask_der(), &report, &trust(&amd)).unwrap();
         assert_eq!(verified.product(), product);
@@ -106,7 +106,7 @@ fn the_kds_style_chains_parse_in_order() {
 fn policy_checks_refuse_what_they_must() {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
     let min = tcb(3, 0, 8, 115);
-    let vcek = amd.chip(chip_id(1), min).unwrap();
+    let vcek = amd.chip(chip_id(1), min, 0).unwrap();
     let check = |fields: ReportFields, config: &SnpConfig| {
         let report = vcek.report(&fields).unwrap();
         let verified = verify(&amd, &vcek, amd.ask_der(), &report, &trust(&amd)).unwrap();
@@ -147,7 +147,7 @@ fn policy_checks_refuse_what_they_must() {
         Ok(vec![])
     );
     // A chip whose VCEK was issued for a TCB below the minimum.
-    let old = amd.chip(chip_id(2), tcb(2, 0, 8, 115)).unwrap();
+    let old = amd.chip(chip_id(2), tcb(2, 0, 8, 115), 0).unwrap();
     let report = old.report(&ReportFields::default()).unwrap();
     let verified = verify(&amd, &old, amd.ask_der(), &report, &trust(&amd)).unwrap();
     assert!(matches!(
@@ -162,8 +162,8 @@ fn policy_checks_refuse_what_they_must() {
 #[test]
 fn a_report_presented_with_another_chips_vcek_fails() {
     let amd = SimulatedAmd::new(Product::Genoa).unwrap();
-    let a = amd.chip(chip_id(1), tcb(3, 0, 8, 115)).unwrap();
-    let b = amd.chip(chip_id(2), tcb(3, 0, 8, 115)).unwrap();
+    let a = amd.chip(chip_id(1), tcb(3, 0, 8, 115), 0).unwrap();
+    let b = amd.chip(chip_id(2), tcb(3, 0, 8, 115), 0).unwrap();
     let report = a.report(&ReportFields::default()).unwrap();
     assert_eq!(
         verify(&amd, &b, amd.ask_der(), &report, &trust(&amd)).unwrap_err(),
@@ -171,4 +171,78 @@ fn a_report_presented_with_another_chips_vcek_fails() {
     );
     // A VCEK presented with the ASVK, or a VLEK with the ASK, is no chain.
     assert!(verify(&amd, &a, amd.asvk_der(), &report, &trust(&amd)).is_err());
+}
+
+#[test]
+fn the_crl_revokes_intermediates_and_named_signers_and_must_be_current() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let cert = |der: &[u8]| Cert::from_der(der.to_vec()).unwrap();
+    let (ark, ask, asvk) = (
+        cert(amd.ark_der()),
+        cert(amd.ask_der()),
+        cert(amd.asvk_der()),
+    );
+    let vcek = amd.chip(chip_id(3), tcb(3, 0, 8, 115), 0).unwrap();
+    let named = amd.chip(chip_id(4), tcb(3, 0, 8, 115), 9).unwrap();
+    let vlek = amd.vlek("cc", tcb(3, 0, 8, 115)).unwrap();
+    let (vcek, named, vlek) = (
+        cert(vcek.cert_der()),
+        cert(named.cert_der()),
+        cert(vlek.cert_der()),
+    );
+    let day = 86_400;
+    let now = u64::try_from(NOW).unwrap();
+    let crl = |revoked: &[u8], from: u64, to: u64| {
+        Crl::from_der(amd.crl(revoked, from, to).unwrap()).unwrap()
+    };
+
+    let empty = crl(&[], now - day, now + day);
+    assert_eq!(empty.check(&ark, &ask, &vcek, NOW), Ok(()));
+    assert_eq!(empty.next_update(), NOW + 86_400);
+
+    // The ASK revoked: every VCEK under it; the ASVK's VLEKs are untouched.
+    let ask_revoked = crl(&[2], now - day, now + day);
+    assert!(matches!(
+        ask_revoked.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+        SnpError::Revoked { which, .. } if which == "SEV-Milan"
+    ));
+    assert_eq!(ask_revoked.check(&ark, &asvk, &vlek, NOW), Ok(()));
+
+    // A signer with a serial of its own can be revoked; serial 0 names no single chip.
+    let named_revoked = crl(&[9], now - day, now + day);
+    assert!(matches!(
+        named_revoked.check(&ark, &ask, &named, NOW).unwrap_err(),
+        SnpError::Revoked { which, .. } if which == "SEV-VCEK"
+    ));
+    let zero_listed = crl(&[0], now - day, now + day);
+    assert_eq!(zero_listed.check(&ark, &ask, &vcek, NOW), Ok(()));
+
+    // Stale, or not yet valid.
+    for stale in [
+        crl(&[], now - 2 * day, now - day),
+        crl(&[], now + day, now + 2 * day),
+    ] {
+        assert!(matches!(
+            stale.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+            SnpError::CrlNotCurrent { .. }
+        ));
+    }
+
+    // Signed by another product's ARK.
+    let genoa = SimulatedAmd::new(Product::Genoa).unwrap();
+    let foreign = Crl::from_der(genoa.crl(&[], now - day, now + day).unwrap()).unwrap();
+    assert!(matches!(
+        foreign.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+        SnpError::Crl(_)
+    ));
+
+    // A flipped byte in the signature.
+    let mut der = amd.crl(&[], now - day, now + day).unwrap();
+    let at = der.len() - 10;
+    der[at] ^= 1;
+    let tampered = Crl::from_der(der).unwrap();
+    assert!(matches!(
+        tampered.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+        SnpError::Crl(_)
+    ));
 }

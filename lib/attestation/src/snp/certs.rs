@@ -12,6 +12,7 @@ use x509_parser::der_parser::oid::Oid;
 use x509_parser::oid_registry::{OID_NIST_HASH_SHA384, OID_PKCS1_RSASSAPSS};
 use x509_parser::signature_algorithm::SignatureAlgorithm;
 use x509_parser::time::ASN1Time;
+use x509_parser::x509::AlgorithmIdentifier;
 
 use super::report::{SigningKey, Tcb};
 use super::{Product, SnpError};
@@ -50,7 +51,7 @@ impl Cert {
         out
     }
 
-    fn parsed(&self) -> X509Certificate<'_> {
+    pub(crate) fn parsed(&self) -> X509Certificate<'_> {
         // Parsed once in `from_der`, so this cannot fail.
         parse(&self.der).unwrap_or_else(|_| unreachable!("checked in Cert::from_der"))
     }
@@ -184,7 +185,13 @@ pub fn verify_chain(
                 not_after: subject.validity().not_after.to_string(),
             });
         }
-        verify_pss(subject, issuer).map_err(|reason| SnpError::ChainSignature {
+        verify_pss(
+            &subject.signature_algorithm,
+            subject.tbs_certificate.as_ref(),
+            subject.signature_value.data.as_ref(),
+            issuer,
+        )
+        .map_err(|reason| SnpError::ChainSignature {
             which: name,
             reason,
         })?;
@@ -194,18 +201,21 @@ pub fn verify_chain(
     Ok(facts)
 }
 
-/// Checks that `cert` is signed by `issuer`'s key with RSA-PSS as AMD signs: SHA-384, MGF1 with
-/// SHA-384, a 48-byte salt.
-fn verify_pss(cert: &X509Certificate<'_>, issuer: &X509Certificate<'_>) -> Result<(), String> {
-    if cert.signature_algorithm.algorithm != OID_PKCS1_RSASSAPSS {
+/// Checks that `signed` (a certificate's or CRL's to-be-signed bytes) is signed by `issuer`'s key
+/// with RSA-PSS as AMD signs: SHA-384, MGF1 with SHA-384, a 48-byte salt.
+pub(crate) fn verify_pss(
+    algorithm: &AlgorithmIdentifier<'_>,
+    signed: &[u8],
+    signature: &[u8],
+    issuer: &X509Certificate<'_>,
+) -> Result<(), String> {
+    if algorithm.algorithm != OID_PKCS1_RSASSAPSS {
         return Err(format!(
             "signature algorithm {}, expected RSASSA-PSS",
-            cert.signature_algorithm.algorithm
+            algorithm.algorithm
         ));
     }
-    let Ok(SignatureAlgorithm::RSASSA_PSS(params)) =
-        SignatureAlgorithm::try_from(&cert.signature_algorithm)
-    else {
+    let Ok(SignatureAlgorithm::RSASSA_PSS(params)) = SignatureAlgorithm::try_from(algorithm) else {
         return Err("unreadable RSASSA-PSS parameters".to_owned());
     };
     let mgf_hash = params
@@ -220,10 +230,7 @@ fn verify_pss(cert: &X509Certificate<'_>, issuer: &X509Certificate<'_>) -> Resul
     }
     let key = issuer.public_key().subject_public_key.data.as_ref();
     ring::signature::UnparsedPublicKey::new(&ring::signature::RSA_PSS_2048_8192_SHA384, key)
-        .verify(
-            cert.tbs_certificate.as_ref(),
-            cert.signature_value.data.as_ref(),
-        )
+        .verify(signed, signature)
         .map_err(|_| "the signature does not verify".to_owned())
 }
 

@@ -19,10 +19,12 @@
 
 pub mod certs;
 pub mod config;
+pub mod crl;
 pub mod report;
 
 pub use certs::{Cert, LeafFacts, certs_from_pem};
 pub use config::{Enforcement, FirmwareSigner, SnpConfig, SnpConfigError, SnpPolicyError};
+pub use crl::Crl;
 pub use report::{Report, SigningKey, Tcb};
 
 use std::fmt;
@@ -96,6 +98,17 @@ pub enum SnpError {
         not_before: String,
         not_after: String,
     },
+    #[error("AMD CRL: {0}")]
+    Crl(String),
+    #[error(
+        "AMD CRL: not current at the verification time (thisUpdate {this_update}, nextUpdate {next_update})"
+    )]
+    CrlNotCurrent {
+        this_update: String,
+        next_update: String,
+    },
+    #[error("{which} (serial {serial}) is revoked by AMD's CRL")]
+    Revoked { which: String, serial: String },
     #[error("the AMD root key (SHA-256 {0}) is not one the configuration trusts")]
     UntrustedRoot(String),
     #[error("the report is signed by a {report} but the certificate is a {cert}")]
