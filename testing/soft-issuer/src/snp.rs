@@ -8,6 +8,7 @@
 
 use std::str::FromStr;
 
+use attestation::Variant;
 use attestation::snp::{Product, SigningKey, Tcb, Trust};
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair as _, RsaKeyPair};
@@ -487,4 +488,149 @@ fn pem(label: &str, der: &[u8]) -> String {
     }
     out.push_str(&format!("-----END {label}-----\n"));
     out
+}
+
+/// SNP `InstanceInfo` as Constellation's Go issuers write it with `encoding/json`.
+pub fn instance_info_json(
+    report: &[u8],
+    signer_pem: Option<&str>,
+    chain_pem: Option<&str>,
+    azure_runtime_data: Option<&[u8]>,
+) -> Vec<u8> {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let azure = azure_runtime_data
+        .map(|runtime| serde_json::json!({ "RuntimeData": b64(runtime), "MAAToken": "" }));
+    serde_json::json!({
+        "ReportSigner": signer_pem.map(|p| b64(p.as_bytes())),
+        "CertChain": chain_pem.map(|p| b64(p.as_bytes())),
+        "AttestationReport": b64(report),
+        "Azure": azure,
+        "GCP": serde_json::Value::Null,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Azure's HCL runtime data naming an RSA attestation key (`n`, `e` big-endian) as `keys[0]`.
+pub fn azure_runtime_data(n: &[u8], e: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    let b64url = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    serde_json::json!({
+        "keys": [
+            { "kid": "HCLAkPub", "key_ops": ["sign"], "kty": "RSA", "e": b64url(e), "n": b64url(n) },
+        ],
+        "vm-configuration": { "secure-boot": true, "tpm-enabled": true },
+        "user-data": "",
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A node of an SNP variant: a software AK whose vTPM documents carry a report from simulated
+/// hardware that vouches for it.
+pub struct SnpDocumentIssuer {
+    variant: Variant,
+    ak: crate::SoftIssuer,
+    instance_info: Vec<u8>,
+}
+
+impl std::fmt::Debug for SnpDocumentIssuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnpDocumentIssuer")
+            .field("variant", &self.variant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SnpDocumentIssuer {
+    /// aws-sev-snp: REPORT_DATA = SHA-512 of the AK's SubjectPublicKeyInfo, signed by `vlek`,
+    /// which the document carries with `chain_pem`.
+    pub fn aws(
+        ak: crate::SoftIssuer,
+        vlek: &SimulatedSigner,
+        chain_pem: &str,
+        mut fields: ReportFields,
+    ) -> Result<Self, SimulationError> {
+        let public = attestation::tpm::Public::parse(ak.ak_public())
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        let spki = public
+            .spki_der()
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        fields
+            .report_data
+            .copy_from_slice(ring::digest::digest(&ring::digest::SHA512, &spki).as_ref());
+        let report = vlek.report(&fields)?;
+        Ok(SnpDocumentIssuer {
+            variant: Variant::AwsSevSnp,
+            ak,
+            instance_info: instance_info_json(
+                &report,
+                Some(&vlek.cert_pem()),
+                Some(chain_pem),
+                None,
+            ),
+        })
+    }
+
+    /// azure-sev-snp: REPORT_DATA[0:32] = SHA-256 of runtime data naming the (RSA) AK, signed by
+    /// `vcek`, which the document carries with `chain_pem`.
+    pub fn azure(
+        ak: crate::SoftIssuer,
+        vcek: &SimulatedSigner,
+        chain_pem: &str,
+        mut fields: ReportFields,
+    ) -> Result<Self, SimulationError> {
+        let public = attestation::tpm::Public::parse(ak.ak_public())
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        let attestation::tpm::PublicKey::Rsa {
+            exponent, modulus, ..
+        } = &public.key
+        else {
+            return Err(SimulationError::Key(
+                "azure-sev-snp needs an RSA attestation key".to_owned(),
+            ));
+        };
+        let e = if *exponent == 0 { 65537u32 } else { *exponent }.to_be_bytes();
+        let first = e.iter().position(|&b| b != 0).unwrap_or(e.len());
+        let runtime = azure_runtime_data(modulus, &e[first..]);
+        fields.report_data[..32]
+            .copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &runtime).as_ref());
+        let report = vcek.report(&fields)?;
+        Ok(SnpDocumentIssuer {
+            variant: Variant::AzureSevSnp,
+            ak,
+            instance_info: instance_info_json(
+                &report,
+                Some(&vcek.cert_pem()),
+                Some(chain_pem),
+                Some(&runtime),
+            ),
+        })
+    }
+
+    /// A node whose InstanceInfo is exactly `instance_info` (for tampering tests).
+    pub fn from_parts(variant: Variant, ak: crate::SoftIssuer, instance_info: Vec<u8>) -> Self {
+        SnpDocumentIssuer {
+            variant,
+            ak,
+            instance_info,
+        }
+    }
+
+    pub fn instance_info(&self) -> &[u8] {
+        &self.instance_info
+    }
+}
+
+impl attestation::Issuer for SnpDocumentIssuer {
+    fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, attestation::IssueError> {
+        self.ak
+            .issue_document_with_instance_info(user_data, nonce, Some(&self.instance_info))
+            .map_err(|e| attestation::IssueError::from_error(self.variant, e))
+    }
 }

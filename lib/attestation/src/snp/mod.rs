@@ -18,13 +18,17 @@
 //! [`VerifiedReport`]: minimum TCBs, CURRENT ≥ COMMITTED, guest policy bits, VMPL, ID key digest.
 
 pub mod certs;
+pub mod collateral;
 pub mod config;
 pub mod crl;
+pub mod instance_info;
 pub mod report;
 
 pub use certs::{Cert, LeafFacts, certs_from_pem};
+pub use collateral::{CollateralError, SnpCollateral, StaticCollateral};
 pub use config::{Enforcement, FirmwareSigner, SnpConfig, SnpConfigError, SnpPolicyError};
 pub use crl::Crl;
+pub use instance_info::InstanceInfo;
 pub use report::{Report, SigningKey, Tcb};
 
 use std::fmt;
@@ -98,6 +102,8 @@ pub enum SnpError {
         not_before: String,
         not_after: String,
     },
+    #[error("SNP InstanceInfo: {0}")]
+    InstanceInfo(String),
     #[error("AMD CRL: {0}")]
     Crl(String),
     #[error(
