@@ -139,7 +139,9 @@ fn an_aws_report_that_vouches_for_another_key_is_refused() {
 
 #[test]
 fn hardware_policy_refusals_name_the_check() {
-    let cases: [(fn(&mut ReportFields), fn(&Error) -> bool); 4] = [
+    type Change = fn(&mut ReportFields);
+    type Expect = fn(&Error) -> bool;
+    let cases: [(Change, Expect); 4] = [
         (
             |f| f.policy |= 1 << 19,
             |e| matches!(e, Error::SnpPolicy(SnpPolicyError::Debug)),
