@@ -190,7 +190,10 @@ fn an_untrusted_root_a_revoked_intermediate_and_missing_collateral() {
     let v = validator(Binding::Aws, builtin, collateral(&amd));
     assert!(matches!(
         validate(&v, &node).unwrap_err(),
-        Error::Snp(SnpError::ChainSignature { which: "intermediate", .. })
+        Error::Snp(SnpError::ChainSignature {
+            which: "intermediate",
+            ..
+        })
     ));
 
     // The ASVK (serial 3) revoked.
