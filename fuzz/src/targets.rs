@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use attestation::eventlog::{EventLog, check_against_quote};
+use attestation::snp::instance_info::azure_runtime_ak;
+use attestation::snp::{Cert, Crl, InstanceInfo, Product, Report, Trust, certs, verify_report};
 use attestation::tpm::{Attest, HashAlg, Public, Signature};
 use attestation::vtpm::{
     AttestationDocument, Quote, make_extra_data, make_qualifying_data, verify_quote,
 };
-use attestation::snp::instance_info::azure_runtime_ak;
-use attestation::snp::{Cert, Crl, InstanceInfo, Product, Report, Trust, certs, verify_report};
 use attestation::{Measurement, Policy, QemuVtpmValidator, Validator};
 use soft_issuer::{KeyType, SoftIssuer};
 
@@ -178,9 +178,20 @@ pub fn snp_report(data: &[u8]) {
             report.launch_tcb(product),
         );
     }
-    let _ = (report.cpuid(), report.signature_fixed(), report.chip_id_masked());
+    let _ = (
+        report.cpuid(),
+        report.signature_fixed(),
+        report.chip_id_masked(),
+    );
     let amd = amd();
-    let _ = verify_report(&report, &amd.vcek, &amd.ask, &amd.ark, &Trust::builtin(), SNP_TIME);
+    let _ = verify_report(
+        &report,
+        &amd.vcek,
+        &amd.ask,
+        &amd.ark,
+        &Trust::builtin(),
+        SNP_TIME,
+    );
 }
 
 /// Constellation's SNP InstanceInfo JSON (base64 fields, PEM certificates, the report inside),
