@@ -221,6 +221,6 @@ pub fn snp_crl(data: &[u8]) {
     if let Ok(crl) = Crl::from_der(data.to_vec()) {
         let amd = amd();
         let _ = (crl.this_update(), crl.next_update());
-        let _ = crl.check(&amd.ark, &amd.ask, &amd.vcek, SNP_TIME);
+        let _ = crl.check(&amd.ark, &amd.ask, &amd.vcek, SNP_TIME, 0);
     }
 }

@@ -24,6 +24,8 @@
 //! What the bytes mean is the caller's business: the source parses what it fetched far enough
 //! to say when it expires, and the verifier checks it as it checks everything else.
 
+pub mod kds;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

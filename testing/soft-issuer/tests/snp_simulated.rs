@@ -197,25 +197,25 @@ fn the_crl_revokes_intermediates_and_named_signers_and_must_be_current() {
     };
 
     let empty = crl(&[], now - day, now + day);
-    assert_eq!(empty.check(&ark, &ask, &vcek, NOW), Ok(()));
+    assert_eq!(empty.check(&ark, &ask, &vcek, NOW, 0), Ok(()));
     assert_eq!(empty.next_update(), NOW + 86_400);
 
     // The ASK revoked: every VCEK under it; the ASVK's VLEKs are untouched.
     let ask_revoked = crl(&[2], now - day, now + day);
     assert!(matches!(
-        ask_revoked.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+        ask_revoked.check(&ark, &ask, &vcek, NOW, 0).unwrap_err(),
         SnpError::Revoked { which, .. } if which == "SEV-Milan"
     ));
-    assert_eq!(ask_revoked.check(&ark, &asvk, &vlek, NOW), Ok(()));
+    assert_eq!(ask_revoked.check(&ark, &asvk, &vlek, NOW, 0), Ok(()));
 
     // A signer with a serial of its own can be revoked; serial 0 names no single chip.
     let named_revoked = crl(&[9], now - day, now + day);
     assert!(matches!(
-        named_revoked.check(&ark, &ask, &named, NOW).unwrap_err(),
+        named_revoked.check(&ark, &ask, &named, NOW, 0).unwrap_err(),
         SnpError::Revoked { which, .. } if which == "SEV-VCEK"
     ));
     let zero_listed = crl(&[0], now - day, now + day);
-    assert_eq!(zero_listed.check(&ark, &ask, &vcek, NOW), Ok(()));
+    assert_eq!(zero_listed.check(&ark, &ask, &vcek, NOW, 0), Ok(()));
 
     // Stale, or not yet valid.
     for stale in [
@@ -223,16 +223,25 @@ fn the_crl_revokes_intermediates_and_named_signers_and_must_be_current() {
         crl(&[], now + day, now + 2 * day),
     ] {
         assert!(matches!(
-            stale.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+            stale.check(&ark, &ask, &vcek, NOW, 0).unwrap_err(),
             SnpError::CrlNotCurrent { .. }
         ));
     }
+
+    // Stale by a day, accepted when the caller allows two (a cache serving through an outage),
+    // refused when it allows half a day.
+    let day_old = crl(&[], now - 3 * day, now - day);
+    assert_eq!(day_old.check(&ark, &ask, &vcek, NOW, 2 * 86_400), Ok(()));
+    assert!(matches!(
+        day_old.check(&ark, &ask, &vcek, NOW, 43_200).unwrap_err(),
+        SnpError::CrlNotCurrent { .. }
+    ));
 
     // Signed by another product's ARK.
     let genoa = SimulatedAmd::new(Product::Genoa).unwrap();
     let foreign = Crl::from_der(genoa.crl(&[], now - day, now + day).unwrap()).unwrap();
     assert!(matches!(
-        foreign.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+        foreign.check(&ark, &ask, &vcek, NOW, 0).unwrap_err(),
         SnpError::Crl(_)
     ));
 
@@ -242,7 +251,7 @@ fn the_crl_revokes_intermediates_and_named_signers_and_must_be_current() {
     der[at] ^= 1;
     let tampered = Crl::from_der(der).unwrap();
     assert!(matches!(
-        tampered.check(&ark, &ask, &vcek, NOW).unwrap_err(),
+        tampered.check(&ark, &ask, &vcek, NOW, 0).unwrap_err(),
         SnpError::Crl(_)
     ));
 }

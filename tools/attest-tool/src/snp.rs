@@ -195,7 +195,7 @@ pub fn verify(
         let mut notes = Vec::new();
         match &crl {
             Some(crl) => crl
-                .check(ark, &intermediate, &signer, at)
+                .check(ark, &intermediate, &signer, at, 0)
                 .map_err(|e| e.to_string())?,
             None => notes.push("revocation not checked: no --crl given".to_owned()),
         }

@@ -24,6 +24,12 @@ pub trait SnpCollateral: Send + Sync + fmt::Debug {
 
     /// The ASK (for VCEKs) or ASVK (for VLEKs) of `product`.
     fn intermediate(&self, product: Product, key: SigningKey) -> Result<Cert, CollateralError>;
+
+    /// How long past its `nextUpdate` a CRL from this source is still accepted (seconds): the
+    /// bounded staleness a cache allows while AMD is unreachable. Zero: never.
+    fn crl_max_stale(&self) -> i64 {
+        0
+    }
 }
 
 /// Collateral held in memory: given up front, never fetched.

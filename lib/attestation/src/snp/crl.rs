@@ -3,7 +3,8 @@
 //!
 //! x509-parser parses it and ring verifies its signature; checked here: the issuer is the ARK
 //! the chain ends in, the signature is AMD's RSA-PSS, the list is current at the verification
-//! time (thisUpdate ≤ time < nextUpdate, so a stale list is refused rather than trusted), and
+//! time (thisUpdate ≤ time < nextUpdate + the staleness the caller allows, so a list past that is
+//! refused rather than trusted), and
 //! neither the intermediate (ASK or ASVK) nor the signer (VCEK or VLEK) is on it.
 //!
 //! AMD issues VCEKs and VLEKs with serial 0, which names no single key: a signer is looked up
@@ -59,14 +60,15 @@ impl Crl {
         self.parsed().last_update().timestamp()
     }
 
-    /// Checks the list against `ark` at `at`, then that neither `intermediate` nor `signer` is
-    /// revoked.
+    /// Checks the list against `ark` at `at`, accepting it up to `max_stale` seconds past its
+    /// `nextUpdate`, then that neither `intermediate` nor `signer` is revoked.
     pub fn check(
         &self,
         ark: &Cert,
         intermediate: &Cert,
         signer: &Cert,
         at: i64,
+        max_stale: i64,
     ) -> Result<(), SnpError> {
         let crl = self.parsed();
         let ark_parsed = ark.parsed();
@@ -87,7 +89,9 @@ impl Crl {
         let time = ASN1Time::from_timestamp(at)
             .map_err(|e| SnpError::Crl(format!("verification time {at}: {e}")))?;
         let next = crl.next_update().unwrap_or(time);
-        if time < crl.last_update() || time >= next {
+        let accepted_until = ASN1Time::from_timestamp(next.timestamp().saturating_add(max_stale))
+            .map_err(|e| SnpError::Crl(format!("nextUpdate {next}: {e}")))?;
+        if time < crl.last_update() || time >= accepted_until {
             return Err(SnpError::CrlNotCurrent {
                 this_update: crl.last_update().to_string(),
                 next_update: next.to_string(),

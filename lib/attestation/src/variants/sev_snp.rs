@@ -145,7 +145,13 @@ impl SevSnpValidator {
             .collateral
             .crl(product)
             .map_err(|e| Error::CollateralUnavailable(e.to_string()))?;
-        crl.check(ark, &intermediate, &signer, now)?;
+        crl.check(
+            ark,
+            &intermediate,
+            &signer,
+            now,
+            self.collateral.crl_max_stale(),
+        )?;
         let warnings = self.snp.check(&verified)?;
         Ok((verified, warnings))
     }
