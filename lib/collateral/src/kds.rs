@@ -165,7 +165,12 @@ impl KdsSource {
             Limited::new(response.into_body(), MAX_BODY).collect(),
         )
         .await
-        .map_err(|_| FetchError::new(format!("{url}: the body did not arrive within {:?}", self.timeout)))?
+        .map_err(|_| {
+            FetchError::new(format!(
+                "{url}: the body did not arrive within {:?}",
+                self.timeout
+            ))
+        })?
         .map_err(|e| FetchError::new(format!("{url}: reading the body: {e}")))?;
         Ok(body.to_bytes().to_vec())
     }
@@ -176,7 +181,9 @@ fn lifetime(key: &str, bytes: &[u8]) -> Result<(SystemTime, SystemTime), String>
     let now = SystemTime::now();
     if key.starts_with("crl/") {
         let crl = Crl::from_der(bytes.to_vec()).map_err(|e| e.to_string())?;
-        let at = |secs: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+        let at = |secs: i64| {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+        };
         let (this, next) = (crl.this_update(), crl.next_update());
         let quarter = (next - this).max(0) / 4;
         return Ok((at(next - quarter), at(next)));
@@ -184,7 +191,10 @@ fn lifetime(key: &str, bytes: &[u8]) -> Result<(SystemTime, SystemTime), String>
     if key.starts_with("chain/") {
         let certs = certs_from_pem(bytes).map_err(|e| e.to_string())?;
         if certs.len() != 2 {
-            return Err(format!("{} certificates, expected the intermediate and the ARK", certs.len()));
+            return Err(format!(
+                "{} certificates, expected the intermediate and the ARK",
+                certs.len()
+            ));
         }
         return Ok((now + WEEK, now + 4 * WEEK));
     }
@@ -239,7 +249,9 @@ impl KdsCollateral {
     }
 
     fn get(&self, key: &str) -> Result<Arc<Vec<u8>>, CollateralError> {
-        self.cache.get(key).map_err(|e| CollateralError(e.to_string()))
+        self.cache
+            .get(key)
+            .map_err(|e| CollateralError(e.to_string()))
     }
 }
 
@@ -280,7 +292,9 @@ impl SnpCollateral for KdsCollateral {
             .map_err(|e| CollateralError(e.to_string()))?
             .into_iter()
             .find(|c| !c.common_name().starts_with("ARK-"))
-            .ok_or_else(|| CollateralError(format!("the {product} {kind} chain has no intermediate")))
+            .ok_or_else(|| {
+                CollateralError(format!("the {product} {kind} chain has no intermediate"))
+            })
     }
 
     fn crl_max_stale(&self) -> i64 {

@@ -26,7 +26,7 @@ mod secrets;
 mod server;
 pub mod status;
 mod store;
-mod tls;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

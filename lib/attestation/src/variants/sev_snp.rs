@@ -87,6 +87,12 @@ impl SevSnpValidator {
         self
     }
 
+    /// The same validator over another collateral source.
+    pub fn with_collateral(mut self, collateral: Arc<dyn SnpCollateral>) -> Self {
+        self.collateral = collateral;
+        self
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
