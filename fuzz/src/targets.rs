@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use attestation::eventlog::{EventLog, check_against_quote};
+use attestation::snp::instance_info::azure_runtime_ak;
+use attestation::snp::{Cert, Crl, InstanceInfo, Product, Report, Trust, certs, verify_report};
 use attestation::tpm::{Attest, HashAlg, Public, Signature};
 use attestation::vtpm::{
     AttestationDocument, Quote, make_extra_data, make_qualifying_data, verify_quote,
@@ -124,10 +126,101 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 9] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
     ("tpms_attest", tpms_attest),
     ("event_log", event_log),
+    ("snp_report", snp_report),
+    ("snp_instance_info", snp_instance_info),
+    ("snp_cert", snp_cert),
+    ("snp_crl", snp_crl),
 ];
+
+/// A real Milan VCEK with its ASK and ARK (bare-metal vector), for targets that need a chain.
+struct Amd {
+    vcek: Cert,
+    ask: Cert,
+    ark: Cert,
+}
+
+fn amd() -> &'static Amd {
+    static AMD: OnceLock<Amd> = OnceLock::new();
+    AMD.get_or_init(|| {
+        let vcek = include_bytes!("../../lib/attestation/testdata/snp/milan-virtee/vcek.der");
+        let chain = include_bytes!("../../lib/attestation/testdata/snp/azure-certchain.pem");
+        let mut chain = attestation::snp::certs_from_pem(chain).expect("AMD's Milan chain");
+        let ark = chain.pop().expect("ARK");
+        let ask = chain.pop().expect("ASK");
+        Amd {
+            vcek: Cert::from_der(vcek.to_vec()).expect("the Milan VCEK"),
+            ask,
+            ark,
+        }
+    })
+}
+
+/// 2026-11-25: inside the real VCEK's window.
+const SNP_TIME: i64 = 1_795_564_800;
+
+/// An SNP report: the exact layout checks, every accessor for every product, then the whole
+/// verification with a real VCEK and chain (which a fuzzed report never passes).
+pub fn snp_report(data: &[u8]) {
+    let Ok(report) = Report::parse(data) else {
+        return;
+    };
+    for product in [Product::Milan, Product::Genoa, Product::Turin] {
+        let _ = (
+            report.reported_tcb(product),
+            report.current_tcb(product),
+            report.committed_tcb(product),
+            report.launch_tcb(product),
+        );
+    }
+    let _ = (
+        report.cpuid(),
+        report.signature_fixed(),
+        report.chip_id_masked(),
+    );
+    let amd = amd();
+    let _ = verify_report(
+        &report,
+        &amd.vcek,
+        &amd.ask,
+        &amd.ark,
+        &Trust::builtin(),
+        SNP_TIME,
+    );
+}
+
+/// Constellation's SNP InstanceInfo JSON (base64 fields, PEM certificates, the report inside),
+/// and Azure's runtime data JSON.
+pub fn snp_instance_info(data: &[u8]) {
+    if let Ok(info) = InstanceInfo::parse(data)
+        && let Some(runtime) = &info.azure_runtime_data
+    {
+        let _ = azure_runtime_ak(runtime);
+    }
+    let _ = azure_runtime_ak(data);
+}
+
+/// A certificate as the verifier reads a VCEK or VLEK (DER, and as PEM), chained to AMD's real
+/// Milan ASK and ARK.
+pub fn snp_cert(data: &[u8]) {
+    let amd = amd();
+    if let Ok(cert) = Cert::from_der(data.to_vec()) {
+        let _ = cert.common_name();
+        let _ = certs::verify_chain(&cert, &amd.ask, &amd.ark, Trust::builtin().arks(), SNP_TIME);
+    }
+    let _ = attestation::snp::certs_from_pem(data);
+}
+
+/// An AMD CRL (DER): parsing, then the whole check against the real Milan chain.
+pub fn snp_crl(data: &[u8]) {
+    if let Ok(crl) = Crl::from_der(data.to_vec()) {
+        let amd = amd();
+        let _ = (crl.this_update(), crl.next_update());
+        let _ = crl.check(&amd.ark, &amd.ask, &amd.vcek, SNP_TIME, 0);
+    }
+}

@@ -63,6 +63,7 @@ impl Validator for TestValidator {
             variant: VARIANT,
             user_data: user_data.to_vec(),
             warnings: Vec::new(),
+            notes: Vec::new(),
         })
     }
 }

@@ -149,6 +149,10 @@ pub struct Decision {
     pub reason: Option<String>,
     /// Every measurement that differed from the policy, enforced and warn-only.
     pub measurements: Vec<MeasurementRecord>,
+    /// What the hardware evidence established (product, TCB, signer, chip or CSP, policy bits)
+    /// and what was only reported; empty for qemu-vtpm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     pub evidence: EvidenceDigest,
 }
 
@@ -163,13 +167,16 @@ impl Decision {
             check: None,
             reason: None,
             measurements: mismatches.iter().map(MeasurementRecord::from).collect(),
+            notes: Vec::new(),
             evidence: subject.evidence.into(),
         }
     }
 
     /// The node passed; its warn-only mismatches are recorded.
     pub fn accepted(subject: Subject<'_>, verified: &Verified) -> Self {
-        Self::new(subject, Outcome::Accepted, &verified.warnings)
+        let mut decision = Self::new(subject, Outcome::Accepted, &verified.warnings);
+        decision.notes = verified.notes.clone();
+        decision
     }
 
     /// The node was refused because of `error`. If an [`Error`] is anywhere in its chain, the
@@ -302,6 +309,44 @@ pub fn check_name(error: &Error) -> &'static str {
         Error::EventLog(_) => "event_log_format",
         Error::EventLogMismatch { .. } => "event_log_replay",
         Error::Measurements { .. } => "measurements",
+        Error::Snp(e) => snp_check_name(e),
+        Error::SnpPolicy(e) => snp_policy_check_name(e),
+        Error::Binding(_) => "hardware_binding",
+        Error::CollateralUnavailable(_) => "collateral_unavailable",
+    }
+}
+
+fn snp_check_name(error: &crate::snp::SnpError) -> &'static str {
+    use crate::snp::SnpError as E;
+    match error {
+        E::ReportLength(_) | E::ReportVersion(_) | E::ReportReserved(_) | E::ReportField(_) => {
+            "snp_report_format"
+        }
+        E::ReportSignature => "snp_report_signature",
+        E::InstanceInfo(_) => "snp_instance_info",
+        E::Certificate(_) | E::Chain(_) | E::ChainSignature { .. } | E::SignerKind { .. } => {
+            "snp_chain"
+        }
+        E::Expired { .. } => "snp_chain_validity",
+        E::UntrustedRoot(_) => "snp_untrusted_root",
+        E::Crl(_) | E::CrlNotCurrent { .. } => "snp_crl",
+        E::Revoked { .. } => "snp_revoked",
+        E::TcbMismatch { .. } => "snp_signer_tcb",
+        E::ChipId => "snp_chip_id",
+        E::ProductMismatch { .. } => "snp_product",
+    }
+}
+
+fn snp_policy_check_name(error: &crate::snp::SnpPolicyError) -> &'static str {
+    use crate::snp::SnpPolicyError as E;
+    match error {
+        E::Debug => "snp_policy_debug",
+        E::MigrationAgent => "snp_policy_migration_agent",
+        E::Smt => "snp_policy_smt",
+        E::Vmpl(_) => "snp_vmpl",
+        E::CurrentBelowCommitted { .. } => "snp_tcb_current_below_committed",
+        E::TcbBelowMinimum { .. } => "snp_tcb_minimum",
+        E::IdKeyDigest(_) => "snp_id_key_digest",
     }
 }
 
@@ -377,6 +422,7 @@ mod tests {
             variant: Variant::QemuVtpm,
             user_data: vec![],
             warnings: vec![mismatch(9, true, Some(0xdd))],
+            notes: Vec::new(),
         };
         let decision = Decision::accepted(subject(b"cert"), &verified);
         assert_eq!(decision.result, Outcome::Accepted);

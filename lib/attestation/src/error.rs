@@ -100,6 +100,27 @@ pub enum Error {
         /// The warn-only mismatches found in the same comparison.
         warn_only: Vec<MeasurementMismatch>,
     },
+
+    #[error("SEV-SNP evidence refused: {0}")]
+    Snp(#[from] crate::snp::SnpError),
+
+    #[error("SEV-SNP policy refused the report: {0}")]
+    SnpPolicy(#[from] crate::snp::SnpPolicyError),
+
+    #[error("the hardware evidence does not vouch for the attestation key: {0}")]
+    Binding(String),
+
+    /// Collateral (a certificate, a CRL) the verification needs cannot be had now; the node
+    /// should retry (gRPC `Unavailable`), it was not found wanting.
+    #[error("attestation collateral unavailable: {0}")]
+    CollateralUnavailable(String),
+}
+
+impl Error {
+    /// Whether the node should retry later: nothing was wrong with its evidence.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::CollateralUnavailable(_))
+    }
 }
 
 fn join(mismatches: &[MeasurementMismatch]) -> String {

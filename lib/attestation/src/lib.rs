@@ -12,6 +12,7 @@ pub mod audit;
 pub mod error;
 pub mod eventlog;
 pub mod policy;
+pub mod snp;
 pub mod tpm;
 pub mod variant;
 pub mod variants;
@@ -73,6 +74,9 @@ pub struct Verified {
     pub user_data: Vec<u8>,
     /// Warn-only measurements that did not match.
     pub warnings: Vec<MeasurementMismatch>,
+    /// What the hardware evidence established, for the audit line (product, TCB, signer, chip
+    /// or CSP, policy bits), and checks that only warned; empty for qemu-vtpm.
+    pub notes: Vec<String>,
 }
 
 /// Checks one variant's attestation documents against a measurement policy.

@@ -365,6 +365,17 @@ pub enum PublicKey {
     },
 }
 
+/// Why a key has no SubjectPublicKeyInfo.
+#[derive(Debug, thiserror::Error)]
+pub enum SpkiError {
+    #[error("encoding the key: {0}")]
+    Der(spki::der::Error),
+    #[error(
+        "ECC curve 0x{0:04x} (or a coordinate longer than its field) has no SubjectPublicKeyInfo here (P-256 and P-384 do)"
+    )]
+    Curve(u16),
+}
+
 /// `TPMT_PUBLIC` of an asymmetric key (the attestation key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Public {
@@ -435,6 +446,64 @@ impl Public {
             auth_policy,
             key,
         })
+    }
+
+    /// The key as a DER SubjectPublicKeyInfo, as Go's `x509.MarshalPKIXPublicKey` writes it:
+    /// RSA as `rsaEncryption` with NULL parameters and a PKCS#1 `RSAPublicKey` (the TPM's
+    /// exponent 0 meaning 65537); ECC as `id-ecPublicKey` with the named curve and the
+    /// uncompressed point, coordinates padded to the field size.
+    pub fn spki_der(&self) -> Result<Vec<u8>, SpkiError> {
+        use spki::der::Encode as _;
+        use spki::der::asn1::{AnyRef, BitStringRef, ObjectIdentifier};
+        use spki::{AlgorithmIdentifierRef, SubjectPublicKeyInfoRef};
+
+        const RSA_ENCRYPTION: ObjectIdentifier =
+            ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+        const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
+        const P256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
+        const P384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
+
+        let encode = |oid, parameters, key: &[u8]| -> Result<Vec<u8>, SpkiError> {
+            SubjectPublicKeyInfoRef {
+                algorithm: AlgorithmIdentifierRef {
+                    oid,
+                    parameters: Some(parameters),
+                },
+                subject_public_key: BitStringRef::from_bytes(key).map_err(SpkiError::Der)?,
+            }
+            .to_der()
+            .map_err(SpkiError::Der)
+        };
+        match &self.key {
+            PublicKey::Rsa {
+                exponent, modulus, ..
+            } => {
+                let e = if *exponent == 0 { 65537 } else { *exponent }.to_be_bytes();
+                let rsa = pkcs1::RsaPublicKey {
+                    modulus: pkcs1::UintRef::new(modulus).map_err(SpkiError::Der)?,
+                    public_exponent: pkcs1::UintRef::new(&e).map_err(SpkiError::Der)?,
+                }
+                .to_der()
+                .map_err(SpkiError::Der)?;
+                encode(RSA_ENCRYPTION, AnyRef::NULL, &rsa)
+            }
+            PublicKey::Ecc { curve, x, y, .. } => {
+                let (oid, len) = match *curve {
+                    curve::NIST_P256 => (P256, 32),
+                    curve::NIST_P384 => (P384, 48),
+                    other => return Err(SpkiError::Curve(other)),
+                };
+                let mut point = vec![0x04];
+                for coordinate in [x, y] {
+                    if coordinate.len() > len {
+                        return Err(SpkiError::Curve(*curve));
+                    }
+                    point.extend(std::iter::repeat_n(0, len - coordinate.len()));
+                    point.extend_from_slice(coordinate);
+                }
+                encode(EC_PUBLIC_KEY, AnyRef::from(&oid), &point)
+            }
+        }
     }
 
     /// Whether all of `bits` are set in the object attributes.

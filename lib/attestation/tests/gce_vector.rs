@@ -24,6 +24,8 @@ struct PbAttestation {
     quotes: Vec<PbQuote>,
     #[prost(bytes = "vec", tag = "3")]
     event_log: Vec<u8>,
+    #[prost(bytes = "vec", tag = "6")]
+    ak_cert: Vec<u8>,
 }
 
 /// go-tpm-tools `tpm.Quote`.
@@ -196,4 +198,20 @@ fn a_different_attestation_key_fails() {
     ak_pub[last] ^= 0x01;
     let err = verify_quote(&ak_pub, &quotes[0], &QUALIFYING_DATA).unwrap_err();
     assert!(matches!(err, Error::BadSignature { .. }), "{err}");
+}
+
+/// Google's CA certified this AK: its certificate's SubjectPublicKeyInfo (written by Go) is what
+/// `Public::spki_der` must produce from the TPMT_PUBLIC, byte for byte (aws-sev-snp binds its
+/// SHA-512).
+#[test]
+fn the_aks_spki_is_the_one_googles_ak_certificate_carries() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/gce-cos-85-nonce9009.pb"
+    );
+    let pb = PbAttestation::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+    assert!(!pb.ak_cert.is_empty());
+    let (_, cert) = x509_parser::parse_x509_certificate(&pb.ak_cert).unwrap();
+    let public = attestation::tpm::Public::parse(&pb.ak_pub).unwrap();
+    assert_eq!(public.spki_der().unwrap(), cert.public_key().raw);
 }

@@ -29,7 +29,7 @@ mod selector;
 mod server;
 pub mod status;
 mod store;
-mod tls;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -9,8 +9,9 @@ use rustls23::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use crate::Error;
 
 /// A fresh CA, a serving certificate for `localhost`, `127.0.0.1`, `::1` and `extra_ip`, and a
-/// server config offering h2 and http/1.1 (kube-rs negotiates h2 when available).
-pub(crate) fn generate(extra_ip: IpAddr) -> Result<(String, Arc<rustls23::ServerConfig>), Error> {
+/// server config offering h2 and http/1.1 (kube-rs negotiates h2 when available). The other
+/// stand-ins (the KDS) serve TLS with it too.
+pub fn generate(extra_ip: IpAddr) -> Result<(String, Arc<rustls23::ServerConfig>), Error> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(Error::Certificate)?;
     ca_params
         .distinguished_name

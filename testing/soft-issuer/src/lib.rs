@@ -17,6 +17,7 @@
 //! and benchmark code links it in. Real nodes use `tpm-issuer`.
 
 mod marshal;
+pub mod snp;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -245,7 +246,22 @@ impl SoftIssuer {
         user_data: &[u8],
         nonce: &[u8],
     ) -> Result<Vec<u8>, SoftIssuerError> {
-        let qualifying = make_qualifying_data(&[], &make_extra_data(user_data, nonce));
+        self.issue_document_with_instance_info(user_data, nonce, None)
+    }
+
+    /// A document carrying `instance_info` (the hardware evidence of the SNP and TDX variants),
+    /// which the quote binds as Constellation's do: qualifying data = SHA-256(InstanceInfo ‖
+    /// extraData).
+    pub fn issue_document_with_instance_info(
+        &self,
+        user_data: &[u8],
+        nonce: &[u8],
+        instance_info: Option<&[u8]>,
+    ) -> Result<Vec<u8>, SoftIssuerError> {
+        let qualifying = make_qualifying_data(
+            instance_info.unwrap_or_default(),
+            &make_extra_data(user_data, nonce),
+        );
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
         for value in self.pcrs.values() {
             digest.update(value);
@@ -275,7 +291,7 @@ impl SoftIssuer {
                 }],
                 event_log: self.event_log.to_vec(),
             }),
-            instance_info: None,
+            instance_info: instance_info.map(<[u8]>::to_vec),
             user_data: Some(user_data.to_vec()),
         };
         serde_json::to_vec(&doc).map_err(SoftIssuerError::Encode)

@@ -9,7 +9,10 @@
 //!   verifies a saved attestation document exactly as attest-proxy does and prints the
 //!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]);
 //! - `policy --config <file> --variant qemu-vtpm` prints the measurement policy the service
-//!   would enforce from that attestation config, with the digest attest-proxy logs.
+//!   would enforce from that attestation config, with the digest attest-proxy logs;
+//! - `snp verify --report R --signer CERT --chain PEM [--crl DER] [--config C] [--at T] --json`
+//!   verifies a bare SEV-SNP report as the service does and prints its fields and the verdict;
+//!   `snp kds-url --report R` prints where AMD serves the VCEK it needs ([`snp`]).
 //!
 //! The config file is what attest-proxy reads (`--attestation-config`): the attestation config
 //! object of one variant, `{"measurements": {"<index>": {"expected": "<hex>", "warnOnly":
@@ -26,6 +29,8 @@ use attestation::tpm::HashAlg;
 use attestation::{Policy, QemuVtpmValidator, Validator, Variant};
 use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
+
+pub mod snp;
 
 /// Offline tools for the join service's attestation.
 #[derive(Debug, Parser)]
@@ -67,6 +72,11 @@ pub enum Command {
         json: bool,
         /// The attestation document (the bytes of the certificate extension).
         document: PathBuf,
+    },
+    /// SEV-SNP reports: verify one offline, print the KDS URL of its VCEK.
+    Snp {
+        #[command(subcommand)]
+        command: snp::SnpCommand,
     },
     /// Print the measurement policy the service would enforce from an attestation config.
     Policy {
@@ -134,6 +144,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                 attestation::audit::Outcome::Rejected => Outcome::Rejected,
             })
         }
+        Command::Snp { command } => Ok(if snp::run(command, out)? {
+            Outcome::Success
+        } else {
+            Outcome::Rejected
+        }),
         Command::Policy { config, variant } => {
             let policy = load_policy(&config)?;
             validator(variant, policy.clone())?;

@@ -12,3 +12,4 @@
 //! re-exported from the crate root.
 
 pub mod qemu_vtpm;
+pub mod sev_snp;

@@ -54,6 +54,7 @@ impl Validator for QemuVtpmValidator {
             variant: Variant::QemuVtpm,
             user_data: doc.user_data.unwrap_or_default(),
             warnings,
+            notes: Vec::new(),
         })
     }
 }

@@ -88,7 +88,7 @@ fn decode_b64<E: serde::de::Error>(s: &str) -> Result<Vec<u8>, E> {
 }
 
 /// `[]byte` with omitempty: absent or `null` decode to empty.
-mod b64 {
+pub(crate) mod b64 {
     use super::*;
 
     pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
@@ -104,7 +104,7 @@ mod b64 {
 }
 
 /// `[]byte` without omitempty: nil is `null`.
-mod opt_b64 {
+pub(crate) mod opt_b64 {
     use super::*;
 
     pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {

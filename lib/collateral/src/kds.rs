@@ -1,0 +1,303 @@
+//! AMD's key distribution service (KDS) as a [`Source`], and the SEV-SNP collateral the verifier
+//! asks for, answered from the [`Cache`].
+//!
+//! Keys and the KDS paths they name (the real service is `https://kdsintf.amd.com`; an operator
+//! may put a caching proxy in front of it):
+//!
+//! | key | path | refreshed |
+//! |---|---|---|
+//! | `crl/{product}` | `/vcek/v1/{product}/crl` (DER) | a quarter of its window before `nextUpdate`; stale after it |
+//! | `chain/vcek/{product}` | `/vcek/v1/{product}/cert_chain` (PEM: ASK, ARK) | weekly |
+//! | `chain/vlek/{product}` | `/vlek/v1/{product}/cert_chain` (PEM: ASVK, ARK) | weekly |
+//! | `vcek/{product}/{hwid}/{tcb}` | `/vcek/v1/{product}/{hwid}?blSPL=..&teeSPL=..&snpSPL=..&ucodeSPL=..` (DER) | never needed: a VCEK names one chip at one TCB |
+//!
+//! The source checks only that what it fetched parses (a CRL's dates decide its refresh); the
+//! verifier checks every signature, as it does for what a node sends.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use attestation::snp::{
+    Cert, CollateralError, Crl, Product, SigningKey, SnpCollateral, Tcb, certs_from_pem,
+};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::{Cache, FetchError, FetchFuture, Fetched, Source};
+
+/// AMD's KDS.
+pub const AMD_KDS: &str = "https://kdsintf.amd.com";
+
+/// The largest answer read: a CRL or chain is a few kilobytes.
+const MAX_BODY: usize = 256 * 1024;
+
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<bytes::Bytes>>;
+
+/// Fetches from a KDS over HTTPS (or plain HTTP, for an operator's proxy: everything served is
+/// signed by AMD and checked as such).
+#[derive(Clone)]
+pub struct KdsSource {
+    base: String,
+    client: HttpsClient,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for KdsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KdsSource")
+            .field("base", &self.base)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a KDS client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum KdsSetupError {
+    #[error("KDS URL {0:?} is not http(s)://host[:port]")]
+    Url(String),
+    #[error("reading the CA file {path}: {reason}")]
+    Ca { path: String, reason: String },
+    #[error("TLS setup: {0}")]
+    Tls(String),
+}
+
+impl KdsSource {
+    /// A client for the KDS at `base` (e.g. [`AMD_KDS`]), trusting the system's roots plus the
+    /// PEM certificates in `extra_ca` (an operator's proxy, a test's stand-in).
+    pub fn new(
+        base: &str,
+        extra_ca: Option<&std::path::Path>,
+        timeout: Duration,
+    ) -> Result<KdsSource, KdsSetupError> {
+        use rustls23::pki_types::CertificateDer;
+        use rustls23::pki_types::pem::PemObject;
+
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("https://") || base.starts_with("http://")) {
+            return Err(KdsSetupError::Url(base));
+        }
+        let mut roots = rustls23::RootCertStore::empty();
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+        if let Some(path) = extra_ca {
+            let ca_error = |reason: String| KdsSetupError::Ca {
+                path: path.display().to_string(),
+                reason,
+            };
+            for cert in CertificateDer::pem_file_iter(path).map_err(|e| ca_error(e.to_string()))? {
+                let cert = cert.map_err(|e| ca_error(e.to_string()))?;
+                roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
+            }
+        }
+        let provider = Arc::new(rustls23::crypto::ring::default_provider());
+        let config = rustls23::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| KdsSetupError::Tls(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(KdsSource {
+            base,
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            timeout,
+        })
+    }
+
+    /// The URL a key names.
+    pub fn url(&self, key: &str) -> Option<String> {
+        let parts: Vec<&str> = key.split('/').collect();
+        match parts.as_slice() {
+            ["crl", product] => Some(format!("{}/vcek/v1/{product}/crl", self.base)),
+            ["chain", kind @ ("vcek" | "vlek"), product] => {
+                Some(format!("{}/{kind}/v1/{product}/cert_chain", self.base))
+            }
+            ["vcek", product, hw_id, bl, tee, snp, ucode, rest @ ..] => {
+                let fmc = match rest {
+                    [fmc] => format!("fmcSPL={fmc}&"),
+                    _ => String::new(),
+                };
+                Some(format!(
+                    "{}/vcek/v1/{product}/{hw_id}?{fmc}blSPL={bl}&teeSPL={tee}&snpSPL={snp}&ucodeSPL={ucode}",
+                    self.base
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    async fn get(&self, url: String) -> Result<Vec<u8>, FetchError> {
+        let request = http::Request::get(&url)
+            .body(Empty::new())
+            .map_err(|e| FetchError::new(format!("{url}: {e}")))?;
+        let response = tokio::time::timeout(self.timeout, self.client.request(request))
+            .await
+            .map_err(|_| FetchError::new(format!("{url}: no answer within {:?}", self.timeout)))?
+            .map_err(|e| FetchError::new(format!("{url}: {e}")))?;
+        let status = response.status();
+        if status == http::StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+            let retry_after = response
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            return Err(FetchError {
+                reason: format!("{url}: HTTP {status}"),
+                retry_after,
+            });
+        }
+        if !status.is_success() {
+            return Err(FetchError::new(format!("{url}: HTTP {status}")));
+        }
+        let body = tokio::time::timeout(
+            self.timeout,
+            Limited::new(response.into_body(), MAX_BODY).collect(),
+        )
+        .await
+        .map_err(|_| {
+            FetchError::new(format!(
+                "{url}: the body did not arrive within {:?}",
+                self.timeout
+            ))
+        })?
+        .map_err(|e| FetchError::new(format!("{url}: reading the body: {e}")))?;
+        Ok(body.to_bytes().to_vec())
+    }
+}
+
+/// When a fetched item is to be refreshed and when it goes stale.
+fn lifetime(key: &str, bytes: &[u8]) -> Result<(SystemTime, SystemTime), String> {
+    let now = SystemTime::now();
+    if key.starts_with("crl/") {
+        let crl = Crl::from_der(bytes.to_vec()).map_err(|e| e.to_string())?;
+        let at = |secs: i64| {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+        };
+        let (this, next) = (crl.this_update(), crl.next_update());
+        let quarter = (next - this).max(0) / 4;
+        return Ok((at(next - quarter), at(next)));
+    }
+    if key.starts_with("chain/") {
+        let certs = certs_from_pem(bytes).map_err(|e| e.to_string())?;
+        if certs.len() != 2 {
+            return Err(format!(
+                "{} certificates, expected the intermediate and the ARK",
+                certs.len()
+            ));
+        }
+        return Ok((now + WEEK, now + 4 * WEEK));
+    }
+    Cert::from_der(bytes.to_vec()).map_err(|e| e.to_string())?;
+    Ok((now + YEAR, now + YEAR))
+}
+
+impl Source for KdsSource {
+    fn fetch(&self, key: &str) -> FetchFuture {
+        let source = self.clone();
+        let key = key.to_owned();
+        Box::pin(async move {
+            let url = source
+                .url(&key)
+                .ok_or_else(|| FetchError::new(format!("{key} names nothing on a KDS")))?;
+            let bytes = source.get(url.clone()).await?;
+            let (refresh_after, stale_after) =
+                lifetime(&key, &bytes).map_err(|e| FetchError::new(format!("{url}: {e}")))?;
+            Ok(Fetched {
+                bytes,
+                refresh_after,
+                stale_after,
+            })
+        })
+    }
+}
+
+/// The SNP verifier's collateral, from a cache in front of a KDS.
+#[derive(Clone, Debug)]
+pub struct KdsCollateral {
+    cache: Cache,
+    max_stale: Duration,
+}
+
+impl KdsCollateral {
+    /// `max_stale` must be the cache's: a CRL is accepted that long past its `nextUpdate`.
+    pub fn new(cache: Cache, max_stale: Duration) -> Self {
+        KdsCollateral { cache, max_stale }
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// Starts fetching the CRLs and chains of `products`, so the first joins find them cached.
+    pub fn warm(&self, products: &[Product]) {
+        for product in products {
+            self.cache.prefetch(&format!("crl/{product}"));
+            self.cache.prefetch(&format!("chain/vcek/{product}"));
+            self.cache.prefetch(&format!("chain/vlek/{product}"));
+        }
+    }
+
+    fn get(&self, key: &str) -> Result<Arc<Vec<u8>>, CollateralError> {
+        self.cache
+            .get(key)
+            .map_err(|e| CollateralError(e.to_string()))
+    }
+}
+
+/// The key of a VCEK.
+pub fn vcek_key(product: Product, hw_id: &[u8], tcb: &Tcb) -> String {
+    let mut key = format!(
+        "vcek/{product}/{}/{:02}/{:02}/{:02}/{:02}",
+        hex::encode(hw_id),
+        tcb.bootloader,
+        tcb.tee,
+        tcb.snp,
+        tcb.microcode
+    );
+    if product == Product::Turin {
+        key.push_str(&format!("/{:02}", tcb.fmc.unwrap_or(0)));
+    }
+    key
+}
+
+impl SnpCollateral for KdsCollateral {
+    fn crl(&self, product: Product) -> Result<Crl, CollateralError> {
+        let bytes = self.get(&format!("crl/{product}"))?;
+        Crl::from_der(bytes.to_vec()).map_err(|e| CollateralError(e.to_string()))
+    }
+
+    fn vcek(&self, product: Product, hw_id: &[u8], tcb: &Tcb) -> Result<Cert, CollateralError> {
+        let bytes = self.get(&vcek_key(product, hw_id, tcb))?;
+        Cert::from_der(bytes.to_vec()).map_err(|e| CollateralError(e.to_string()))
+    }
+
+    fn intermediate(&self, product: Product, key: SigningKey) -> Result<Cert, CollateralError> {
+        let kind = match key {
+            SigningKey::Vcek => "vcek",
+            SigningKey::Vlek => "vlek",
+        };
+        let bytes = self.get(&format!("chain/{kind}/{product}"))?;
+        certs_from_pem(&bytes)
+            .map_err(|e| CollateralError(e.to_string()))?
+            .into_iter()
+            .find(|c| !c.common_name().starts_with("ARK-"))
+            .ok_or_else(|| {
+                CollateralError(format!("the {product} {kind} chain has no intermediate"))
+            })
+    }
+
+    fn crl_max_stale(&self) -> i64 {
+        i64::try_from(self.max_stale.as_secs()).unwrap_or(i64::MAX)
+    }
+}

@@ -1,0 +1,223 @@
+//! The cache against a source that answers, fails, rate-limits and hangs as told.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use collateral::{Cache, CacheConfig, FetchError, FetchFuture, Fetched, Source};
+
+#[derive(Clone, Debug)]
+enum Mode {
+    /// Answer with these bytes after a delay; refresh after / stale after, from now.
+    Answer(&'static [u8], Duration, Duration, Duration),
+    Fail(Option<Duration>),
+    Hang,
+}
+
+#[derive(Debug)]
+struct Fake {
+    mode: Mutex<Mode>,
+    fetches: AtomicUsize,
+}
+
+impl Fake {
+    fn new(mode: Mode) -> Arc<Fake> {
+        Arc::new(Fake {
+            mode: Mutex::new(mode),
+            fetches: AtomicUsize::new(0),
+        })
+    }
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+    fn fetches(&self) -> usize {
+        self.fetches.load(Ordering::SeqCst)
+    }
+}
+
+impl Source for Fake {
+    fn fetch(&self, _key: &str) -> FetchFuture {
+        self.fetches.fetch_add(1, Ordering::SeqCst);
+        let mode = self.mode.lock().unwrap().clone();
+        Box::pin(async move {
+            match mode {
+                Mode::Answer(bytes, delay, refresh, stale) => {
+                    tokio::time::sleep(delay).await;
+                    let now = SystemTime::now();
+                    Ok(Fetched {
+                        bytes: bytes.to_vec(),
+                        refresh_after: now + refresh,
+                        stale_after: now + stale,
+                    })
+                }
+                Mode::Fail(retry_after) => Err(FetchError {
+                    reason: "HTTP 429".into(),
+                    retry_after,
+                }),
+                Mode::Hang => futures::future::pending().await,
+            }
+        })
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+const ZERO: Duration = Duration::ZERO;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn config() -> CacheConfig {
+    CacheConfig {
+        dir: None,
+        max_stale: HOUR,
+        wait: Duration::from_millis(500),
+        backoff: Duration::from_millis(200),
+    }
+}
+
+#[test]
+fn concurrent_misses_cause_one_fetch_and_hits_none() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(
+        b"crl",
+        Duration::from_millis(100),
+        HOUR,
+        2 * HOUR,
+    ));
+    let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            let cache = cache.clone();
+            std::thread::spawn(move || cache.get("crl/Milan").unwrap())
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().as_slice(), b"crl");
+    }
+    assert_eq!(source.fetches(), 1);
+    for _ in 0..100 {
+        cache.get("crl/Milan").unwrap();
+    }
+    assert_eq!(source.fetches(), 1);
+    assert!(cache.stats().hits.load(Ordering::Relaxed) >= 100);
+}
+
+#[test]
+fn an_item_due_for_refresh_is_served_and_refreshed_in_the_background() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(b"old", ZERO, ZERO, HOUR));
+    let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
+    assert_eq!(cache.get("k").unwrap().as_slice(), b"old");
+    source.set(Mode::Answer(b"new", Duration::from_millis(50), HOUR, HOUR));
+    // Due for refresh: served at once, the refresh runs behind it.
+    assert_eq!(cache.get("k").unwrap().as_slice(), b"old");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cache.get("k").unwrap().as_slice(), b"new");
+    assert_eq!(source.fetches(), 2);
+}
+
+#[test]
+fn stale_items_are_served_within_the_bound_while_the_source_fails_and_never_past_it() {
+    let rt = runtime();
+    // Stale at once; the bound is 300 ms past that.
+    let source = Fake::new(Mode::Answer(b"crl", ZERO, ZERO, ZERO));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_stale: Duration::from_millis(300),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    cache.get("k").unwrap();
+    source.set(Mode::Fail(None));
+    assert_eq!(cache.get("k").unwrap().as_slice(), b"crl");
+    assert_eq!(cache.stale_keys(), ["k"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let error = cache.get("k").unwrap_err();
+    assert_eq!(error.key, "k");
+}
+
+#[test]
+fn nothing_cached_and_a_hanging_source_is_unavailable_within_the_wait() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Hang);
+    let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
+    let started = Instant::now();
+    let error = cache.get("k").unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(450) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    assert!(error.reason.contains("did not answer"), "{error}");
+    // The fetch in flight is joined, not repeated.
+    let _ = cache.get("k");
+    assert_eq!(source.fetches(), 1);
+}
+
+#[test]
+fn a_failed_fetch_backs_off_for_the_sources_retry_after_then_recovers() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Fail(Some(Duration::from_millis(300))));
+    let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
+    assert!(cache.get("k").unwrap_err().reason.contains("429"));
+    // Within Retry-After: no new request to the source.
+    for _ in 0..10 {
+        assert!(cache.get("k").unwrap_err().reason.contains("backing off"));
+    }
+    assert_eq!(source.fetches(), 1);
+    source.set(Mode::Answer(b"ok", ZERO, HOUR, HOUR));
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(cache.get("k").unwrap().as_slice(), b"ok");
+    assert_eq!(source.fetches(), 2);
+}
+
+#[test]
+fn items_persist_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let persisted = CacheConfig {
+        dir: Some(dir.path().to_owned()),
+        ..config()
+    };
+    {
+        let rt = runtime();
+        let source = Fake::new(Mode::Answer(b"vcek", ZERO, HOUR, HOUR));
+        let cache = Cache::new(source, persisted.clone(), rt.handle().clone()).unwrap();
+        cache.get("vcek/Milan/abc").unwrap();
+    }
+    let rt = runtime();
+    let down = Fake::new(Mode::Fail(None));
+    let cache = Cache::new(down.clone(), persisted, rt.handle().clone()).unwrap();
+    assert_eq!(cache.get("vcek/Milan/abc").unwrap().as_slice(), b"vcek");
+    assert_eq!(down.fetches(), 0);
+    assert!(cache.oldest("vcek/").is_some());
+    assert!(cache.oldest("crl/").is_none());
+}
+
+#[test]
+fn a_corrupt_persisted_item_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("00.json"), b"{not json").unwrap();
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(b"x", ZERO, HOUR, HOUR));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            dir: Some(dir.path().to_owned()),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    assert_eq!(cache.get("k").unwrap().as_slice(), b"x");
+    assert_eq!(source.fetches(), 1);
+}

@@ -1,0 +1,636 @@
+//! Simulated AMD SEV-SNP hardware: an ARK, ASK and ASVK of AMD's shape, VCEKs and VLEKs they
+//! certify, and attestation reports those sign.
+//!
+//! No SNP machine runs here. The certificates carry what AMD's do (the same names, RSA-PSS with
+//! the very algorithm identifier AMD's Milan ARK carries, AMD's TCB, hwID, product and CSP
+//! extensions), so the verifier checks them exactly as it checks real ones. They are trusted
+//! only where a test's attestation config sets `amdRootKey` to [`SimulatedAmd::ark_pem`].
+
+use std::str::FromStr;
+
+use attestation::Variant;
+use attestation::snp::{Product, SigningKey, Tcb, Trust};
+use ring::rand::SystemRandom;
+use ring::signature::{self, EcdsaKeyPair, KeyPair as _, RsaKeyPair};
+use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
+use x509_cert::der::asn1::{BitString, Ia5String, OctetString};
+use x509_cert::der::oid::ObjectIdentifier;
+use x509_cert::der::{Any, Decode, Encode};
+use x509_cert::ext::Extension;
+use x509_cert::name::Name;
+use x509_cert::serial_number::SerialNumber;
+use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
+use x509_cert::time::{Time, Validity};
+use x509_cert::{Certificate, TbsCertificate, Version};
+
+const ARK_KEY: &[u8] = include_bytes!("../keys/rsa3072-ark-test.pk8");
+const ASK_KEY: &[u8] = include_bytes!("../keys/rsa3072-ask-test.pk8");
+const ASVK_KEY: &[u8] = include_bytes!("../keys/rsa3072-asvk-test.pk8");
+
+const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
+const SECP384R1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
+const AMD_ARC: &str = "1.3.6.1.4.1.3704.1";
+
+/// Why simulated hardware could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulationError {
+    #[error("simulated AMD key: {0}")]
+    Key(String),
+    #[error("simulated AMD certificate: {0}")]
+    Der(#[from] x509_cert::der::Error),
+    #[error("signing: {0}")]
+    Sign(String),
+}
+
+struct Ca {
+    key: RsaKeyPair,
+    name: Name,
+    cert_der: Vec<u8>,
+}
+
+/// A simulated AMD key distribution service's roots for one product.
+pub struct SimulatedAmd {
+    product: Product,
+    ark: Ca,
+    ask: Ca,
+    asvk: Ca,
+    pss: AlgorithmIdentifierOwned,
+    rng: SystemRandom,
+}
+
+impl std::fmt::Debug for SimulatedAmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedAmd")
+            .field("product", &self.product)
+            .finish_non_exhaustive()
+    }
+}
+
+fn amd_name(cn: &str) -> Result<Name, SimulationError> {
+    Name::from_str(&format!(
+        "CN={cn},O=Advanced Micro Devices,ST=CA,L=Santa Clara,C=US,OU=Engineering"
+    ))
+    .map_err(SimulationError::Der)
+}
+
+fn rsa_key(pkcs8: &[u8]) -> Result<RsaKeyPair, SimulationError> {
+    RsaKeyPair::from_pkcs8(pkcs8).map_err(|e| SimulationError::Key(e.to_string()))
+}
+
+fn rsa_spki(key: &RsaKeyPair) -> Result<SubjectPublicKeyInfoOwned, SimulationError> {
+    Ok(SubjectPublicKeyInfoOwned {
+        algorithm: AlgorithmIdentifierOwned {
+            oid: RSA_ENCRYPTION,
+            parameters: Some(Any::null()),
+        },
+        subject_public_key: BitString::from_bytes(key.public().as_ref())?,
+    })
+}
+
+fn validity() -> Result<Validity, SimulationError> {
+    // 2020-01-01 to 2049-12-31, as UTCTime allows.
+    let at = |secs: u64| {
+        Time::try_from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+            .map_err(SimulationError::Der)
+    };
+    Ok(Validity {
+        not_before: at(1_577_836_800)?,
+        not_after: at(2_524_521_600)?,
+    })
+}
+
+fn extension(suffix: &str, value: Vec<u8>) -> Result<Extension, SimulationError> {
+    Ok(Extension {
+        extn_id: ObjectIdentifier::new(&format!("{AMD_ARC}.{suffix}"))
+            .map_err(|e| SimulationError::Der(e.into()))?,
+        critical: false,
+        extn_value: OctetString::new(value)?,
+    })
+}
+
+impl SimulatedAmd {
+    /// The simulated roots of `product`: an ARK, and the ASK and ASVK it certified.
+    pub fn new(product: Product) -> Result<SimulatedAmd, SimulationError> {
+        // AMD's own Milan ARK, read only for its signature algorithm identifier (RSASSA-PSS
+        // with SHA-384, MGF1-SHA-384, a 48-byte salt), so ours is byte for byte AMD's.
+        let trust = Trust::builtin();
+        let amd_ark = trust
+            .ark_for(Product::Milan)
+            .ok_or_else(|| SimulationError::Key("no built-in Milan ARK".to_owned()))?;
+        let pss = Certificate::from_der(amd_ark.der())?.signature_algorithm;
+        let mut amd = SimulatedAmd {
+            product,
+            ark: Ca {
+                key: rsa_key(ARK_KEY)?,
+                name: amd_name(&format!("ARK-{product}"))?,
+                cert_der: Vec::new(),
+            },
+            ask: Ca {
+                key: rsa_key(ASK_KEY)?,
+                name: amd_name(&format!("SEV-{product}"))?,
+                cert_der: Vec::new(),
+            },
+            asvk: Ca {
+                key: rsa_key(ASVK_KEY)?,
+                name: amd_name(&format!("SEV-VLEK-{product}"))?,
+                cert_der: Vec::new(),
+            },
+            pss,
+            rng: SystemRandom::new(),
+        };
+        amd.ark.cert_der = amd.sign(
+            &amd.ark,
+            amd.ark.name.clone(),
+            rsa_spki(&amd.ark.key)?,
+            1,
+            Vec::new(),
+        )?;
+        amd.ask.cert_der = amd.sign(
+            &amd.ark,
+            amd.ask.name.clone(),
+            rsa_spki(&amd.ask.key)?,
+            2,
+            Vec::new(),
+        )?;
+        amd.asvk.cert_der = amd.sign(
+            &amd.ark,
+            amd.asvk.name.clone(),
+            rsa_spki(&amd.asvk.key)?,
+            3,
+            Vec::new(),
+        )?;
+        Ok(amd)
+    }
+
+    pub fn product(&self) -> Product {
+        self.product
+    }
+
+    /// A certificate for `subject` signed by `issuer` with RSA-PSS as AMD signs.
+    fn sign(
+        &self,
+        issuer: &Ca,
+        subject: Name,
+        spki: SubjectPublicKeyInfoOwned,
+        serial: u8,
+        extensions: Vec<Extension>,
+    ) -> Result<Vec<u8>, SimulationError> {
+        let tbs = TbsCertificate {
+            version: Version::V3,
+            serial_number: SerialNumber::new(&[serial])?,
+            signature: self.pss.clone(),
+            issuer: issuer.name.clone(),
+            validity: validity()?,
+            subject,
+            subject_public_key_info: spki,
+            issuer_unique_id: None,
+            subject_unique_id: None,
+            extensions: (!extensions.is_empty()).then_some(extensions),
+        };
+        let sig = self.pss_sign(issuer, &tbs.to_der()?)?;
+        Ok(Certificate {
+            tbs_certificate: tbs,
+            signature_algorithm: self.pss.clone(),
+            signature: BitString::from_bytes(&sig)?,
+        }
+        .to_der()?)
+    }
+
+    /// The simulated ARK, PEM: what a test's `amdRootKey` sets.
+    pub fn ark_pem(&self) -> String {
+        pem("CERTIFICATE", &self.ark.cert_der)
+    }
+
+    pub fn ark_der(&self) -> &[u8] {
+        &self.ark.cert_der
+    }
+
+    pub fn ask_der(&self) -> &[u8] {
+        &self.ask.cert_der
+    }
+
+    pub fn asvk_der(&self) -> &[u8] {
+        &self.asvk.cert_der
+    }
+
+    /// KDS's `cert_chain` for VCEKs: the ASK, then the ARK.
+    pub fn vcek_chain_pem(&self) -> String {
+        pem("CERTIFICATE", &self.ask.cert_der) + &pem("CERTIFICATE", &self.ark.cert_der)
+    }
+
+    /// KDS's `cert_chain` for VLEKs: the ASVK, then the ARK.
+    pub fn vlek_chain_pem(&self) -> String {
+        pem("CERTIFICATE", &self.asvk.cert_der) + &pem("CERTIFICATE", &self.ark.cert_der)
+    }
+
+    /// A chip: its VCEK for `tcb`, certified by the ASK. The hwID is the first 64 bytes of
+    /// `chip_id` (8 on Turin, the rest zero).
+    ///
+    /// Real VCEKs carry serial 0; simulated ones carry `serial` so that a test can revoke one.
+    pub fn chip(
+        &self,
+        chip_id: [u8; 64],
+        tcb: Tcb,
+        serial: u8,
+    ) -> Result<SimulatedSigner, SimulationError> {
+        let hw_id = match self.product {
+            Product::Turin => chip_id[..8].to_vec(),
+            Product::Milan | Product::Genoa => chip_id.to_vec(),
+        };
+        let mut chip_id = chip_id;
+        if self.product == Product::Turin {
+            chip_id[8..].fill(0);
+        }
+        let hw_id_ext = OctetString::new(hw_id)?.to_der()?;
+        self.signer(
+            SigningKey::Vcek,
+            chip_id,
+            tcb,
+            serial,
+            vec![extension("4", hw_id_ext)?],
+        )
+    }
+
+    /// A cloud provider's VLEK for `tcb`, certified by the ASVK.
+    pub fn vlek(&self, csp: &str, tcb: Tcb) -> Result<SimulatedSigner, SimulationError> {
+        let csp = Ia5String::new(csp)?.to_der()?;
+        self.signer(
+            SigningKey::Vlek,
+            [0; 64],
+            tcb,
+            0,
+            vec![extension("5", csp)?],
+        )
+    }
+
+    /// The product's CRL, signed by the ARK, valid from `this_update` to `next_update` (seconds
+    /// since the epoch), revoking the certificates with the given serials (the simulated ASK is
+    /// serial 2, the ASVK 3).
+    pub fn crl(
+        &self,
+        revoked: &[u8],
+        this_update: u64,
+        next_update: u64,
+    ) -> Result<Vec<u8>, SimulationError> {
+        let time = |secs: u64| {
+            Time::try_from(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+                .map_err(SimulationError::Der)
+        };
+        let revoked = revoked
+            .iter()
+            .map(|serial| {
+                Ok(RevokedCert {
+                    serial_number: SerialNumber::new(&[*serial])?,
+                    revocation_date: time(this_update)?,
+                    crl_entry_extensions: None,
+                })
+            })
+            .collect::<Result<Vec<_>, SimulationError>>()?;
+        let tbs = TbsCertList {
+            version: Version::V2,
+            signature: self.pss.clone(),
+            issuer: self.ark.name.clone(),
+            this_update: time(this_update)?,
+            next_update: Some(time(next_update)?),
+            revoked_certificates: (!revoked.is_empty()).then_some(revoked),
+            crl_extensions: None,
+        };
+        let sig = self.pss_sign(&self.ark, &tbs.to_der()?)?;
+        Ok(CertificateList {
+            tbs_cert_list: tbs,
+            signature_algorithm: self.pss.clone(),
+            signature: BitString::from_bytes(&sig)?,
+        }
+        .to_der()?)
+    }
+
+    fn pss_sign(&self, issuer: &Ca, message: &[u8]) -> Result<Vec<u8>, SimulationError> {
+        let mut sig = vec![0u8; issuer.key.public().modulus_len()];
+        issuer
+            .key
+            .sign(&signature::RSA_PSS_SHA384, &self.rng, message, &mut sig)
+            .map_err(|e| SimulationError::Sign(e.to_string()))?;
+        Ok(sig)
+    }
+
+    fn signer(
+        &self,
+        kind: SigningKey,
+        chip_id: [u8; 64],
+        tcb: Tcb,
+        serial: u8,
+        mut extensions: Vec<Extension>,
+    ) -> Result<SimulatedSigner, SimulationError> {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P384_SHA384_FIXED_SIGNING, &rng)
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        let key = EcdsaKeyPair::from_pkcs8(
+            &signature::ECDSA_P384_SHA384_FIXED_SIGNING,
+            pkcs8.as_ref(),
+            &rng,
+        )
+        .map_err(|e| SimulationError::Key(e.to_string()))?;
+        let spki = SubjectPublicKeyInfoOwned {
+            algorithm: AlgorithmIdentifierOwned {
+                oid: EC_PUBLIC_KEY,
+                parameters: Some(Any::from(&SECP384R1)),
+            },
+            subject_public_key: BitString::from_bytes(key.public_key().as_ref())?,
+        };
+        let spl = |v: u8| -> Result<Vec<u8>, SimulationError> { Ok(u32::from(v).to_der()?) };
+        extensions.push(extension(
+            "2",
+            Ia5String::new(&format!("{}-B0", self.product))?.to_der()?,
+        )?);
+        extensions.push(extension("3.1", spl(tcb.bootloader)?)?);
+        extensions.push(extension("3.2", spl(tcb.tee)?)?);
+        extensions.push(extension("3.3", spl(tcb.snp)?)?);
+        extensions.push(extension("3.8", spl(tcb.microcode)?)?);
+        if self.product == Product::Turin {
+            extensions.push(extension("3.9", spl(tcb.fmc.unwrap_or(0))?)?);
+        }
+        let (issuer, cn) = match kind {
+            SigningKey::Vcek => (&self.ask, "SEV-VCEK"),
+            SigningKey::Vlek => (&self.asvk, "SEV-VLEK"),
+        };
+        let cert_der = self.sign(issuer, amd_name(cn)?, spki, serial, extensions)?;
+        Ok(SimulatedSigner {
+            key,
+            cert_der,
+            kind,
+            chip_id,
+            tcb,
+            product: self.product,
+        })
+    }
+}
+
+/// A VCEK or VLEK with its private key: signs reports as the chip's firmware would.
+pub struct SimulatedSigner {
+    key: EcdsaKeyPair,
+    cert_der: Vec<u8>,
+    kind: SigningKey,
+    chip_id: [u8; 64],
+    tcb: Tcb,
+    product: Product,
+}
+
+impl std::fmt::Debug for SimulatedSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedSigner")
+            .field("kind", &self.kind)
+            .field("tcb", &self.tcb)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The guest-chosen and firmware-chosen fields of a simulated report; the rest (signing key,
+/// REPORTED_TCB, CHIP_ID, CPUID) follow from the signer.
+#[derive(Clone, Debug)]
+pub struct ReportFields {
+    pub version: u32,
+    pub policy: u64,
+    pub vmpl: u32,
+    pub report_data: [u8; 64],
+    pub measurement: [u8; 48],
+    pub id_key_digest: [u8; 48],
+    /// `None`: the signer's TCB.
+    pub current_tcb: Option<Tcb>,
+    pub committed_tcb: Option<Tcb>,
+    pub launch_tcb: Option<Tcb>,
+}
+
+impl Default for ReportFields {
+    /// A version 3 report at VMPL 0 with Constellation's usual policy (SMT allowed, bit 17).
+    fn default() -> Self {
+        ReportFields {
+            version: 3,
+            policy: 0x30000,
+            vmpl: 0,
+            report_data: [0; 64],
+            measurement: [0; 48],
+            id_key_digest: [0; 48],
+            current_tcb: None,
+            committed_tcb: None,
+            launch_tcb: None,
+        }
+    }
+}
+
+impl SimulatedSigner {
+    pub fn cert_der(&self) -> &[u8] {
+        &self.cert_der
+    }
+
+    pub fn cert_pem(&self) -> String {
+        pem("CERTIFICATE", &self.cert_der)
+    }
+
+    pub fn tcb(&self) -> Tcb {
+        self.tcb
+    }
+
+    /// A signed 1184-byte report.
+    pub fn report(&self, fields: &ReportFields) -> Result<Vec<u8>, SimulationError> {
+        let mut r = vec![0u8; 0x4A0];
+        let put = |r: &mut Vec<u8>, offset: usize, bytes: &[u8]| {
+            r[offset..offset + bytes.len()].copy_from_slice(bytes);
+        };
+        let tcb = |t: Option<Tcb>| t.unwrap_or(self.tcb).encode(self.product).to_le_bytes();
+        put(&mut r, 0x00, &fields.version.to_le_bytes());
+        put(&mut r, 0x08, &fields.policy.to_le_bytes());
+        put(&mut r, 0x30, &fields.vmpl.to_le_bytes());
+        put(&mut r, 0x34, &1u32.to_le_bytes());
+        put(&mut r, 0x38, &tcb(fields.current_tcb));
+        let signing_key: u32 = match self.kind {
+            SigningKey::Vcek => 0,
+            SigningKey::Vlek => 1,
+        };
+        put(&mut r, 0x48, &(signing_key << 2).to_le_bytes());
+        put(&mut r, 0x50, &fields.report_data);
+        put(&mut r, 0x90, &fields.measurement);
+        put(&mut r, 0xE0, &fields.id_key_digest);
+        put(&mut r, 0x180, &tcb(Some(self.tcb)));
+        if fields.version >= 3 {
+            let (family, model) = match self.product {
+                Product::Milan => (0x19, 0x01),
+                Product::Genoa => (0x19, 0x11),
+                Product::Turin => (0x1A, 0x02),
+            };
+            put(&mut r, 0x188, &[family, model, 0x01]);
+        }
+        put(&mut r, 0x1A0, &self.chip_id);
+        put(&mut r, 0x1E0, &tcb(fields.committed_tcb));
+        put(&mut r, 0x1F0, &tcb(fields.launch_tcb));
+        let sig = self
+            .key
+            .sign(&SystemRandom::new(), &r[..0x2A0])
+            .map_err(|e| SimulationError::Sign(e.to_string()))?;
+        // ring gives big-endian r ‖ s; the report holds each little-endian in 72 bytes.
+        for (i, component) in sig.as_ref().chunks(48).enumerate() {
+            let start = 0x2A0 + i * 72;
+            for (j, byte) in component.iter().rev().enumerate() {
+                r[start + j] = *byte;
+            }
+        }
+        Ok(r)
+    }
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in body.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// SNP `InstanceInfo` as Constellation's Go issuers write it with `encoding/json`.
+pub fn instance_info_json(
+    report: &[u8],
+    signer_pem: Option<&str>,
+    chain_pem: Option<&str>,
+    azure_runtime_data: Option<&[u8]>,
+) -> Vec<u8> {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let azure = azure_runtime_data
+        .map(|runtime| serde_json::json!({ "RuntimeData": b64(runtime), "MAAToken": "" }));
+    serde_json::json!({
+        "ReportSigner": signer_pem.map(|p| b64(p.as_bytes())),
+        "CertChain": chain_pem.map(|p| b64(p.as_bytes())),
+        "AttestationReport": b64(report),
+        "Azure": azure,
+        "GCP": serde_json::Value::Null,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Azure's HCL runtime data naming an RSA attestation key (`n`, `e` big-endian) as `keys[0]`.
+pub fn azure_runtime_data(n: &[u8], e: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    let b64url = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    serde_json::json!({
+        "keys": [
+            { "kid": "HCLAkPub", "key_ops": ["sign"], "kty": "RSA", "e": b64url(e), "n": b64url(n) },
+        ],
+        "vm-configuration": { "secure-boot": true, "tpm-enabled": true },
+        "user-data": "",
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A node of an SNP variant: a software AK whose vTPM documents carry a report from simulated
+/// hardware that vouches for it.
+pub struct SnpDocumentIssuer {
+    variant: Variant,
+    ak: crate::SoftIssuer,
+    instance_info: Vec<u8>,
+}
+
+impl std::fmt::Debug for SnpDocumentIssuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnpDocumentIssuer")
+            .field("variant", &self.variant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SnpDocumentIssuer {
+    /// aws-sev-snp: REPORT_DATA = SHA-512 of the AK's SubjectPublicKeyInfo, signed by `vlek`,
+    /// which the document carries with `chain_pem`.
+    pub fn aws(
+        ak: crate::SoftIssuer,
+        vlek: &SimulatedSigner,
+        chain_pem: &str,
+        mut fields: ReportFields,
+    ) -> Result<Self, SimulationError> {
+        let public = attestation::tpm::Public::parse(ak.ak_public())
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        let spki = public
+            .spki_der()
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        fields
+            .report_data
+            .copy_from_slice(ring::digest::digest(&ring::digest::SHA512, &spki).as_ref());
+        let report = vlek.report(&fields)?;
+        Ok(SnpDocumentIssuer {
+            variant: Variant::AwsSevSnp,
+            ak,
+            instance_info: instance_info_json(
+                &report,
+                Some(&vlek.cert_pem()),
+                Some(chain_pem),
+                None,
+            ),
+        })
+    }
+
+    /// azure-sev-snp: REPORT_DATA[0:32] = SHA-256 of runtime data naming the (RSA) AK, signed by
+    /// `vcek`, which the document carries with `chain_pem`.
+    pub fn azure(
+        ak: crate::SoftIssuer,
+        vcek: &SimulatedSigner,
+        chain_pem: &str,
+        mut fields: ReportFields,
+    ) -> Result<Self, SimulationError> {
+        let public = attestation::tpm::Public::parse(ak.ak_public())
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        let attestation::tpm::PublicKey::Rsa {
+            exponent, modulus, ..
+        } = &public.key
+        else {
+            return Err(SimulationError::Key(
+                "azure-sev-snp needs an RSA attestation key".to_owned(),
+            ));
+        };
+        let e = if *exponent == 0 { 65537u32 } else { *exponent }.to_be_bytes();
+        let first = e.iter().position(|&b| b != 0).unwrap_or(e.len());
+        let runtime = azure_runtime_data(modulus, &e[first..]);
+        fields.report_data[..32]
+            .copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &runtime).as_ref());
+        let report = vcek.report(&fields)?;
+        Ok(SnpDocumentIssuer {
+            variant: Variant::AzureSevSnp,
+            ak,
+            instance_info: instance_info_json(
+                &report,
+                Some(&vcek.cert_pem()),
+                Some(chain_pem),
+                Some(&runtime),
+            ),
+        })
+    }
+
+    /// A node whose InstanceInfo is exactly `instance_info` (for tampering tests).
+    pub fn from_parts(variant: Variant, ak: crate::SoftIssuer, instance_info: Vec<u8>) -> Self {
+        SnpDocumentIssuer {
+            variant,
+            ak,
+            instance_info,
+        }
+    }
+
+    pub fn instance_info(&self) -> &[u8] {
+        &self.instance_info
+    }
+}
+
+impl attestation::Issuer for SnpDocumentIssuer {
+    fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, attestation::IssueError> {
+        self.ak
+            .issue_document_with_instance_info(user_data, nonce, Some(&self.instance_info))
+            .map_err(|e| attestation::IssueError::from_error(self.variant, e))
+    }
+}
