@@ -376,6 +376,20 @@ mod tests {
         }
     }
 
+    /// The policy at `path`, with its metrics registered as the proxy registers them.
+    fn load_with_metrics(path: &Path) -> (Current, Registry) {
+        let current = Current::load(Variant::QemuVtpm, path).unwrap();
+        let mut registry = Registry::with_prefix("attest_proxy");
+        current.register_metrics(&mut registry);
+        (current, registry)
+    }
+
+    fn scrape(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
     fn digest_of(contents: &str) -> String {
         attestation::QemuVtpmConfig::from_attestation_config(contents.as_bytes())
             .unwrap()
@@ -435,14 +449,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         std::fs::write(&path, config(1, false)).unwrap();
-        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
-        let mut registry = Registry::with_prefix("attest_proxy");
-        current.register_metrics(&mut registry);
-        let scrape = |registry: &Registry| {
-            let mut text = String::new();
-            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
-            text
-        };
+        let (current, registry) = load_with_metrics(&path);
         let text = scrape(&registry);
         assert!(
             text.contains("attest_proxy_policy_reloads_total{result=\"failed\"} 0"),
@@ -580,14 +587,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         std::fs::write(&path, trust_any(4)).unwrap();
-        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
-        let mut registry = Registry::with_prefix("attest_proxy");
-        current.register_metrics(&mut registry);
-        let scrape = |registry: &Registry| {
-            let mut text = String::new();
-            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
-            text
-        };
+        let (current, registry) = load_with_metrics(&path);
         assert!(current.get().trust_any_ak);
         assert!(
             scrape(&registry).contains("attest_proxy_trust_any_ak 1"),

@@ -11,12 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use attestation::AkTrust;
 use kube_standin::fixtures::{components_json, constellation_version};
 use kube_standin::{KubeStandin, Running, StandinConfig, User};
 use node_client::Client;
 use rand::Rng;
-
-use attestation::AkTrust;
 use tpm_issuer::AkSpec;
 
 use crate::process::{Process, bin, free_port};
@@ -133,7 +132,8 @@ pub struct System {
     /// The processes' admin endpoints.
     pub admin: AdminAddrs,
     pub paths: Paths,
-    /// The attestation keys the config the harness wrote trusts.
+    /// The attestation keys the configs the harness writes trust: its swtpm's, or any with
+    /// [`Options::trust_any_ak`] (a config file given in [`Options`] says its own).
     pub ak_trust: AkTrust,
     _dir: Option<tempfile::TempDir>,
 }
