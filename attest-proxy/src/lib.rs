@@ -226,6 +226,8 @@ impl Proxy {
 /// the same ConfigMap, so it would take them all out of the Service at once and stop every join,
 /// while the previous policy is still being enforced correctly. It shows in `policy_failing`,
 /// in the log, and as a note in the `/readyz` body (`warn policy: ...`, the probe still passes).
+/// A policy that trusts any attestation key is noted the same way (`warn attestation-keys:
+/// ...`) and in `trust_any_ak`: it works, but must not outlive development.
 fn admin(
     mut admin: plumbing::admin::Admin,
     shared: &connection::Shared,
@@ -238,15 +240,19 @@ fn admin(
             "join-core",
             plumbing::admin::unix_socket_check(&config.upstream_socket),
         )
-        .note("policy", move || {
-            let status = policy.status();
-            status.last_error.map(|error| {
-                format!(
-                    "enforcing the last good policy {} because the file on disk is refused: {error}",
-                    status.digest
-                )
-            })
+        .note("policy", {
+            let policy = policy.clone();
+            move || {
+                let status = policy.status();
+                status.last_error.map(|error| {
+                    format!(
+                        "enforcing the last good policy {} because the file on disk is refused: {error}",
+                        status.digest
+                    )
+                })
+            }
         })
+        .note("attestation-keys", move || policy.trust_any_ak_note())
 }
 
 /// Connections the kernel may hold for the accept loop (capped by `net.core.somaxconn`).

@@ -55,24 +55,43 @@ pub enum PolicyError {
 #[derive(Clone, Debug)]
 pub struct Active {
     pub validator: Arc<dyn Validator>,
+    /// Covers everything the validator decides by: measurements and trusted keys.
     pub digest: String,
+    /// The policy trusts any attestation key (`"trustAnyAk": true`): development only.
+    pub trust_any_ak: bool,
 }
 
-/// Builds the validator for `variant` from attestation config bytes read from `path`.
+/// Builds the validator for `variant` from attestation config bytes read from `path`. A config
+/// that trusts no attestation key or enforces no measurement is invalid, at start as on reload.
 fn build(variant: Variant, path: &Path, raw: &[u8]) -> Result<Active, PolicyError> {
-    let policy = attestation::policy::Policy::from_attestation_config(raw).map_err(|source| {
-        PolicyError::Invalid {
-            path: path.to_owned(),
-            variant,
-            source,
-        }
-    })?;
-    let digest = policy.digest();
-    let validator: Arc<dyn Validator> = match variant {
-        Variant::QemuVtpm => Arc::new(attestation::QemuVtpmValidator::new(policy)),
-        other => return Err(PolicyError::Unsupported(other)),
+    let invalid = |source| PolicyError::Invalid {
+        path: path.to_owned(),
+        variant,
+        source,
     };
-    Ok(Active { validator, digest })
+    match variant {
+        Variant::QemuVtpm => {
+            let config =
+                attestation::QemuVtpmConfig::from_attestation_config(raw).map_err(invalid)?;
+            Ok(Active {
+                digest: config.digest(),
+                trust_any_ak: config.ak_trust.is_any(),
+                validator: Arc::new(attestation::QemuVtpmValidator::from_config(config)),
+            })
+        }
+        other => Err(PolicyError::Unsupported(other)),
+    }
+}
+
+/// Logged at start and on every reload while the policy trusts any key, so it cannot go
+/// unnoticed in a cluster that is not a development setup.
+fn warn_trust_any_ak(active: &Active) {
+    if active.trust_any_ak {
+        tracing::warn!(
+            policy = %active.digest,
+            "the attestation config trusts ANY attestation key (trustAnyAk): anyone who can reach this proxy can forge a quote and join; development only, list trustedAkDigests instead"
+        );
+    }
 }
 
 /// Reads at most one byte more than a policy may have: a file mounted by mistake (a log, an
@@ -143,6 +162,7 @@ pub struct Current {
     // shows and what `status` reports cannot drift apart.
     reloads: Family<[(&'static str, &'static str); 1], Counter>,
     failing: Gauge,
+    trust_any_ak: Gauge,
 }
 
 /// How long a missing file may take to reappear before a reload counts as refused.
@@ -157,6 +177,9 @@ impl Current {
     pub fn load(variant: Variant, path: &Path) -> Result<Self, PolicyError> {
         let raw = read(path)?;
         let active = build(variant, path, &raw)?;
+        warn_trust_any_ak(&active);
+        let trust_any_ak = Gauge::default();
+        trust_any_ak.set(i64::from(active.trust_any_ak));
         Ok(Self {
             variant,
             path: path.to_owned(),
@@ -164,12 +187,14 @@ impl Current {
             seen: Mutex::new((Seen::Bytes(sha256(&raw)), None)),
             reloads: Family::default(),
             failing: Gauge::default(),
+            trust_any_ak,
         })
     }
 
     /// Registers the reload metrics: `policy_reloads_total{result="ok"|"failed"}` (changes of
-    /// the file applied or refused) and `policy_failing` (1 while the file on disk is invalid
-    /// and the previous policy is still enforced).
+    /// the file applied or refused), `policy_failing` (1 while the file on disk is invalid
+    /// and the previous policy is still enforced) and `trust_any_ak` (1 while the policy in
+    /// force trusts any attestation key).
     pub fn register_metrics(&self, registry: &mut Registry) {
         // Both results exist from the start, so an alert on "failed" has a series to watch.
         drop(self.reloads.get_or_create(&OK));
@@ -184,6 +209,11 @@ impl Current {
             "1 while the attestation config file is invalid and the previous policy is enforced",
             self.failing.clone(),
         );
+        registry.register(
+            "trust_any_ak",
+            "1 while the policy in force trusts any attestation key (trustAnyAk, development only)",
+            self.trust_any_ak.clone(),
+        );
     }
 
     /// The validator to use for one connection.
@@ -193,6 +223,17 @@ impl Current {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Why the policy in force is unsafe outside development, if it is: the readiness note.
+    pub fn trust_any_ak_note(&self) -> Option<String> {
+        let active = self.get();
+        active.trust_any_ak.then(|| {
+            format!(
+                "policy {} trusts any attestation key (trustAnyAk): anyone can forge a quote; development only",
+                active.digest
+            )
+        })
     }
 
     /// The policy in force and the reload history.
@@ -237,6 +278,8 @@ impl Current {
         match result {
             Ok(active) => {
                 let digest = active.digest.clone();
+                warn_trust_any_ak(&active);
+                self.trust_any_ak.set(i64::from(active.trust_any_ak));
                 let previous = {
                     let mut guard = self.active.write().unwrap_or_else(PoisonError::into_inner);
                     std::mem::replace(&mut *guard, Arc::new(active))
@@ -298,9 +341,20 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    const AK: &str = "abababababababababababababababababababababababababababababababab";
+
+    /// PCR 4 enforced, PCR 9 = `byte` (warn-only or not), one trusted key.
     fn config(byte: u8, warn_only: bool) -> String {
         format!(
-            r#"{{"measurements": {{"4": {{"expected": "{}", "warnOnly": {warn_only}}}}}}}"#,
+            r#"{{"measurements": {{"4": {{"expected": "{}"}}, "9": {{"expected": "{}", "warnOnly": {warn_only}}}}}, "trustedAkDigests": ["{AK}"]}}"#,
+            hex::encode([4u8; 32]),
+            hex::encode([byte; 32])
+        )
+    }
+
+    fn trust_any(byte: u8) -> String {
+        format!(
+            r#"{{"measurements": {{"4": {{"expected": "{}"}}}}, "trustAnyAk": true}}"#,
             hex::encode([byte; 32])
         )
     }
@@ -322,8 +376,22 @@ mod tests {
         }
     }
 
+    /// The policy at `path`, with its metrics registered as the proxy registers them.
+    fn load_with_metrics(path: &Path) -> (Current, Registry) {
+        let current = Current::load(Variant::QemuVtpm, path).unwrap();
+        let mut registry = Registry::with_prefix("attest_proxy");
+        current.register_metrics(&mut registry);
+        (current, registry)
+    }
+
+    fn scrape(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
     fn digest_of(contents: &str) -> String {
-        attestation::Policy::from_attestation_config(contents.as_bytes())
+        attestation::QemuVtpmConfig::from_attestation_config(contents.as_bytes())
             .unwrap()
             .digest()
     }
@@ -381,14 +449,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         std::fs::write(&path, config(1, false)).unwrap();
-        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
-        let mut registry = Registry::with_prefix("attest_proxy");
-        current.register_metrics(&mut registry);
-        let scrape = |registry: &Registry| {
-            let mut text = String::new();
-            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
-            text
-        };
+        let (current, registry) = load_with_metrics(&path);
         let text = scrape(&registry);
         assert!(
             text.contains("attest_proxy_policy_reloads_total{result=\"failed\"} 0"),
@@ -467,6 +528,93 @@ mod tests {
             Current::load(Variant::AwsSevSnp, &path),
             Err(PolicyError::Unsupported(Variant::AwsSevSnp))
         ));
+    }
+
+    #[test]
+    fn start_fails_without_key_trust_or_an_enforced_measurement() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        for (contents, reason) in [
+            (
+                format!(
+                    r#"{{"measurements": {{"4": "{}"}}}}"#,
+                    hex::encode([4u8; 32])
+                ),
+                "trusts no attestation key",
+            ),
+            (
+                r#"{"measurements": {}, "trustAnyAk": true}"#.to_owned(),
+                "enforces no measurement",
+            ),
+            (
+                format!(
+                    r#"{{"measurements": {{"4": {{"expected": "{}", "warnOnly": true}}}}, "trustedAkDigests": ["{AK}"]}}"#,
+                    hex::encode([4u8; 32])
+                ),
+                "enforces no measurement",
+            ),
+        ] {
+            std::fs::write(&path, &contents).unwrap();
+            let err = Current::load(Variant::QemuVtpm, &path).unwrap_err();
+            assert!(matches!(err, PolicyError::Invalid { .. }), "{err}");
+            let chain = status::chain(&err);
+            assert!(chain.contains(reason), "{contents}: {chain}");
+        }
+    }
+
+    #[test]
+    fn a_reload_that_drops_key_trust_or_enforcement_keeps_the_last_good_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        std::fs::write(&path, config(1, false)).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let good = current.get().digest.clone();
+        for broken in [
+            r#"{"measurements": {}, "trustAnyAk": true}"#.to_owned(),
+            config(1, false).replace("trustedAkDigests", "someOtherKey"),
+        ] {
+            std::fs::write(&path, &broken).unwrap();
+            assert!(
+                matches!(current.reload(), Reload::Refused { .. }),
+                "{broken}"
+            );
+            assert_eq!(current.get().digest, good);
+        }
+    }
+
+    #[test]
+    fn trust_any_ak_shows_in_the_metric_the_note_and_the_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        std::fs::write(&path, trust_any(4)).unwrap();
+        let (current, registry) = load_with_metrics(&path);
+        assert!(current.get().trust_any_ak);
+        assert!(
+            scrape(&registry).contains("attest_proxy_trust_any_ak 1"),
+            "{}",
+            scrape(&registry)
+        );
+        let note = current.trust_any_ak_note().unwrap();
+        assert!(note.contains("trusts any attestation key"), "{note}");
+        // The same measurements with a pinned key are another policy.
+        let any_digest = current.get().digest.clone();
+        assert_ne!(
+            any_digest,
+            attestation::Policy::from_attestation_config(trust_any(4).as_bytes())
+                .unwrap()
+                .digest()
+        );
+
+        std::fs::write(&path, config(1, false)).unwrap();
+        assert!(matches!(current.reload(), Reload::Applied { .. }));
+        assert!(!current.get().trust_any_ak);
+        assert!(current.trust_any_ak_note().is_none());
+        assert!(scrape(&registry).contains("attest_proxy_trust_any_ak 0"));
+
+        std::fs::write(&path, trust_any(4)).unwrap();
+        assert!(matches!(current.reload(), Reload::Applied { .. }));
+        assert!(scrape(&registry).contains("attest_proxy_trust_any_ak 1"));
+        assert_eq!(current.get().digest, any_digest);
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 
-const POLICY: &str = r#"{"measurements": {"4": {"expected": "4444444444444444444444444444444444444444444444444444444444444444", "warnOnly": false}}}"#;
+const POLICY: &str = r#"{"measurements": {"4": {"expected": "4444444444444444444444444444444444444444444444444444444444444444", "warnOnly": false}}, "trustedAkDigests": ["abababababababababababababababababababababababababababababababab"]}"#;
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     plumbing::admin::get(addr, path).await.unwrap()
@@ -105,6 +105,26 @@ async fn readiness_and_policy_metrics() {
         "{body}"
     );
     assert_ne!(current.status().digest, digest);
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ok join-core\n"));
+    wait_for_metric(admin, "attest_proxy_trust_any_ak 0").await;
+
+    // Trusting any key works, but shows as a note and a metric while it lasts.
+    let any = POLICY.replace(
+        r#""trustedAkDigests": ["abababababababababababababababababababababababababababababababab"]"#,
+        r#""trustAnyAk": true"#,
+    );
+    std::fs::write(&policy, any).unwrap();
+    wait_for_metric(admin, "attest_proxy_trust_any_ak 1").await;
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("warn attestation-keys: policy ")
+            && body.contains("trusts any attestation key"),
+        "{body}"
+    );
+    std::fs::write(&policy, POLICY).unwrap();
+    wait_for_metric(admin, "attest_proxy_trust_any_ak 0").await;
     let (status, body) = get(admin, "/readyz").await;
     assert_eq!((status, body.as_str()), (200, "ok join-core\n"));
 

@@ -22,7 +22,11 @@ struct Running {
 async fn start(flags: &[&str]) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("attestationConfig");
-    std::fs::write(&policy, testsupport::harness::attestation_config(&[])).unwrap();
+    std::fs::write(
+        &policy,
+        testsupport::harness::attestation_config(&attestation::AkTrust::AnyKey, &[]),
+    )
+    .unwrap();
     let socket = dir.path().join("join-core.sock");
     let mut args = vec![
         "attest-proxy",

@@ -56,7 +56,11 @@ struct Proxy {
 fn start_proxy(extra: &[&str]) -> Proxy {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("attestationConfig");
-    std::fs::write(&policy, harness::attestation_config(&[])).unwrap();
+    std::fs::write(
+        &policy,
+        harness::attestation_config(&attestation::AkTrust::AnyKey, &[]),
+    )
+    .unwrap();
     let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let (addr, admin) = (
         loopback(free_port().unwrap()),

@@ -293,6 +293,7 @@ pub fn check_name(error: &Error) -> &'static str {
         Error::Missing(_) => "document_incomplete",
         Error::AkPublic(_) => "ak_format",
         Error::AkUnsuitable(_) => "ak_unsuitable",
+        Error::UntrustedAk { .. } => "ak_untrusted",
         Error::Quote { .. } => "quote_format",
         Error::SignatureFormat { .. } => "signature_format",
         Error::NotTpmGenerated { .. } => "quote_not_tpm_generated",

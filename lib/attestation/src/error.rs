@@ -26,6 +26,13 @@ pub enum Error {
     /// The attestation key cannot be used to verify quotes (size, curve, attributes).
     #[error("attestation key refused: {0}")]
     AkUnsuitable(String),
+    /// The attestation key signed the quotes, but the config does not trust it: its digest
+    /// (SHA-256 of the `TPMT_PUBLIC` in `ak_pub`, hex) is not in `trustedAkDigests`. Anyone can
+    /// make a key and a matching quote; only a listed key proves a known TPM.
+    #[error(
+        "attestation key sha256:{digest} is not trusted: its digest is not in the attestation config's trustedAkDigests"
+    )]
+    UntrustedAk { digest: String },
     /// A quote's `TPMS_ATTEST` is malformed.
     #[error("cannot parse quote {index} (TPMS_ATTEST)")]
     Quote {

@@ -20,7 +20,7 @@ pub mod vtpm;
 
 pub use error::Error;
 pub use policy::{Measurement, Policy, PolicyError};
-pub use variants::qemu_vtpm::QemuVtpmValidator;
+pub use variants::qemu_vtpm::{AkTrust, QemuVtpmConfig, QemuVtpmValidator, ak_digest};
 
 pub use variant::Variant;
 

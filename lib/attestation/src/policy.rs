@@ -66,6 +66,24 @@ pub enum PolicyError {
         first_index: u32,
         first_len: usize,
     },
+    /// A qemu-vtpm config that says neither which attestation keys to trust nor to trust any.
+    #[error(
+        "attestation config trusts no attestation key: list the SHA-256 digests of the nodes' AK public areas in \"trustedAkDigests\" (attest-tool ak-digest prints them), or set \"trustAnyAk\": true (development only: anyone can then forge a quote)"
+    )]
+    NoAkTrust,
+    /// Both forms of key trust at once: which one was meant cannot be told.
+    #[error(
+        "attestation config sets both \"trustAnyAk\": true and \"trustedAkDigests\"; choose one"
+    )]
+    AkTrustConflict,
+    /// An entry of `trustedAkDigests` is not a SHA-256 digest in hex.
+    #[error("trustedAkDigests entry {value:?} is not 64 hex digits (a SHA-256 digest)")]
+    BadAkDigest { value: String },
+    /// The policy enforces no measurement: every node whose quote verifies would be admitted.
+    #[error(
+        "measurement policy enforces no measurement (it is empty or every entry is warnOnly), so it would admit any machine"
+    )]
+    NothingEnforced,
 }
 
 /// A measurement policy: register index → expected value.
@@ -178,6 +196,15 @@ impl Policy {
     /// per measurement in ascending index order, `"<index>:<lowercase hex>:<enforce|warn>\n"`.
     /// It does not depend on JSON formatting, key order or the hex/base64 spelling.
     pub fn digest(&self) -> String {
+        hex::encode(ring::digest::digest(
+            &ring::digest::SHA256,
+            self.canonical().as_bytes(),
+        ))
+    }
+
+    /// The text [`Policy::digest`] hashes; a variant whose config holds more than measurements
+    /// appends its own lines and hashes the whole.
+    pub(crate) fn canonical(&self) -> String {
         let mut canonical = String::new();
         for (index, m) in &self.measurements {
             canonical.push_str(&format!(
@@ -186,10 +213,12 @@ impl Policy {
                 if m.warn_only { "warn" } else { "enforce" }
             ));
         }
-        hex::encode(ring::digest::digest(
-            &ring::digest::SHA256,
-            canonical.as_bytes(),
-        ))
+        canonical
+    }
+
+    /// Whether at least one measurement rejects a node that does not match it.
+    pub fn enforces_any(&self) -> bool {
+        self.measurements.values().any(|m| !m.warn_only)
     }
 
     /// Compares measured values with the policy and returns (enforced mismatches, warn-only

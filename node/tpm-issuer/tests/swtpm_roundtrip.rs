@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use attestation::tpm::HashAlg;
 use attestation::vtpm::AttestationDocument;
-use attestation::{Error, Measurement, Policy, QemuVtpmValidator, Validator};
+use attestation::{AkTrust, Error, Measurement, Policy, QemuVtpmValidator, Validator};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::{AkCurve, AkSpec, RsaSigScheme, TpmIssuer, TpmIssuerConfig};
 
@@ -87,7 +87,12 @@ fn rsa_round_trip_and_document_shape() {
     // swtpm allocates SHA-1, SHA-256, SHA-384 and SHA-512; SHA-1 is never quoted.
     assert_eq!(banks, vec![11, 12, 13]);
 
-    let validator = QemuVtpmValidator::new(policy_from(&doc, &[0, 4, 7, 9, 16], &[]));
+    // Pinned to this TPM's key, as a production config is.
+    let ak = issuer.ak_public().unwrap();
+    let validator = QemuVtpmValidator::new(
+        policy_from(&doc, &[0, 4, 7, 9, 16], &[]),
+        AkTrust::keys([ak.as_slice()]),
+    );
     let verified = validator.validate(&doc, &NONCE).unwrap();
     assert_eq!(verified.user_data, USER_DATA);
     assert!(verified.warnings.is_empty());
@@ -101,11 +106,40 @@ fn rsa_round_trip_and_document_shape() {
 }
 
 #[test]
+fn the_ak_is_the_same_every_time_the_tpm_is_opened() {
+    // Operators pin a machine's AK digest once (and the test harness pins its swtpm's before any
+    // node opens it), so reopening the TPM must give the same key, and documents carry it.
+    let tpm = Swtpm::start().unwrap();
+    let first = issuer(&tpm, AkSpec::RSA_DEFAULT).ak_public().unwrap();
+    let second = issuer(&tpm, AkSpec::RSA_DEFAULT);
+    assert_eq!(second.ak_public().unwrap(), first);
+    let doc = parse(&second.issue_document(&USER_DATA, &NONCE).unwrap());
+    assert_eq!(doc.attestation.unwrap().ak_pub, first);
+    // Another TPM has another key, refused when the first one's is pinned.
+    let other_tpm = Swtpm::start().unwrap();
+    let other = issuer(&other_tpm, AkSpec::RSA_DEFAULT);
+    let doc = other.issue_document(&USER_DATA, &NONCE).unwrap();
+    let validator = QemuVtpmValidator::new(
+        policy_from(&doc, &[0, 4], &[]),
+        AkTrust::keys([first.as_slice()]),
+    );
+    let err = validator.validate(&doc, &NONCE).unwrap_err();
+    let digest: String = attestation::ak_digest(&other.ak_public().unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        matches!(&err, Error::UntrustedAk { digest: d } if *d == digest),
+        "{err}"
+    );
+}
+
+#[test]
 fn ecc_round_trip() {
     let tpm = Swtpm::start().unwrap();
     let issuer = issuer(&tpm, AkSpec::ECC_DEFAULT);
     let doc = issuer.issue_document(&USER_DATA, &NONCE).unwrap();
-    let validator = QemuVtpmValidator::new(policy_from(&doc, &[0, 4, 8], &[]));
+    let validator = QemuVtpmValidator::new(policy_from(&doc, &[0, 4, 8], &[]), AkTrust::AnyKey);
     assert_eq!(
         validator.validate(&doc, &NONCE).unwrap().user_data,
         USER_DATA
@@ -139,7 +173,7 @@ fn every_signature_scheme_and_hash_verifies() {
         // One connection at a time: the issuer is dropped at the end of each iteration.
         let issuer = issuer(&tpm, spec);
         let doc = issuer.issue_document(&USER_DATA, &NONCE).unwrap();
-        let validator = QemuVtpmValidator::new(policy_from(&doc, &[0, 1, 2], &[]));
+        let validator = QemuVtpmValidator::new(policy_from(&doc, &[0, 1, 2], &[]), AkTrust::AnyKey);
         let verified = validator
             .validate(&doc, &NONCE)
             .unwrap_or_else(|e| panic!("{spec:?}: {e}"));
@@ -172,7 +206,8 @@ fn enforced_pcr_change_is_rejected_and_warn_only_is_reported() {
         .unwrap();
 
     // PCR 16 enforced, PCR 9 warn-only: rejected, naming only PCR 16.
-    let validator = QemuVtpmValidator::new(policy_from(&before, &[4, 9, 16], &[9]));
+    let validator =
+        QemuVtpmValidator::new(policy_from(&before, &[4, 9, 16], &[9]), AkTrust::AnyKey);
     match validator.validate(&after, &NONCE) {
         Err(Error::Measurements {
             enforced: m,
@@ -189,7 +224,7 @@ fn enforced_pcr_change_is_rejected_and_warn_only_is_reported() {
     }
 
     // PCR 9 warn-only alone: accepted, with the warning reported.
-    let validator = QemuVtpmValidator::new(policy_from(&before, &[4, 9], &[9]));
+    let validator = QemuVtpmValidator::new(policy_from(&before, &[4, 9], &[9]), AkTrust::AnyKey);
     let verified = validator.validate(&after, &NONCE).unwrap();
     assert_eq!(verified.warnings.len(), 1);
     assert_eq!(verified.warnings[0].index, 9);
@@ -201,7 +236,7 @@ fn tampered_and_replayed_documents_are_rejected() {
     let tpm = Swtpm::start().unwrap();
     let issuer = issuer(&tpm, AkSpec::RSA_DEFAULT);
     let doc = issuer.issue_document(&USER_DATA, &NONCE).unwrap();
-    let validator = QemuVtpmValidator::new(policy_from(&doc, &[0, 4], &[]));
+    let validator = QemuVtpmValidator::new(policy_from(&doc, &[0, 4], &[]), AkTrust::AnyKey);
     validator.validate(&doc, &NONCE).unwrap();
 
     // Replay: a quote made for another connection's nonce.
@@ -358,7 +393,7 @@ fn event_log_must_replay_to_the_quoted_pcrs() {
     config.event_log = Some(path.clone());
     let issuer = TpmIssuer::open(&config).unwrap();
     let doc = issuer.issue_document(&USER_DATA, &NONCE).unwrap();
-    let validator = QemuVtpmValidator::new(policy_from(&doc, &[8, 9], &[]));
+    let validator = QemuVtpmValidator::new(policy_from(&doc, &[8, 9], &[]), AkTrust::AnyKey);
     validator.validate(&doc, &NONCE).unwrap();
 
     // A log whose last event was swapped for another measurement tells a different story.

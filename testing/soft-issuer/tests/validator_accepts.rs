@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use attestation::tpm::HashAlg;
 use attestation::vtpm::{AttestationDocument, Pcrs};
-use attestation::{Error, Issuer, Measurement, Policy, QemuVtpmValidator, Validator, Variant};
+use attestation::{
+    AkTrust, Error, Issuer, Measurement, Policy, QemuVtpmValidator, Validator, Variant,
+};
 use soft_issuer::{KeyType, SoftIssuer};
 
 const NONCE: &[u8] = b"0123456789abcdef0123456789abcdef";
@@ -45,8 +47,10 @@ fn issuers() -> Vec<SoftIssuer> {
 
 #[test]
 fn documents_verify_for_both_key_types() {
-    let validator =
-        QemuVtpmValidator::new(policy(&[(4, [0x44; 32], false), (9, [0x99; 32], false)]));
+    let validator = QemuVtpmValidator::new(
+        policy(&[(4, [0x44; 32], false), (9, [0x99; 32], false)]),
+        AkTrust::AnyKey,
+    );
     for issuer in issuers() {
         assert_eq!(issuer.variant(), Variant::QemuVtpm);
         let doc = issuer.issue(USER_DATA, NONCE).unwrap();
@@ -89,8 +93,38 @@ fn the_document_has_the_tpm_shape() {
 }
 
 #[test]
+fn a_matching_quote_from_an_untrusted_key_is_refused() {
+    // The forgery the key trust exists for: right PCR values, right nonce, valid signature, but
+    // a key the operator never listed.
+    let good = policy(&[(4, [0x44; 32], false), (9, [0x99; 32], false)]);
+    let [forger, trusted] = <[SoftIssuer; 2]>::try_from(issuers()).unwrap();
+    let validator = QemuVtpmValidator::new(good, AkTrust::keys([trusted.ak_public()]));
+    validator
+        .validate(&trusted.issue(USER_DATA, NONCE).unwrap(), NONCE)
+        .unwrap();
+    let err = validator
+        .validate(&forger.issue(USER_DATA, NONCE).unwrap(), NONCE)
+        .unwrap_err();
+    let want = hex::encode(attestation::ak_digest(forger.ak_public()));
+    assert!(
+        matches!(&err, Error::UntrustedAk { digest } if *digest == want),
+        "{err}"
+    );
+    // The key is checked before the measurements: a forger learns nothing about the policy
+    // (public anyway) from which check fails, and the operator sees the real reason.
+    let wrong_pcrs = QemuVtpmValidator::new(
+        policy(&[(4, [0x45; 32], false)]),
+        AkTrust::keys([trusted.ak_public()]),
+    );
+    let err = wrong_pcrs
+        .validate(&forger.issue(USER_DATA, NONCE).unwrap(), NONCE)
+        .unwrap_err();
+    assert!(matches!(err, Error::UntrustedAk { .. }), "{err}");
+}
+
+#[test]
 fn a_wrong_nonce_is_refused() {
-    let validator = QemuVtpmValidator::new(Policy::default());
+    let validator = QemuVtpmValidator::new(Policy::default(), AkTrust::AnyKey);
     for issuer in issuers() {
         let doc = issuer.issue(USER_DATA, NONCE).unwrap();
         let err = validator.validate(&doc, b"another nonce").unwrap_err();
@@ -111,7 +145,7 @@ fn a_wrong_nonce_is_refused() {
 fn wrong_pcrs_are_refused_and_warn_only_ones_reported() {
     for issuer in issuers() {
         let doc = issuer.issue(USER_DATA, NONCE).unwrap();
-        let enforced = QemuVtpmValidator::new(policy(&[(4, [0x45; 32], false)]));
+        let enforced = QemuVtpmValidator::new(policy(&[(4, [0x45; 32], false)]), AkTrust::AnyKey);
         let err = enforced.validate(&doc, NONCE).unwrap_err();
         let Error::Measurements { enforced, .. } = &err else {
             panic!("{err}");
@@ -120,7 +154,10 @@ fn wrong_pcrs_are_refused_and_warn_only_ones_reported() {
         assert_eq!(enforced[0].index, 4);
         assert_eq!(enforced[0].actual.as_deref(), Some(&[0x44; 32][..]));
 
-        let warn = QemuVtpmValidator::new(policy(&[(4, [0x44; 32], false), (9, [0; 32], true)]));
+        let warn = QemuVtpmValidator::new(
+            policy(&[(4, [0x44; 32], false), (9, [0; 32], true)]),
+            AkTrust::AnyKey,
+        );
         let verified = warn.validate(&doc, NONCE).unwrap();
         assert_eq!(verified.warnings.len(), 1);
         assert_eq!(verified.warnings[0].index, 9);
@@ -135,7 +172,7 @@ fn tampered_pcr_values_in_the_document_are_refused() {
     let quote = &mut parsed.attestation.as_mut().unwrap().quotes[0];
     quote.pcrs.as_mut().unwrap().pcrs.insert(4, vec![0x44; 32]);
     let doc = serde_json::to_vec(&parsed).unwrap();
-    let err = QemuVtpmValidator::new(policy(&[(4, [0x44; 32], false)]))
+    let err = QemuVtpmValidator::new(policy(&[(4, [0x44; 32], false)]), AkTrust::AnyKey)
         .validate(&doc, NONCE)
         .unwrap_err();
     assert!(matches!(err, Error::PcrDigest { index: 0, .. }), "{err}");
@@ -171,7 +208,7 @@ fn the_policy_only_sees_values_of_a_verified_quote() {
         .into(),
     )
     .unwrap();
-    let err = QemuVtpmValidator::new(sha384_policy.clone())
+    let err = QemuVtpmValidator::new(sha384_policy.clone(), AkTrust::AnyKey)
         .validate(&doc, NONCE)
         .unwrap_err();
     assert!(matches!(err, Error::PcrSelection { index: 1, .. }), "{err}");
@@ -186,7 +223,7 @@ fn the_policy_only_sees_values_of_a_verified_quote() {
     });
     att.quotes.push(forged);
     let doc = serde_json::to_vec(&parsed).unwrap();
-    let err = QemuVtpmValidator::new(sha384_policy)
+    let err = QemuVtpmValidator::new(sha384_policy, AkTrust::AnyKey)
         .validate(&doc, NONCE)
         .unwrap_err();
     assert!(matches!(err, Error::MissingBank(HashAlg::Sha384)), "{err}");
@@ -207,7 +244,7 @@ fn an_event_log_sets_the_pcrs_and_replays_in_the_validator() {
     let doc = issuer.issue(USER_DATA, NONCE).unwrap();
     let mut expected = [0u8; 32];
     expected.copy_from_slice(&issuer.pcrs()[&7]);
-    QemuVtpmValidator::new(policy(&[(7, expected, false)]))
+    QemuVtpmValidator::new(policy(&[(7, expected, false)]), AkTrust::AnyKey)
         .validate(&doc, NONCE)
         .unwrap();
 }
@@ -245,7 +282,7 @@ fn altered_event_data_is_refused_by_the_validator() {
         .with_event_log(log.clone())
         .unwrap();
     let doc = issuer.issue(USER_DATA, NONCE).unwrap();
-    let validator = QemuVtpmValidator::new(Policy::default());
+    let validator = QemuVtpmValidator::new(Policy::default(), AkTrust::AnyKey);
     validator.validate(&doc, NONCE).unwrap();
 
     // "SecureBoot" in UTF-16, as the EFI variable event names it; its one-byte value follows.

@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use attestation::AkTrust;
 use kube_standin::fixtures::{components_json, constellation_version, control_plane_expectation};
 use kube_standin::{KubeStandin, Running, StandinConfig, User};
 use node_client::Client;
 use rand::Rng;
+use tpm_issuer::AkSpec;
 
 use crate::process::{Process, bin, free_port};
 use crate::swtpm::Swtpm;
@@ -89,8 +91,12 @@ pub struct Options {
     /// attest-proxy's listen address; loopback on a free port if unset.
     pub proxy_listen: Option<SocketAddr>,
     /// The attestation config (measurement policy) file; the harness writes one matching its
-    /// swtpm's boot measurements if unset.
+    /// swtpm's boot measurements and trusting only its swtpm's attestation keys if unset.
     pub attestation_config: Option<PathBuf>,
+    /// Trust any attestation key in the config the harness writes (`"trustAnyAk": true`)
+    /// instead of pinning the swtpm's: for load tests whose nodes attest with software keys
+    /// (`soft-issuer`), which are new for every node.
+    pub trust_any_ak: bool,
     /// Keep the working directory (sockets, logs, keys) instead of deleting it.
     pub keep_dir: bool,
     /// Further command-line arguments for attest-proxy (e.g. `--handshake-timeout 2s`).
@@ -128,6 +134,9 @@ pub struct System {
     /// The processes' admin endpoints.
     pub admin: AdminAddrs,
     pub paths: Paths,
+    /// The attestation keys the configs the harness writes trust: its swtpm's, or any with
+    /// [`Options::trust_any_ak`] (a config file given in [`Options`] says its own).
+    pub ak_trust: AkTrust,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -182,9 +191,24 @@ pub fn extended_once(digest: &[u8; 32]) -> [u8; 32] {
     out
 }
 
-/// A Constellation attestation config for qemu-vtpm that enforces exactly the harness's boot
-/// measurements, plus `extra` entries (index, expected, warn_only).
-pub fn attestation_config(extra: &[(u32, [u8; 32], bool)]) -> String {
+/// The attestation keys of `swtpm` that nodes use: tpm-issuer's default RSA and ECC keys. Both
+/// are primary keys, so each is the same every time an issuer opens this TPM.
+pub fn swtpm_ak_trust(swtpm: &Swtpm) -> anyhow::Result<AkTrust> {
+    let mut keys = Vec::new();
+    for spec in [AkSpec::RSA_DEFAULT, AkSpec::ECC_DEFAULT] {
+        let mut config = tpm_issuer::TpmIssuerConfig::new(swtpm.tcti());
+        config.ak = spec;
+        // Dropped at once: swtpm serves one client at a time.
+        let issuer = tpm_issuer::TpmIssuer::open(&config)
+            .with_context(|| format!("opening swtpm for its {spec:?} attestation key"))?;
+        keys.push(issuer.ak_public()?);
+    }
+    Ok(AkTrust::keys(keys.iter().map(Vec::as_slice)))
+}
+
+/// A Constellation attestation config for qemu-vtpm that trusts `ak_trust`'s keys and enforces
+/// exactly the harness's boot measurements, plus `extra` entries (index, expected, warn_only).
+pub fn attestation_config(ak_trust: &AkTrust, extra: &[(u32, [u8; 32], bool)]) -> String {
     let mut measurements = serde_json::Map::new();
     for (index, byte) in BOOT_MEASUREMENTS {
         let value = extended_once(&[byte; 32]);
@@ -199,7 +223,14 @@ pub fn attestation_config(extra: &[(u32, [u8; 32], bool)]) -> String {
             serde_json::json!({"expected": hex::encode(expected), "warnOnly": warn_only}),
         );
     }
-    serde_json::json!({ "measurements": measurements }).to_string()
+    let mut config = serde_json::json!({ "measurements": measurements });
+    match ak_trust {
+        AkTrust::AnyKey => config["trustAnyAk"] = true.into(),
+        AkTrust::Pinned(digests) => {
+            config["trustedAkDigests"] = digests.iter().map(hex::encode).collect();
+        }
+    }
+    config.to_string()
 }
 
 fn write(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
@@ -300,6 +331,11 @@ impl System {
         let mut salt = [0u8; 32];
         rand::rng().fill(&mut salt);
         write(&paths.measurement_salt, &salt)?;
+        let ak_trust = if options.trust_any_ak {
+            AkTrust::AnyKey
+        } else {
+            swtpm_ak_trust(&swtpm)?
+        };
         match &options.attestation_config {
             Some(path) => {
                 std::fs::copy(path, &paths.attestation_config)
@@ -307,7 +343,7 @@ impl System {
             }
             None => write(
                 &paths.attestation_config,
-                attestation_config(&[]).as_bytes(),
+                attestation_config(&ak_trust, &[]).as_bytes(),
             )?,
         }
 
@@ -435,8 +471,15 @@ impl System {
             kms_addr: SocketAddr::from(([127, 0, 0, 1], kms_port)),
             admin,
             paths,
+            ak_trust,
             _dir: dir,
         })
+    }
+
+    /// [`attestation_config`] with the keys this system trusts: its swtpm's, or any with
+    /// [`Options::trust_any_ak`]; for tests that rewrite the policy.
+    pub fn attestation_config(&self, extra: &[(u32, [u8; 32], bool)]) -> String {
+        attestation_config(&self.ak_trust, extra)
     }
 
     /// A node's attestation issuer on the system's swtpm. swtpm serves one client at a time:

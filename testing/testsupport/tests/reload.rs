@@ -23,7 +23,7 @@ fn join_request(node_name: &str) -> proto::join::IssueJoinTicketRequest {
 }
 
 fn digest(config: &str) -> String {
-    attestation::Policy::from_attestation_config(config.as_bytes())
+    attestation::QemuVtpmConfig::from_attestation_config(config.as_bytes())
         .unwrap()
         .digest()
 }
@@ -129,11 +129,11 @@ async fn policy_reloads_under_continuous_joins() {
     // The policies in turn: the harness's own (same bytes as the file it wrote), one with a
     // warn-only mismatch on PCR 16, another with one on PCR 23, a broken file, and finally one
     // enforcing a PCR 16 value the node does not have.
-    let p0 = harness::attestation_config(&[]);
-    let p1 = harness::attestation_config(&[(16, [0xaa; 32], true)]);
-    let p2 = harness::attestation_config(&[(23, [0xcc; 32], true)]);
+    let p0 = system.attestation_config(&[]);
+    let p1 = system.attestation_config(&[(16, [0xaa; 32], true)]);
+    let p2 = system.attestation_config(&[(23, [0xcc; 32], true)]);
     let broken = r#"{"measurements": {"4": {"expected": "not hex", "warnOnly": false}}}"#;
-    let p3 = harness::attestation_config(&[(16, [0xaa; 32], false), (23, [0xcc; 32], true)]);
+    let p3 = system.attestation_config(&[(16, [0xaa; 32], false), (23, [0xcc; 32], true)]);
     let (d0, d1, d2, d3) = (digest(&p0), digest(&p1), digest(&p2), digest(&p3));
 
     // The plain file becomes the kubelet's symlink layout: removed and created, same policy.

@@ -8,15 +8,18 @@
 //! - `verify --config <file> --variant qemu-vtpm --nonce <hex> [--user-data <hex>] <document>`
 //!   verifies a saved attestation document exactly as attest-proxy does and prints the
 //!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]);
-//! - `policy --config <file> --variant qemu-vtpm` prints the measurement policy the service
-//!   would enforce from that attestation config, with the digest attest-proxy logs;
+//! - `policy --config <file> --variant qemu-vtpm` prints the measurement policy and the trusted
+//!   attestation keys the service would enforce from that attestation config, with the digest
+//!   attest-proxy logs;
+//! - `ak-digest --document <file>` prints the digest of the attestation key a saved document
+//!   carries, the value that goes into `trustedAkDigests`;
 //! - `snp verify --report R --signer CERT --chain PEM [--crl DER] [--config C] [--at T] --json`
 //!   verifies a bare SEV-SNP report as the service does and prints its fields and the verdict;
 //!   `snp kds-url --report R` prints where AMD serves the VCEK it needs ([`snp`]).
 //!
 //! The config file is what attest-proxy reads (`--attestation-config`): the attestation config
 //! object of one variant, `{"measurements": {"<index>": {"expected": "<hex>", "warnOnly":
-//! bool}, ...}, ...}`.
+//! bool}, ...}, "trustedAkDigests": ["<hex>", ...]}`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -26,7 +29,7 @@ use anyhow::{Context, bail};
 use attestation::audit::{Decision, Evidence, Subject};
 use attestation::eventlog::{EventLog, LogFormat};
 use attestation::tpm::HashAlg;
-use attestation::{Policy, QemuVtpmValidator, Validator, Variant};
+use attestation::{AkTrust, QemuVtpmConfig, QemuVtpmValidator, Validator, Variant};
 use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
 
@@ -47,9 +50,14 @@ pub enum Command {
         /// The event log, e.g. a copy of /sys/kernel/security/tpm0/binary_bios_measurements.
         file: PathBuf,
         /// Print only this bank (sha1, sha256, sha384, sha512), as a whole attestation config
-        /// (`{"measurements": {...}}`) that attest-proxy and this tool read as it is.
+        /// (`{"measurements": {...}}`); with `--trusted-ak-digest` it is one that attest-proxy
+        /// and this tool read as it is.
         #[arg(long)]
         bank: Option<String>,
+        /// The digest of an attestation key to trust (`attest-tool ak-digest`), written into
+        /// the config's `trustedAkDigests`; repeat for every machine's key. Needs `--bank`.
+        #[arg(long = "trusted-ak-digest", requires = "bank")]
+        trusted_ak_digests: Vec<String>,
     },
     /// Verify a saved attestation document against a policy and a nonce, and explain the
     /// decision as attest-proxy's audit line does. Exit code 0: accepted, 1: rejected.
@@ -87,6 +95,20 @@ pub enum Command {
         #[arg(long)]
         variant: Variant,
     },
+    /// Print the SHA-256 digest of the attestation key (the document's `ak_pub`, a marshalled
+    /// TPMT_PUBLIC) in the form `trustedAkDigests` lists it.
+    ///
+    /// The document is what a node puts in its aTLS certificate (the extension of OID
+    /// 1.3.9900.5.1): save one on the machine with the node's issuer (`node/tpm-issuer`,
+    /// `TpmIssuer::issue_document` with any nonce, on the TPM the node joins with), or take the
+    /// extension's bytes from a node's certificate. This tool does not open TPMs itself. The AK
+    /// is a primary key of the TPM, the same every time it is opened, so one document per
+    /// machine is enough; it changes when the TPM is cleared.
+    AkDigest {
+        /// A saved attestation document (JSON, as the aTLS certificate extension carries it).
+        #[arg(long)]
+        document: PathBuf,
+    },
 }
 
 /// How a command ended, apart from errors (which exit with 2).
@@ -100,13 +122,17 @@ pub enum Outcome {
 /// Runs one command, writing its output to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
     match cli.command {
-        Command::ReplayEventlog { file, bank } => {
+        Command::ReplayEventlog {
+            file,
+            bank,
+            trusted_ak_digests,
+        } => {
             let log = read(&file)?;
             let json = match bank {
                 None => replay_eventlog(&log)?,
                 Some(name) => {
                     let bank = parse_bank(&name)?;
-                    replay_eventlog_bank(&log, bank)?
+                    replay_eventlog_bank(&log, bank, &trusted_ak_digests)?
                 }
             };
             writeln!(out, "{json}")?;
@@ -124,10 +150,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             let user_data = user_data
                 .map(|u| hex::decode(u).context("--user-data is not hex"))
                 .transpose()?;
-            let policy = load_policy(&config)?;
+            let config = load_config(&config, variant)?;
             let doc = read(&document)?;
             let decision = verify(
-                &policy,
+                &config,
                 variant,
                 &doc,
                 &nonce,
@@ -150,9 +176,12 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             Outcome::Rejected
         }),
         Command::Policy { config, variant } => {
-            let policy = load_policy(&config)?;
-            validator(variant, policy.clone())?;
-            write!(out, "{}", describe_policy(&policy, variant))?;
+            let config = load_config(&config, variant)?;
+            write!(out, "{}", describe_policy(&config, variant))?;
+            Ok(Outcome::Success)
+        }
+        Command::AkDigest { document } => {
+            writeln!(out, "{}", ak_digest_of_document(&read(&document)?)?)?;
             Ok(Outcome::Success)
         }
     }
@@ -162,18 +191,29 @@ fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-fn load_policy(path: &Path) -> anyhow::Result<Policy> {
-    Policy::from_attestation_config(&read(path)?)
+/// The config attest-proxy would load for `variant`; the variants it cannot validate, and the
+/// configs it refuses at start, are refused here as there.
+fn load_config(path: &Path, variant: Variant) -> anyhow::Result<QemuVtpmConfig> {
+    if variant != Variant::QemuVtpm {
+        bail!("attestation variant {variant} is not supported by this build");
+    }
+    QemuVtpmConfig::from_attestation_config(&read(path)?)
         .with_context(|| format!("{} is not a valid attestation config", path.display()))
 }
 
-/// The validator attest-proxy builds for `variant`; the variants it cannot validate are refused
-/// here as there.
-fn validator(variant: Variant, policy: Policy) -> anyhow::Result<Box<dyn Validator>> {
-    match variant {
-        Variant::QemuVtpm => Ok(Box::new(QemuVtpmValidator::new(policy))),
-        other => bail!("attestation variant {other} is not supported by this build"),
-    }
+/// The hex SHA-256 of the attestation key a vTPM document carries, after checking that it is
+/// a key a validator can use (a document with an unusable key would be refused anyway).
+pub fn ak_digest_of_document(document: &[u8]) -> anyhow::Result<String> {
+    let doc: attestation::vtpm::AttestationDocument =
+        serde_json::from_slice(document).context("not an attestation document (JSON)")?;
+    let ak_pub = doc
+        .attestation
+        .map(|a| a.ak_pub)
+        .filter(|k| !k.is_empty())
+        .context("the document carries no attestation key (ak_pub)")?;
+    attestation::tpm::Public::parse(&ak_pub)
+        .context("the document's ak_pub is not a TPMT_PUBLIC")?;
+    Ok(hex::encode(attestation::ak_digest(&ak_pub)))
 }
 
 /// The config's name for a bank.
@@ -260,30 +300,52 @@ pub fn replay_eventlog(log: &[u8]) -> anyhow::Result<String> {
     Ok(String::from_utf8(out)?)
 }
 
-/// Replays `log` for one bank and renders a complete attestation config:
-/// `{"measurements": {"<index>": {"expected": "<hex>", "warnOnly": false}, ...}}`.
-pub fn replay_eventlog_bank(log: &[u8], bank: HashAlg) -> anyhow::Result<String> {
+/// Replays `log` for one bank and renders an attestation config:
+/// `{"measurements": {"<index>": {"expected": "<hex>", "warnOnly": false}, ...},
+/// "trustedAkDigests": [...]}`, the list only when `trusted_ak_digests` is not empty (without
+/// it, the service refuses the config until the operator adds the keys).
+pub fn replay_eventlog_bank(
+    log: &[u8],
+    bank: HashAlg,
+    trusted_ak_digests: &[String],
+) -> anyhow::Result<String> {
     let pcrs = EventLog::parse(log)
         .context("cannot parse the event log")?
         .replay(bank)
         .with_context(|| format!("cannot replay the {bank} bank"))?;
-    Ok(serde_json::to_string_pretty(
-        &serde_json::json!({ "measurements": Measurements(&pcrs) }),
-    )?)
+    let mut config = serde_json::json!({ "measurements": Measurements(&pcrs) });
+    if !trusted_ak_digests.is_empty() {
+        for digest in trusted_ak_digests {
+            let mut bytes = [0u8; 32];
+            hex::decode_to_slice(digest, &mut bytes).with_context(|| {
+                format!("--trusted-ak-digest {digest:?} is not 64 hex digits (SHA-256)")
+            })?;
+        }
+        config["trustedAkDigests"] = serde_json::json!(
+            trusted_ak_digests
+                .iter()
+                .map(|d| d.to_lowercase())
+                .collect::<Vec<_>>()
+        );
+    }
+    Ok(serde_json::to_string_pretty(&config)?)
 }
 
 /// Verifies `document` as attest-proxy does and returns the audit record of the decision. The
 /// evidence digest is over the document bytes (the proxy's is over the certificate).
 pub fn verify(
-    policy: &Policy,
+    config: &QemuVtpmConfig,
     variant: Variant,
     document: &[u8],
     nonce: &[u8],
     user_data: Option<&[u8]>,
     name: &str,
 ) -> anyhow::Result<Decision> {
-    let validator = validator(variant, policy.clone())?;
-    let subject = Subject::now(name, variant, policy.digest(), Evidence::Document(document));
+    if variant != Variant::QemuVtpm {
+        bail!("attestation variant {variant} is not supported by this build");
+    }
+    let validator = QemuVtpmValidator::from_config(config.clone());
+    let subject = Subject::now(name, variant, config.digest(), Evidence::Document(document));
     Ok(match validator.validate(document, nonce) {
         Err(e) => Decision::rejected(subject, &e),
         Ok(verified) => match user_data {
@@ -309,8 +371,20 @@ struct UserDataMismatch {
 }
 
 /// The policy as attest-proxy would enforce it, for people.
-pub fn describe_policy(policy: &Policy, variant: Variant) -> String {
-    let mut s = format!("variant: {variant}\npolicy digest: {}\n", policy.digest());
+pub fn describe_policy(config: &QemuVtpmConfig, variant: Variant) -> String {
+    let policy = &config.policy;
+    let mut s = format!("variant: {variant}\npolicy digest: {}\n", config.digest());
+    match &config.ak_trust {
+        AkTrust::AnyKey => s.push_str(
+            "attestation keys: ANY (trustAnyAk: development only, anyone can forge a quote)\n",
+        ),
+        AkTrust::Pinned(digests) => {
+            s.push_str(&format!("attestation keys: {} trusted\n", digests.len()));
+            for digest in digests {
+                s.push_str(&format!("  AK sha256:{}\n", hex::encode(digest)));
+            }
+        }
+    }
     let Some(len) = policy.digest_len() else {
         s.push_str(
             "measurements: none (every document whose quote verifies is accepted; a SHA-256 quote is still required)\n",

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use attestation::Policy;
+use attestation::QemuVtpmConfig;
 use soft_issuer::{KeyType, SoftIssuer};
 
 const NONCE_HEX: &str = "6e6f6e63652d6f662d7468652d68616e647368616b652d3031323334353637";
@@ -48,7 +48,8 @@ fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// `replay-eventlog --bank sha256` of the RHEL 8 log, written as a config file.
+/// `replay-eventlog --bank sha256` of the RHEL 8 log, written as a config file that trusts any
+/// attestation key: the software nodes of these tests each make a new one.
 fn rhel8_config(dir: &Path) -> PathBuf {
     let out = tool(&[
         "replay-eventlog",
@@ -57,9 +58,17 @@ fn rhel8_config(dir: &Path) -> PathBuf {
         path_str(&rhel8_log_path()),
     ]);
     assert!(out.status.success(), "{out:?}");
+    let mut config: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    config["trustAnyAk"] = true.into();
     let path = dir.join("attestation-config.json");
-    std::fs::write(&path, &out.stdout).unwrap();
+    std::fs::write(&path, config.to_string()).unwrap();
     path
+}
+
+fn config_digest(json: &[u8]) -> String {
+    QemuVtpmConfig::from_attestation_config(json)
+        .unwrap()
+        .digest()
 }
 
 fn write_document(dir: &Path, issuer: &SoftIssuer) -> PathBuf {
@@ -140,14 +149,13 @@ fn policy_prints_what_the_service_enforces() {
     ]);
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
-    let digest = Policy::from_attestation_config(&std::fs::read(&config).unwrap())
-        .unwrap()
-        .digest();
+    let digest = config_digest(&std::fs::read(&config).unwrap());
     assert!(text.contains(&format!("policy digest: {digest}")), "{text}");
     assert!(
         text.contains("measurements: 11 (11 enforced, 0 warn-only)"),
         "{text}"
     );
+    assert!(text.contains("attestation keys: ANY"), "{text}");
     assert!(
         text.contains(
             "PCR  7  enforced   5fd54361d580eb7592adb8deb236ff35444ceeac7148f24b3de63c041f12b3da"
@@ -239,9 +247,7 @@ fn verify_explains_rejections_like_the_audit_line() {
     assert_eq!(line["result"], "rejected");
     assert_eq!(line["check"], "measurements");
     assert_eq!(line["measurements"].as_array().unwrap().len(), 2);
-    let digest = Policy::from_attestation_config(policy.to_string().as_bytes())
-        .unwrap()
-        .digest();
+    let digest = config_digest(policy.to_string().as_bytes());
     assert_eq!(line["policy"], digest);
 
     // A wrong nonce and wrong user data are named as such.
@@ -262,4 +268,103 @@ fn verify_explains_rejections_like_the_audit_line() {
     );
     let out = verify(&config, "xyz", &[], &good);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn ak_digest_pins_a_machine_and_the_pinned_config_refuses_other_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let machine = rhel8_node(KeyType::Rsa2048);
+    let doc = write_document(dir.path(), &machine);
+    let out = tool(&["ak-digest", "--document", path_str(&doc)]);
+    assert!(out.status.success(), "{out:?}");
+    let digest = stdout(&out).trim().to_owned();
+    assert_eq!(
+        digest,
+        hex::encode(attestation::ak_digest(machine.ak_public()))
+    );
+
+    // The digest goes into the config replay-eventlog writes, which the service then loads.
+    let out = tool(&[
+        "replay-eventlog",
+        "--bank",
+        "sha256",
+        "--trusted-ak-digest",
+        &digest,
+        path_str(&rhel8_log_path()),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let pinned = dir.path().join("pinned.json");
+    std::fs::write(&pinned, &out.stdout).unwrap();
+    let out = tool(&[
+        "policy",
+        "--config",
+        path_str(&pinned),
+        "--variant",
+        "qemu-vtpm",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains("attestation keys: 1 trusted"), "{text}");
+    assert!(text.contains(&format!("AK sha256:{digest}")), "{text}");
+
+    let out = verify(&pinned, NONCE_HEX, &[], &doc);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Another key with the same boot measurements: a forgery, named as such.
+    let forger = rhel8_node(KeyType::EcdsaP256);
+    let forged = dir.path().join("forged.json");
+    std::fs::write(
+        &forged,
+        forger
+            .issue_document(&USER_DATA, &hex::decode(NONCE_HEX).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let out = verify(&pinned, NONCE_HEX, &[], &forged);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.starts_with("REJECTED by check ak_untrusted"), "{text}");
+    let forged_digest = hex::encode(attestation::ak_digest(forger.ak_public()));
+    assert!(text.contains(&forged_digest), "{text}");
+}
+
+#[test]
+fn configs_the_service_refuses_are_refused_here_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tool(&[
+        "replay-eventlog",
+        "--bank",
+        "sha256",
+        path_str(&rhel8_log_path()),
+    ]);
+    let unpinned = dir.path().join("unpinned.json");
+    std::fs::write(&unpinned, &out.stdout).unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, r#"{"measurements": {}, "trustAnyAk": true}"#).unwrap();
+    for (config, reason) in [
+        (&unpinned, "trusts no attestation key"),
+        (&empty, "enforces no measurement"),
+    ] {
+        let out = tool(&[
+            "policy",
+            "--config",
+            path_str(config),
+            "--variant",
+            "qemu-vtpm",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(reason), "{stderr}");
+    }
+
+    let out = tool(&["ak-digest", "--document", path_str(&empty)]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = tool(&[
+        "replay-eventlog",
+        "--bank",
+        "sha256",
+        "--trusted-ak-digest",
+        "abcd",
+        path_str(&rhel8_log_path()),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
 }

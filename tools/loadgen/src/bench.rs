@@ -255,7 +255,14 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
     std::fs::create_dir_all(&logs)?;
     let attestation = || SoftAttestation::matching_harness_policy(config.key_type);
     let policy = work.join("attestationConfig");
-    std::fs::write(&policy, testsupport::harness::attestation_config(&[]))?;
+    std::fs::write(
+        &policy,
+        testsupport::harness::attestation_config(
+            // Every simulated node has its own software key.
+            &attestation::AkTrust::AnyKey,
+            &[],
+        ),
+    )?;
     let me = std::env::current_exe().context("locating the loadgen binary")?;
     match setup {
         Setup::A => {

@@ -114,7 +114,8 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
     ak: Ak,
     /// A PCR value the nodes quote, INDEX=HEX (repeatable). Default: the test harness's boot
-    /// measurements (PCRs 4, 9, 11, 12), which local-cluster's default policy enforces.
+    /// measurements (PCRs 4, 9, 11, 12), which local-cluster's default policy enforces (start
+    /// it with `--trust-any-ak`: these nodes' keys are software keys, not its swtpm's).
     #[arg(long = "pcr", value_parser = parse_pcr)]
     pcrs: Vec<(u32, [u8; 32])>,
     /// Dial plain mutual TLS instead of aTLS: the client CA certificate (PEM) the server trusts...

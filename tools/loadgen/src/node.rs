@@ -61,7 +61,8 @@ impl SoftAttestation {
 
     /// Nodes whose PCRs are the test harness's boot measurements, so they satisfy the policy the
     /// harness writes (`testsupport::harness::attestation_config`), which `local-cluster` and
-    /// the benchmark's attest-proxy enforce.
+    /// the benchmark's attest-proxy enforce. Their keys are software keys, so that policy must
+    /// trust any attestation key (`local-cluster --trust-any-ak`; the benchmark's does).
     pub fn matching_harness_policy(key_type: KeyType) -> Result<Self, NodeError> {
         let pcrs = BOOT_MEASUREMENTS
             .iter()

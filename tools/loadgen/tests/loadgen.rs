@@ -16,6 +16,15 @@ use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
 use soft_issuer::KeyType;
 use testsupport::harness::{Options, System};
 
+/// The simulated nodes attest with software keys, a new one per node: the harness's policy must
+/// trust any attestation key instead of pinning its swtpm's.
+fn soft_keys() -> Options {
+    Options {
+        trust_any_ak: true,
+        ..Options::default()
+    }
+}
+
 fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
     LoadConfig {
         label: label.to_owned(),
@@ -34,7 +43,7 @@ fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_joins_through_the_whole_system_are_counted() {
-    let system = System::start(Options::default()).await.unwrap();
+    let system = System::start(soft_keys()).await.unwrap();
     let watched: Vec<Watched> = [
         ("attest-proxy", &system.proxy),
         ("join-core", &system.join_core),

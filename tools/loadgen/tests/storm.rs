@@ -30,6 +30,15 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
 use tonic::Code;
 
+/// The simulated nodes attest with software keys, a new one per node: the harness's policy must
+/// trust any attestation key instead of pinning its swtpm's.
+fn soft_keys() -> Options {
+    Options {
+        trust_any_ak: true,
+        ..Options::default()
+    }
+}
+
 /// Storms take turns: two at once on two cores would measure each other.
 static MACHINE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -283,7 +292,7 @@ async fn assert_nothing_left_behind(system: &System, joins: &[Join]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_processes_fail_joins_fast_and_recover_when_restarted() {
     let _machine = MACHINE.lock().await;
-    let mut system = System::start(Options::default()).await.unwrap();
+    let mut system = System::start(soft_keys()).await.unwrap();
     let storm = Storm::start(&system);
     storm.successes_since(Instant::now(), 3, &system).await;
     let mut outages = Vec::new();
@@ -348,7 +357,7 @@ async fn killed_processes_fail_joins_fast_and_recover_when_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_api_faults_hold_deadlines_and_leave_nothing_behind() {
     let _machine = MACHINE.lock().await;
-    let system = System::start(Options::default()).await.unwrap();
+    let system = System::start(soft_keys()).await.unwrap();
     let storm = Storm::start(&system);
     storm.successes_since(Instant::now(), 3, &system).await;
 
@@ -439,7 +448,7 @@ async fn policy_reloads_every_100ms_fail_no_join() {
     let _machine = MACHINE.lock().await;
     let system = System::start(Options {
         proxy_args: vec!["--policy-poll-interval".into(), "50ms".into()],
-        ..Options::default()
+        ..soft_keys()
     })
     .await
     .unwrap();
@@ -447,8 +456,8 @@ async fn policy_reloads_every_100ms_fail_no_join() {
     let storm = Storm::start(&system);
     let path = system.paths.attestation_config.clone();
     let policies = [
-        harness::attestation_config(&[]),
-        harness::attestation_config(&[(16, [0xaa; 32], true)]),
+        system.attestation_config(&[]),
+        system.attestation_config(&[(16, [0xaa; 32], true)]),
     ];
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -498,7 +507,7 @@ async fn policy_reloads(system: &System) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_joins_in_flight_finish_and_refuses_new_ones_cleanly() {
     let _machine = MACHINE.lock().await;
-    let mut system = System::start(Options::default()).await.unwrap();
+    let mut system = System::start(soft_keys()).await.unwrap();
     let storm = Storm::start(&system);
     storm.successes_since(Instant::now(), 3, &system).await;
     let target = Target::Atls {
@@ -642,7 +651,7 @@ async fn hostile_clients_are_refused_within_the_deadline_and_joins_go_on() {
     let _machine = MACHINE.lock().await;
     let system = System::start(Options {
         proxy_args: vec!["--handshake-timeout".into(), "3s".into()],
-        ..Options::default()
+        ..soft_keys()
     })
     .await
     .unwrap();

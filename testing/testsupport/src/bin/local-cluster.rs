@@ -31,6 +31,11 @@ struct Args {
     /// Skip the demo join (with --serve, for a policy the local swtpm does not satisfy).
     #[arg(long)]
     no_demo: bool,
+    /// Trust any attestation key in the policy written when --attestation-config is unset,
+    /// instead of only the local swtpm's: for `loadgen run`, whose nodes attest with software
+    /// keys. Development only: anyone who reaches the proxy can then forge a quote.
+    #[arg(long)]
+    trust_any_ak: bool,
 }
 
 #[tokio::main]
@@ -41,6 +46,7 @@ async fn main() -> anyhow::Result<()> {
         proxy_listen: args.listen,
         attestation_config: args.attestation_config,
         keep_dir: args.serve,
+        trust_any_ak: args.trust_any_ak,
         ..Options::default()
     };
     let system = System::start(options).await?;
