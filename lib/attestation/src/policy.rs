@@ -84,6 +84,9 @@ pub enum PolicyError {
         "measurement policy enforces no measurement (it is empty or every entry is warnOnly), so it would admit any machine"
     )]
     NothingEnforced,
+    /// The SEV-SNP settings of an SNP variant's config are invalid.
+    #[error(transparent)]
+    Snp(#[from] crate::snp::SnpConfigError),
 }
 
 /// A measurement policy: register index → expected value.

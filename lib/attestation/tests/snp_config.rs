@@ -220,3 +220,42 @@ fn amd_root_key_replaces_the_built_in_roots() {
 fn config_default() -> SnpConfig {
     config(r#"{"bootloaderVersion":0,"teeVersion":0,"snpVersion":0,"microcodeVersion":0}"#)
 }
+
+#[test]
+fn an_snp_variant_config_needs_an_enforced_measurement_and_its_digest_covers_the_snp_settings() {
+    use attestation::PolicyError;
+    use attestation::snp::StaticCollateral;
+    use attestation::variants::sev_snp::{Binding, SevSnpValidator};
+    use std::sync::Arc;
+
+    let load = |json: &str| {
+        SevSnpValidator::from_attestation_config(
+            Binding::Aws,
+            json.as_bytes(),
+            Arc::new(StaticCollateral::new()),
+        )
+    };
+    let pcr = format!(
+        r#""measurements":{{"4":{{"expected":"{}","warnOnly":false}}}}"#,
+        "44".repeat(32)
+    );
+    let tcb = |ucode: u8| {
+        format!(r#""bootloaderVersion":3,"teeVersion":0,"snpVersion":8,"microcodeVersion":{ucode}"#)
+    };
+    let (_, a) = load(&format!("{{{pcr},{}}}", tcb(115))).unwrap();
+    let (_, b) = load(&format!("{{{pcr},{}}}", tcb(116))).unwrap();
+    let (_, c) = load(&format!("{{{pcr},{},\"smtAllowed\":false}}", tcb(115))).unwrap();
+    assert_ne!(a, b, "the minimum TCB is part of the digest");
+    assert_ne!(a, c, "SMT is part of the digest");
+    let (_, again) = load(&format!("{{{},{pcr}}}", tcb(115))).unwrap();
+    assert_eq!(a, again, "key order does not matter");
+
+    assert!(matches!(
+        load(&format!(r#"{{"measurements":{{}},{}}}"#, tcb(115))).unwrap_err(),
+        PolicyError::NothingEnforced
+    ));
+    assert!(matches!(
+        load(&format!("{{{pcr},\"bootloaderVersion\":\"latest\",\"teeVersion\":0,\"snpVersion\":8,\"microcodeVersion\":1}}")).unwrap_err(),
+        PolicyError::Snp(SnpConfigError::Latest { field: "bootloaderVersion" })
+    ));
+}

@@ -177,6 +177,34 @@ impl SnpConfig {
         })
     }
 
+    /// The lines these settings add to the canonical text a config digest hashes: the minimum
+    /// TCBs, SMT, the accepted ID key digests and their enforcement, and the trusted ARKs.
+    pub fn canonical(&self) -> String {
+        let mut out = format!(
+            "snp:min-tcb:{}\nsnp:min-launch-tcb:{}\nsnp:smt:{}\n",
+            self.minimum_tcb, self.minimum_launch_tcb, self.smt_allowed
+        );
+        if let Some(signer) = &self.firmware_signer {
+            let mut digests: Vec<String> =
+                signer.accepted_digests.iter().map(hex::encode).collect();
+            digests.sort();
+            out.push_str(&format!(
+                "snp:id-key:{:?}:{}\n",
+                signer.enforcement,
+                digests.join(",")
+            ));
+        }
+        let mut arks: Vec<String> = self
+            .trust
+            .arks()
+            .iter()
+            .map(|a| hex::encode(a.sha256()))
+            .collect();
+        arks.sort();
+        out.push_str(&format!("snp:ark:{}\n", arks.join(",")));
+        out
+    }
+
     /// Applies the config to a verified report. Returns notes for what is only reported (an ID
     /// key digest under `WarnOnly`), or the first check that fails.
     pub fn check(&self, verified: &VerifiedReport) -> Result<Vec<String>, SnpPolicyError> {

@@ -81,6 +81,30 @@ impl SevSnpValidator {
         }
     }
 
+    /// The validator an attestation config describes: its measurements (at least one enforced)
+    /// and its SNP settings, with collateral from `collateral`. Returns it with the digest that
+    /// covers everything it decides by.
+    pub fn from_attestation_config(
+        binding: Binding,
+        json: &[u8],
+        collateral: Arc<dyn SnpCollateral>,
+    ) -> Result<(SevSnpValidator, String), crate::PolicyError> {
+        let policy = Policy::from_attestation_config(json)?;
+        if !policy.enforces_any() {
+            return Err(crate::PolicyError::NothingEnforced);
+        }
+        let snp = SnpConfig::from_attestation_config(json)?;
+        let canonical = policy.canonical() + &snp.canonical();
+        let digest = hex::encode(ring::digest::digest(
+            &ring::digest::SHA256,
+            canonical.as_bytes(),
+        ));
+        Ok((
+            SevSnpValidator::new(binding, policy, snp, collateral),
+            digest,
+        ))
+    }
+
     /// Verifies at the time `clock` gives instead of now (tests, offline verification).
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
