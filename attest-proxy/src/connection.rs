@@ -378,7 +378,10 @@ impl CallState {
     async fn answered(&self) {
         loop {
             let notified = self.answered.notified();
-            if self.answered_flag.load(std::sync::atomic::Ordering::Acquire) {
+            if self
+                .answered_flag
+                .load(std::sync::atomic::Ordering::Acquire)
+            {
                 return;
             }
             notified.await;

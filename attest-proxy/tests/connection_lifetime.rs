@@ -134,7 +134,9 @@ fn request() -> proto::join::IssueJoinTicketRequest {
 
 /// Whether the connection ends within `within` of now.
 async fn closes_within(connection: Connection, within: Duration) -> bool {
-    tokio::time::timeout(within, connection.closed).await.is_ok()
+    tokio::time::timeout(within, connection.closed)
+        .await
+        .is_ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

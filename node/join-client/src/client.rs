@@ -88,11 +88,7 @@ impl Client {
         let request = proto::join::IssueRejoinTicketRequest {
             disk_uuid: disk_uuid.to_owned(),
         };
-        Ok(self
-            .api()
-            .issue_rejoin_ticket(request)
-            .await?
-            .into_inner())
+        Ok(self.api().issue_rejoin_ticket(request).await?.into_inner())
     }
 
     /// A raw request through the attested channel, for tests and debugging: arbitrary metadata
@@ -101,10 +97,6 @@ impl Client {
         &self,
         request: tonic::Request<proto::join::IssueJoinTicketRequest>,
     ) -> Result<proto::join::IssueJoinTicketResponse, ClientError> {
-        Ok(self
-            .api()
-            .issue_join_ticket(request)
-            .await?
-            .into_inner())
+        Ok(self.api().issue_join_ticket(request).await?.into_inner())
     }
 }
