@@ -18,13 +18,18 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_LISTEN", default_value = "0.0.0.0:9090")]
     pub listen: SocketAddr,
 
-    /// join-core's Unix socket.
+    /// join-core's Unix socket, in a directory only join-core can write.
     #[arg(
         long,
         env = "ATTEST_PROXY_UPSTREAM_SOCKET",
-        default_value = "/run/joinservice/join-core.sock"
+        default_value = "/run/joinservice/join-core/join-core.sock"
     )]
     pub upstream_socket: PathBuf,
+
+    /// The uid join-core runs as. Before a request is sent, the process listening on the
+    /// upstream socket must run as it (`SO_PEERCRED`), so a replaced socket gets nothing.
+    #[arg(long, env = "ATTEST_PROXY_UPSTREAM_UID")]
+    pub upstream_uid: u32,
 
     /// The attestation variant nodes must present.
     #[arg(long, env = "ATTEST_PROXY_VARIANT", default_value = "qemu-vtpm")]

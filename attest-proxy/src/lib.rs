@@ -120,7 +120,11 @@ impl Proxy {
             pool: verify_pool::VerifyPool::new(config.verify_threads, config.verify_queue)
                 .map_err(Error::Threads)?,
             allowlist: allowlist::AllowlistLayer::new(config.allowed_methods.clone()),
-            upstream: upstream::Upstream::new(&config.upstream_socket, config.upstream_timeout),
+            upstream: upstream::Upstream::new(
+                &config.upstream_socket,
+                config.upstream_uid,
+                config.upstream_timeout,
+            ),
             handshake_timeout: config.handshake_timeout,
             lifetime: connection::Lifetime {
                 idle: config.idle_timeout,

@@ -22,11 +22,12 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// A lazily connecting upstream at join-core's socket; each call has `timeout` to get its
-    /// answer (a unary gRPC answer's headers come with its body, so that is the whole call).
-    pub fn new(socket: &Path, timeout: Duration) -> Self {
+    /// A lazily connecting upstream at join-core's socket, served by `uid`; each call has
+    /// `timeout` to get its answer (a unary gRPC answer's headers come with its body, so that is
+    /// the whole call).
+    pub fn new(socket: &Path, uid: u32, timeout: Duration) -> Self {
         Self {
-            channel: plumbing::unix::channel(socket),
+            channel: plumbing::unix::channel(socket, uid),
             timeout,
         }
     }

@@ -24,8 +24,11 @@ async fn start(flags: &[&str]) -> Running {
     let policy = dir.path().join("attestationConfig");
     std::fs::write(&policy, testsupport::harness::attestation_config(&[])).unwrap();
     let socket = dir.path().join("join-core.sock");
+    let uid = testsupport::harness::own_uid().unwrap().to_string();
     let mut args = vec![
         "attest-proxy",
+        "--upstream-uid",
+        &uid,
         "--listen",
         "127.0.0.1:0",
         "--admin-listen",

@@ -53,8 +53,11 @@ async fn start(upstream: Upstream, flags: &[&str]) -> Running {
             });
         }
     }
+    let uid = testsupport::harness::own_uid().unwrap().to_string();
     let mut args = vec![
         "attest-proxy",
+        "--upstream-uid",
+        &uid,
         "--listen",
         "127.0.0.1:0",
         "--upstream-socket",

@@ -76,6 +76,7 @@ fn start_proxy(extra: &[&str]) -> Proxy {
             // Nothing gets that far: no connection finishes its handshake.
             .arg("--upstream-socket")
             .arg(dir.path().join("join-core.sock"))
+            .args(["--upstream-uid", &harness::own_uid().unwrap().to_string()])
             .arg("--attestation-config")
             .arg(&policy)
             .args([

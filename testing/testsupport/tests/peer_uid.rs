@@ -92,13 +92,15 @@ async fn as_root_sockets_refuse_processes_of_other_uids() {
     ] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    for socket in [
-        &system.paths.join_core_socket,
-        &system.paths.token_issuer_socket,
+    // As root the harness runs the services as the pod's uids: each socket serves its peer's.
+    assert!(system.uids.distinct(), "{:?}", system.uids);
+    for (socket, peer) in [
+        (&system.paths.join_core_socket, system.uids.proxy),
+        (&system.paths.token_issuer_socket, system.uids.join_core),
     ] {
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(
-            run_probe(&probe, socket, None),
+            run_probe(&probe, socket, Some(peer)),
             "answered",
             "the allowed uid is served on {}",
             socket.display()
