@@ -121,3 +121,30 @@ async fn as_root_sockets_refuse_processes_of_other_uids() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root to run a probe as another uid; scripts/test.sh runs it as root"]
+async fn as_root_attest_proxy_uid_is_refused_at_token_issuers_socket() {
+    assert_eq!(own_uid().unwrap(), 0, "run as root: scripts/test.sh does");
+    let (_probe_dir, probe) = reachable_copy_of_this_binary();
+    let system = System::start(Options::default()).await.unwrap();
+    let socket = &system.paths.token_issuer_socket;
+    // In the pod attest-proxy cannot even reach this socket; with the file opened to everyone,
+    // token-issuer's peer check still keeps it out: only join-core may ask for credentials.
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(
+        run_probe(&probe, socket, Some(system.uids.proxy)),
+        "closed",
+        "attest-proxy's uid {} must be dropped by token-issuer",
+        system.uids.proxy
+    );
+    assert_eq!(
+        run_probe(&probe, socket, Some(system.uids.join_core)),
+        "answered"
+    );
+    let log = system.token_issuer.log();
+    assert!(
+        log.contains(&format!("peer uid {}", system.uids.proxy)),
+        "token-issuer logs the refused uid:\n{log}"
+    );
+}
