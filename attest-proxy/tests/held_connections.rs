@@ -35,6 +35,10 @@ const DEADLINE: Duration = Duration::from_secs(4);
 /// The proxy's default `--max-handshakes`.
 const DEFAULT_MAX_HANDSHAKES: usize = 512;
 
+/// One crowd at a time: the tests of this file each fill the open-file limit, and a crowd's
+/// timings mean something only when it has the machine to itself.
+static ONE_CROWD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Raises the open-file limit for the crowd and returns how many connections fit under it.
 fn crowd_size() -> usize {
     // This process holds one descriptor per connection, and so does the proxy while it holds it.
@@ -187,6 +191,7 @@ async fn crowd(proxy: &Proxy, n: usize) -> (u64, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_stalled_handshakes_stay_bounded_and_are_shed_at_the_deadline() {
+    let _alone = ONE_CROWD.lock().await;
     let n = crowd_size();
 
     // Defaults: at most 512 handshakes in progress; the rest are closed at accept.
@@ -320,6 +325,7 @@ async fn hold_attested(target: SocketAddr, n: usize, patience: Duration) -> Vec<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_silent_connections_after_the_handshake_are_closed_and_stay_bounded() {
+    let _alone = ONE_CROWD.lock().await;
     let n = crowd_size();
     let proxy = start_proxy(&[
         "--idle-timeout",
