@@ -52,7 +52,7 @@ pub struct Lifetime {
 /// the ping that confirms it) before it is simply dropped.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Serves one node until it disconnects or shutdown drains it.
+/// Serves one node connection: attestation, then its one call, within the connection's deadlines.
 ///
 /// Until the client sends its first bytes, the connection's task holds only a socket and this
 /// small future: the state of a handshake, a verification and HTTP/2 serving (tens of KiB) is
