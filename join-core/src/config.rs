@@ -149,6 +149,17 @@ mod tests {
 
         assert!(Config::try_parse_from(["join-core", "--kms-endpoint", "http://k:9000"]).is_err());
         assert!(Config::try_parse_from(["join-core", "--proxy-uid", "1"]).is_err());
+        // token-issuer's uid has no default: a client must be told whom to trust.
+        assert!(
+            Config::try_parse_from([
+                "join-core",
+                "--proxy-uid",
+                "1",
+                "--kms-endpoint",
+                "http://k:9000"
+            ])
+            .is_err()
+        );
     }
 
     #[test]
@@ -158,6 +169,8 @@ mod tests {
                 "join-core",
                 "--proxy-uid",
                 "1",
+                "--token-issuer-uid",
+                "3",
                 "--kms-endpoint",
                 "http://k:9000",
                 flag,
