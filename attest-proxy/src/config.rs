@@ -18,13 +18,18 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_LISTEN", default_value = "0.0.0.0:9090")]
     pub listen: SocketAddr,
 
-    /// join-core's Unix socket.
+    /// join-core's Unix socket, in a directory only join-core can write.
     #[arg(
         long,
         env = "ATTEST_PROXY_UPSTREAM_SOCKET",
-        default_value = "/run/joinservice/join-core.sock"
+        default_value = "/run/joinservice/join-core/join-core.sock"
     )]
     pub upstream_socket: PathBuf,
+
+    /// The uid join-core runs as. Before a request is sent, the process listening on the
+    /// upstream socket must run as it (`SO_PEERCRED`), so a replaced socket gets nothing.
+    #[arg(long, env = "ATTEST_PROXY_UPSTREAM_UID")]
+    pub upstream_uid: u32,
 
     /// The attestation variant nodes must present.
     #[arg(long, env = "ATTEST_PROXY_VARIANT", default_value = "qemu-vtpm")]
@@ -47,6 +52,22 @@ pub struct Config {
     /// connection that has not (a stalled or byte-a-second client) is closed.
     #[arg(long, env = "ATTEST_PROXY_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub handshake_timeout: Duration,
+
+    /// Time an attested (or refused) connection may stay without a request before it is
+    /// closed. A node sends its one call at once; a client that stays silent after its handshake
+    /// holds TLS and HTTP/2 state and is closed at this deadline.
+    #[arg(long, env = "ATTEST_PROXY_IDLE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// The longest any connection lives, from accept, whatever it is doing: a client that reads
+    /// its answer a byte at a time cannot hold a connection beyond it.
+    #[arg(long, env = "ATTEST_PROXY_MAX_CONNECTION_AGE", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub max_connection_age: Duration,
+
+    /// Time join-core has to answer one forwarded call; beyond it the node is answered
+    /// `DeadlineExceeded` (and `Unavailable` when join-core cannot be reached at all).
+    #[arg(long, env = "ATTEST_PROXY_UPSTREAM_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub upstream_timeout: Duration,
 
     /// Connections between accept and the end of their attestation, from all sources together;
     /// beyond that new connections are closed at accept, before any TLS work. Bounds the memory

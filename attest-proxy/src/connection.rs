@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use plumbing::shutdown::Shutdown;
 use tokio::net::TcpStream;
 use tower::ServiceBuilder;
 
@@ -32,10 +31,28 @@ pub struct Shared {
     pub allowlist: AllowlistLayer,
     pub upstream: Upstream,
     pub handshake_timeout: std::time::Duration,
+    pub lifetime: Lifetime,
     pub metrics: Metrics,
 }
 
-/// Serves one node until it disconnects or shutdown drains it.
+/// How long a connection lives once its attestation is decided.
+///
+/// A node needs one call per connection (it connects again for the next), so every connection,
+/// attested or refused, answers one call and closes; until that call arrives it may stay idle
+/// for `idle`, and no connection outlives `max_age` from accept. Together they bound what a
+/// crowd of clients that handshake and then stall can hold, as the handshake deadline does
+/// before attestation, and they make each call meet the policy in force when it connected.
+#[derive(Clone, Copy, Debug)]
+pub struct Lifetime {
+    pub idle: std::time::Duration,
+    pub max_age: std::time::Duration,
+}
+
+/// How long a connection that has sent its answer may take to close gracefully (the GOAWAY and
+/// the ping that confirms it) before it is simply dropped.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Serves one node connection: attestation, then its one call, within the connection's deadlines.
 ///
 /// Until the client sends its first bytes, the connection's task holds only a socket and this
 /// small future: the state of a handshake, a verification and HTTP/2 serving (tens of KiB) is
@@ -46,9 +63,9 @@ pub async fn handle(
     tcp: TcpStream,
     peer_addr: SocketAddr,
     admitted: Admitted,
-    shutdown: Shutdown,
 ) {
     let started = Instant::now();
+    let expires = tokio::time::Instant::now() + shared.lifetime.max_age;
     let deadline = tokio::time::Instant::now() + shared.handshake_timeout;
     let first_bytes = tokio::time::timeout_at(deadline, async {
         // `readable` may wake spuriously; a peek waits until a byte has really arrived.
@@ -66,7 +83,7 @@ pub async fn handle(
         Err(_) => return gave_up(&shared, admitted, peer_addr, started, None),
     }
     Box::pin(attest_and_serve(
-        shared, tcp, peer_addr, admitted, shutdown, started, deadline,
+        shared, tcp, peer_addr, admitted, started, deadline, expires,
     ))
     .await;
 }
@@ -103,9 +120,9 @@ async fn attest_and_serve(
     tcp: TcpStream,
     peer_addr: SocketAddr,
     admitted: Admitted,
-    shutdown: Shutdown,
     started: Instant,
     deadline: tokio::time::Instant,
+    expires: tokio::time::Instant,
 ) {
     let attested =
         tokio::time::timeout_at(deadline, attest(&shared, tcp, peer_addr, started)).await;
@@ -124,7 +141,7 @@ async fn attest_and_serve(
                 .layer(shared.allowlist.clone())
                 .layer(IdentityLayer::new(&identity))
                 .service(shared.upstream.clone());
-            serve(tls, service, shutdown, false).await;
+            serve(tls, service, shared.lifetime.idle, expires, peer_addr).await;
         }
         Err(refusal) => {
             let service =
@@ -132,7 +149,7 @@ async fn attest_and_serve(
                     let refusal = refusal.clone();
                     async move { Ok::<_, std::convert::Infallible>(status::respond(refusal)) }
                 });
-            serve(tls, service, shutdown, true).await;
+            serve(tls, service, shared.lifetime.idle, expires, peer_addr).await;
         }
     }
 }
@@ -247,71 +264,177 @@ fn rejection(subject: audit::Subject<'_>, error: &VerifyError) -> audit::Decisio
     decision.with_check(check)
 }
 
-/// Serves HTTP/2 on the TLS stream. On shutdown the connection is drained gracefully: streams in
-/// flight finish, new ones are refused with GOAWAY. A node that was still attesting when the
-/// drain began has not sent its call yet; its connection answers that first call before the
-/// GOAWAY, so a join in flight finishes (the drain timeout bounds the wait). A refusing
-/// connection closes after its first answer so an unattested client cannot hold it.
-async fn serve<S>(tls: Tls, service: S, shutdown: Shutdown, close_after_first: bool)
-where
+/// Serves HTTP/2 on the TLS stream for one call, then closes.
+///
+/// - The first call is served; any further one is answered `Unavailable` without reaching the
+///   service (a node connects again per call), and at most one stream is open at a time.
+/// - Once the first answer's headers are out, the connection shuts down gracefully: GOAWAY, the
+///   answer's body and trailers finish, then the connection closes, within [`CLOSE_GRACE`].
+/// - No call within `idle` of the attestation decision: closed at once.
+/// - At `expires` (the maximum age, from accept) it is closed whatever it is doing.
+///
+/// A drain needs nothing more: every connection closes by itself within these bounds, and a
+/// node that was attesting when the drain began still gets its one call answered (the drain
+/// timeout bounds the wait).
+async fn serve<S>(
+    tls: Tls,
+    service: S,
+    idle: std::time::Duration,
+    expires: tokio::time::Instant,
+    peer_addr: SocketAddr,
+) where
     S: tower::Service<
             http::Request<hyper::body::Incoming>,
             Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
         > + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let (answered_tx, answered) = tokio::sync::watch::channel(false);
-    let service = {
-        let answered_tx = Arc::new(answered_tx);
-        tower::ServiceExt::map_response(service, move |response| {
-            answered_tx.send_replace(true);
-            response
-        })
+    let calls = Arc::new(CallState::default());
+    let service = OneCall {
+        inner: service,
+        calls: calls.clone(),
     };
-    let first_answer = || {
-        let mut answered = answered.clone();
-        async move {
-            // An error means the service (and with it the connection) is gone.
-            let _ = answered.wait_for(|answered| *answered).await;
-        }
-    };
-    let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder.max_concurrent_streams(1);
     let connection = builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
     tokio::pin!(connection);
-    let closing = async {
-        if close_after_first {
-            first_answer().await;
-        } else {
+    let idle_deadline = tokio::time::Instant::now() + idle;
+    let idle_expired = async {
+        tokio::time::sleep_until(idle_deadline).await;
+        if calls.received() {
+            // A call is in flight or answered: the answer and the age bound end it.
             std::future::pending::<()>().await;
         }
     };
-    tokio::select! {
+    let closing = tokio::select! {
         result = connection.as_mut() => {
             if let Err(error) = result {
-                tracing::debug!(%error, "connection ended with an error");
+                tracing::debug!(peer = %peer_addr, %error, "connection ended with an error");
             }
             return;
         }
-        () = shutdown.wait() => {
-            if !close_after_first && !*answered.borrow() {
-                tokio::select! {
-                    result = connection.as_mut() => {
-                        if let Err(error) = result {
-                            tracing::debug!(%error, "connection ended with an error while draining");
-                        }
-                        return;
-                    }
-                    () = first_answer() => {}
+        () = calls.answered() => Closing::Answered,
+        () = idle_expired => Closing::Idle,
+        () = tokio::time::sleep_until(expires) => Closing::Expired,
+    };
+    match closing {
+        Closing::Answered => {
+            connection.as_mut().graceful_shutdown();
+            let grace = (tokio::time::Instant::now() + CLOSE_GRACE).min(expires);
+            match tokio::time::timeout_at(grace, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::debug!(peer = %peer_addr, %error, "connection ended with an error while closing");
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %peer_addr, "connection did not close gracefully in time; dropped");
                 }
             }
         }
-        () = closing => {}
+        Closing::Idle => {
+            tracing::debug!(peer = %peer_addr, ?idle, "no call on the connection in time; closed");
+        }
+        Closing::Expired => {
+            tracing::info!(peer = %peer_addr, "connection reached its maximum age; closed");
+        }
     }
-    connection.as_mut().graceful_shutdown();
-    if let Err(error) = connection.await {
-        tracing::debug!(%error, "connection ended with an error while draining");
+}
+
+/// Why a connection is being closed by the proxy.
+enum Closing {
+    Answered,
+    Idle,
+    Expired,
+}
+
+/// Whether a connection's one call has arrived and been answered.
+#[derive(Debug, Default)]
+struct CallState {
+    received: std::sync::atomic::AtomicBool,
+    answered: tokio::sync::Notify,
+    answered_flag: std::sync::atomic::AtomicBool,
+}
+
+impl CallState {
+    /// Marks a call as received; true only for the first one.
+    fn receive(&self) -> bool {
+        !self
+            .received
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    fn received(&self) -> bool {
+        self.received.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn answer(&self) {
+        self.answered_flag
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.answered.notify_waiters();
+    }
+
+    async fn answered(&self) {
+        loop {
+            let notified = self.answered.notified();
+            if self
+                .answered_flag
+                .load(std::sync::atomic::Ordering::Acquire)
+            {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Passes the connection's first call to `inner` and answers every later one `Unavailable`, so
+/// one connection (one attestation, under one policy) never carries more than one call.
+#[derive(Clone)]
+struct OneCall<S> {
+    inner: S,
+    calls: Arc<CallState>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for OneCall<S>
+where
+    S: tower::Service<
+            http::Request<B>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if !self.calls.receive() {
+            return Box::pin(async {
+                Ok(status::respond(tonic::Status::unavailable(
+                    "this connection has served its call; connect again for the next one",
+                )))
+            });
+        }
+        let calls = self.calls.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            calls.answer();
+            response
+        })
     }
 }

@@ -28,6 +28,13 @@
 //!   `--handshake-timeout` (10 s) is closed, so slow or stalled clients hold at most
 //!   `--max-handshakes` connections' worth of memory, and only until the deadline.
 //!
+//! - after its attestation is decided, a connection answers one call and closes (a node connects
+//!   again per call, and each connection is held to the policy in force when it attested); it
+//!   is closed when no call arrives within `--idle-timeout` (10 s), and no connection lives
+//!   beyond `--max-connection-age` (60 s) from accept;
+//! - join-core has `--upstream-timeout` (15 s) to answer a forwarded call; the node is then
+//!   answered `DeadlineExceeded`.
+//!
 //! Nodes retry refusals and `ResourceExhausted` with full-jitter backoff (node-client). On
 //! SIGTERM the listener closes (new connections are refused), and connections in flight finish
 //! within `--drain-timeout`.
@@ -113,8 +120,16 @@ impl Proxy {
             pool: verify_pool::VerifyPool::new(config.verify_threads, config.verify_queue)
                 .map_err(Error::Threads)?,
             allowlist: allowlist::AllowlistLayer::new(config.allowed_methods.clone()),
-            upstream: upstream::Upstream::new(&config.upstream_socket),
+            upstream: upstream::Upstream::new(
+                &config.upstream_socket,
+                config.upstream_uid,
+                config.upstream_timeout,
+            ),
             handshake_timeout: config.handshake_timeout,
+            lifetime: connection::Lifetime {
+                idle: config.idle_timeout,
+                max_age: config.max_connection_age,
+            },
             metrics,
         };
         let listener = listen(config.listen).map_err(|source| Error::Listen {
@@ -187,7 +202,7 @@ impl Proxy {
                             }
                         };
                         let _ = tcp.set_nodelay(true);
-                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, admitted, shutdown.clone()));
+                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, admitted));
                     }
                     Err(error) => {
                         // Out of file descriptors and the like: back off instead of spinning.

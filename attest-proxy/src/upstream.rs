@@ -6,6 +6,7 @@
 use std::convert::Infallible;
 use std::path::Path;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tonic::body::Body;
@@ -17,13 +18,17 @@ use crate::status;
 #[derive(Clone, Debug)]
 pub struct Upstream {
     channel: Channel,
+    timeout: Duration,
 }
 
 impl Upstream {
-    /// A lazily connecting upstream at join-core's socket.
-    pub fn new(socket: &Path) -> Self {
+    /// A lazily connecting upstream at join-core's socket, served by `uid`; each call has
+    /// `timeout` to get its answer (a unary gRPC answer's headers come with its body, so that is
+    /// the whole call).
+    pub fn new(socket: &Path, uid: u32, timeout: Duration) -> Self {
         Self {
-            channel: plumbing::unix::channel(socket),
+            channel: plumbing::unix::channel(socket, uid),
+            timeout,
         }
     }
 }
@@ -46,11 +51,21 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let mut channel = self.channel.clone();
         let request = request.map(Body::new);
+        let timeout = self.timeout;
         Box::pin(async move {
             use tower::ServiceExt;
-            let result = match channel.ready().await {
-                Ok(ready) => ready.call(request).await,
-                Err(error) => Err(error),
+            let call = async {
+                match channel.ready().await {
+                    Ok(ready) => ready.call(request).await,
+                    Err(error) => Err(error),
+                }
+            };
+            let Ok(result) = tokio::time::timeout(timeout, call).await else {
+                tracing::warn!(?timeout, "join-core did not answer in time");
+                return Ok(status::respond(tonic::Status::deadline_exceeded(format!(
+                    "join-core did not answer within {}",
+                    humantime::format_duration(timeout)
+                ))));
             };
             Ok(result.unwrap_or_else(|error| {
                 let reason = status::chain(&error);

@@ -34,8 +34,11 @@ async fn readiness_and_policy_metrics() {
     let policy = dir.path().join("attestationConfig");
     let socket = dir.path().join("join-core.sock");
     std::fs::write(&policy, POLICY).unwrap();
+    let uid = testsupport::harness::own_uid().unwrap().to_string();
     let config = attest_proxy::Config::try_parse_from([
         "attest-proxy",
+        "--upstream-uid",
+        &uid,
         "--listen",
         "127.0.0.1:0",
         "--admin-listen",

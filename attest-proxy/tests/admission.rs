@@ -28,8 +28,11 @@ async fn start(flags: &[&str]) -> Running {
     )
     .unwrap();
     let socket = dir.path().join("join-core.sock");
+    let uid = testsupport::harness::own_uid().unwrap().to_string();
     let mut args = vec![
         "attest-proxy",
+        "--upstream-uid",
+        &uid,
         "--listen",
         "127.0.0.1:0",
         "--admin-listen",
@@ -139,20 +142,30 @@ async fn zero_turns_the_per_source_limits_off() {
 
 #[test]
 fn defaults_are_the_documented_ones() {
-    let config = attest_proxy::Config::try_parse_from(["attest-proxy"]).unwrap();
+    // join-core's uid has no default: a client must be told whom to trust.
+    assert!(attest_proxy::Config::try_parse_from(["attest-proxy"]).is_err());
+    let config =
+        attest_proxy::Config::try_parse_from(["attest-proxy", "--upstream-uid", "10002"]).unwrap();
     assert_eq!(config.max_handshakes, 512);
     assert_eq!(config.verify_queue, 256);
     assert_eq!(config.max_attestations_per_peer, 4);
     assert!((config.per_peer_rate - 10.0).abs() < f64::EPSILON);
     assert_eq!(config.per_peer_burst, 20);
     assert_eq!(config.handshake_timeout, Duration::from_secs(10));
+    assert_eq!(config.idle_timeout, Duration::from_secs(10));
+    assert_eq!(config.max_connection_age, Duration::from_secs(60));
+    assert_eq!(config.upstream_timeout, Duration::from_secs(15));
+    assert_eq!(
+        config.upstream_socket,
+        std::path::PathBuf::from("/run/joinservice/join-core/join-core.sock")
+    );
     // Nonsense is refused at startup rather than silently meaning "unlimited".
     for bad in [
         ["--max-handshakes", "0"],
         ["--per-peer-rate", "-1"],
         ["--per-peer-burst", "0"],
     ] {
-        let mut args = vec!["attest-proxy"];
+        let mut args = vec!["attest-proxy", "--upstream-uid", "10002"];
         args.extend(bad);
         assert!(
             attest_proxy::Config::try_parse_from(args).is_err(),

@@ -98,9 +98,18 @@ fn join_request(node_name: &str) -> proto::join::IssueJoinTicketRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_nodes_join_during_a_flood() {
-    let system = System::start(Options::default()).await.unwrap();
+    // The proxy under test runs in this process, as this process's uid: join-core must admit it.
+    let system = System::start(Options {
+        same_uid: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let uid = system.uids.join_core.to_string();
     let config = attest_proxy::Config::try_parse_from([
         "attest-proxy",
+        "--upstream-uid",
+        &uid,
         "--listen",
         "127.0.0.1:0",
         "--upstream-socket",

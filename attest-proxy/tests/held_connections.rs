@@ -8,6 +8,10 @@
 //! at accept), and with the bound raised above the crowd (every connection is held until the
 //! deadline, which shows what one held connection costs).
 //!
+//! Then 10,000 connections that complete their handshake (half attested, half refused by the
+//! policy) and then stay silent: each is closed at the idle deadline, and the proxy's memory
+//! stays bounded.
+//!
 //! The test raises its open-file limit to fit the crowd (the proxy inherits it); if the hard
 //! limit is lower, it uses as many connections as the limit allows and says so.
 
@@ -30,6 +34,10 @@ const CROWD: usize = 10_000;
 const DEADLINE: Duration = Duration::from_secs(4);
 /// The proxy's default `--max-handshakes`.
 const DEFAULT_MAX_HANDSHAKES: usize = 512;
+
+/// One crowd at a time: the tests of this file each fill the open-file limit, and a crowd's
+/// timings mean something only when it has the machine to itself.
+static ONE_CROWD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Raises the open-file limit for the crowd and returns how many connections fit under it.
 fn crowd_size() -> usize {
@@ -76,6 +84,7 @@ fn start_proxy(extra: &[&str]) -> Proxy {
             // Nothing gets that far: no connection finishes its handshake.
             .arg("--upstream-socket")
             .arg(dir.path().join("join-core.sock"))
+            .args(["--upstream-uid", &harness::own_uid().unwrap().to_string()])
             .arg("--attestation-config")
             .arg(&policy)
             .args([
@@ -186,6 +195,7 @@ async fn crowd(proxy: &Proxy, n: usize) -> (u64, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_stalled_handshakes_stay_bounded_and_are_shed_at_the_deadline() {
+    let _alone = ONE_CROWD.lock().await;
     let n = crowd_size();
 
     // Defaults: at most 512 handshakes in progress; the rest are closed at accept.
@@ -248,5 +258,129 @@ async fn ten_thousand_stalled_handshakes_stay_bounded_and_are_shed_at_the_deadli
     assert!(
         per_connection < 48 << 10,
         "each stalled handshake cost the proxy {per_connection} bytes"
+    );
+}
+
+/// The idle deadline of the post-handshake crowd.
+const IDLE: Duration = Duration::from_secs(2);
+
+/// Nodes for the post-handshake crowd: one whose quotes satisfy the harness policy, one whose
+/// quotes carry other PCRs (the proxy refuses it after the handshake).
+fn connectors() -> [Arc<atls::Connector>; 2] {
+    [true, false].map(|attests| {
+        let pcrs: Vec<_> = harness::BOOT_MEASUREMENTS
+            .iter()
+            .map(|&(index, b)| {
+                let b = if attests { b } else { b ^ 0xff };
+                (index, harness::extended_once(&[b; 32]))
+            })
+            .collect();
+        let issuer = soft_issuer::SoftIssuer::ecdsa_p256()
+            .unwrap()
+            .with_pcrs(pcrs)
+            .unwrap();
+        Arc::new(atls::Connector::new(Arc::new(issuer)))
+    })
+}
+
+/// Opens `n` connections, each from its own address, that complete the aTLS handshake and then
+/// send nothing; returns for each how long after the proxy's decision (its first bytes) the
+/// proxy closed it (`None`: still open `patience` after; zero: closed before deciding).
+async fn hold_attested(target: SocketAddr, n: usize, patience: Duration) -> Vec<Option<Duration>> {
+    let connectors = connectors();
+    // Handshakes cost CPU on both sides; a bounded number in flight keeps them within the
+    // handshake deadline on a small machine.
+    let handshaking = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut held = tokio::task::JoinSet::new();
+    for index in 0..n {
+        let permit = handshaking.clone().acquire_owned().await.unwrap();
+        let connector = connectors[index % 2].clone();
+        held.spawn(async move {
+            let tcp = connect_from(index, target).await.unwrap();
+            let mut tls = connector.connect(tcp).await.unwrap();
+            // The proxy's first HTTP/2 bytes (its SETTINGS) follow its attestation decision,
+            // which comes after the client's side of the handshake: the idle deadline runs
+            // from there.
+            let mut buf = [0u8; 256];
+            let first = tokio::time::timeout(patience, tls.read(&mut buf)).await;
+            drop(permit);
+            let attested = Instant::now();
+            if !matches!(first, Ok(Ok(1..))) {
+                return Some(Duration::ZERO);
+            }
+            let closed = tokio::time::timeout(patience, async {
+                loop {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            closed.ok().map(|()| attested.elapsed())
+        });
+    }
+    let mut closed = Vec::with_capacity(n);
+    while let Some(result) = held.join_next().await {
+        closed.push(result.unwrap());
+    }
+    closed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_silent_connections_after_the_handshake_are_closed_and_stay_bounded() {
+    let _alone = ONE_CROWD.lock().await;
+    let n = crowd_size();
+    let proxy = start_proxy(&[
+        "--idle-timeout",
+        &humantime::format_duration(IDLE).to_string(),
+        // Every connection comes from its own address; the verify queue must not refuse any.
+        "--verify-queue",
+        "100000",
+    ]);
+    let pid = proxy.process.id();
+    let before = procstat::memory(pid).unwrap();
+    let started = Instant::now();
+    let patience = IDLE + Duration::from_secs(3);
+    let closed = hold_attested(proxy.addr, n, patience).await;
+    let peak = procstat::memory(pid).unwrap().peak_rss;
+    let open = closed.iter().filter(|c| c.is_none()).count();
+    assert_eq!(
+        open,
+        0,
+        "{open} of {n} connections were still open {patience:?} after their handshake (idle timeout {IDLE:?}); log:\n{}",
+        proxy.process.log()
+    );
+    let undecided = closed
+        .iter()
+        .filter(|c| **c == Some(Duration::ZERO))
+        .count();
+    assert_eq!(
+        undecided, 0,
+        "{undecided} connections were closed before the proxy answered their handshake"
+    );
+    let latest = closed.iter().flatten().max().copied().unwrap_or_default();
+    eprintln!(
+        "{n} connections in {:?}, the last closed {latest:?} after its handshake; proxy RSS {} KiB before, peak {} KiB",
+        started.elapsed(),
+        before.rss / 1024,
+        peak / 1024
+    );
+    let attested = metric(
+        &proxy,
+        "attest_proxy_handshake_duration_seconds_count{outcome=\"completed\"}",
+    )
+    .await;
+    assert!(
+        attested >= n as f64,
+        "{attested} handshakes completed of {n}"
+    );
+    // At most the connections of one idle period are open at once; each holds its TLS and
+    // HTTP/2 state until then, and nothing stays behind afterwards.
+    let growth = peak.saturating_sub(before.rss);
+    assert!(
+        growth < 64 << 20,
+        "the proxy grew by {} KiB holding silent connections after their handshake",
+        growth / 1024
     );
 }

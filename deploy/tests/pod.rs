@@ -239,7 +239,7 @@ fn each_container_has_its_own_uid() {
 }
 
 #[test]
-fn socket_servers_admit_exactly_their_peer_uid() {
+fn socket_ends_check_exactly_their_peer_uid() {
     let proxy = container("attest-proxy");
     let core = container("join-core");
     let issuer = container("token-issuer");
@@ -257,6 +257,21 @@ fn socket_servers_admit_exactly_their_peer_uid() {
         run_as_user(&core),
         "token-issuer must admit join-core's uid"
     );
+    // And each client talks only to a server of the right uid.
+    assert_eq!(
+        required_flag(&proxy, "upstream-uid")
+            .parse::<u64>()
+            .expect("uid"),
+        run_as_user(&core),
+        "attest-proxy must expect join-core's uid"
+    );
+    assert_eq!(
+        required_flag(&core, "token-issuer-uid")
+            .parse::<u64>()
+            .expect("uid"),
+        run_as_user(&issuer),
+        "join-core must expect token-issuer's uid"
+    );
 }
 
 #[test]
@@ -269,29 +284,36 @@ fn clients_and_servers_agree_on_socket_paths() {
     assert_eq!(required_flag(&proxy, "upstream-socket"), core_socket);
     assert_eq!(required_flag(&core, "token-issuer-socket"), issuer_socket);
 
-    // Both sockets live on the shared in-memory emptyDir, mounted by all three at one path.
-    let sockets = volume("sockets");
-    assert_eq!(sockets["emptyDir"]["medium"], "Memory");
-    assert_eq!(mounted_by("sockets"), names(&CONTAINERS));
-    let mut dirs = BTreeSet::new();
-    for c in containers() {
-        let m = array(&c["volumeMounts"])
-            .into_iter()
-            .find(|m| m["name"] == "sockets")
-            .expect("sockets mount");
-        assert_ne!(
-            m["readOnly"],
-            Value::Bool(true),
-            "sockets must be creatable"
-        );
-        assert!(m.get("subPath").is_none());
-        dirs.insert(m["mountPath"].as_str().expect("mountPath").to_owned());
-    }
-    assert_eq!(dirs.len(), 1, "one mount path for the sockets: {dirs:?}");
-    let dir = dirs.into_iter().next().expect("one");
-    for socket in [&core_socket, &issuer_socket] {
-        let parent = std::path::Path::new(socket).parent().expect("parent");
-        assert_eq!(parent, std::path::Path::new(&dir), "{socket} outside {dir}");
+    // Each socket lives on an in-memory emptyDir of its own, mounted at the socket's directory
+    // writable by its server alone and read-only by its one client, so no other container can
+    // unlink or replace it.
+    for (socket, server, client) in [
+        (&core_socket, "join-core", "attest-proxy"),
+        (&issuer_socket, "token-issuer", "join-core"),
+    ] {
+        let dir = std::path::Path::new(socket).parent().expect("parent");
+        let volume_name = format!("{server}-socket");
+        let v = volume(&volume_name);
+        assert_eq!(v["emptyDir"]["medium"], "Memory", "{volume_name}");
+        assert_eq!(mounted_by(&volume_name), names(&[server, client]));
+        for (name, read_only) in [(server, false), (client, true)] {
+            let m = array(&container(name)["volumeMounts"])
+                .into_iter()
+                .find(|m| m["name"] == volume_name.as_str())
+                .expect("socket mount");
+            assert_eq!(
+                m["readOnly"].as_bool().unwrap_or(false),
+                read_only,
+                "{name}: {volume_name} must be {}",
+                if read_only { "read-only" } else { "writable" }
+            );
+            assert!(m.get("subPath").is_none());
+            assert_eq!(
+                m["mountPath"].as_str(),
+                dir.to_str(),
+                "{name}: {volume_name} is mounted where {socket} lives"
+            );
+        }
     }
     // The proxy connects as another uid through the shared group: group-writable, not world.
     let mode = u32::from_str_radix(&required_flag(&core, "socket-mode"), 8).expect("octal");
@@ -455,9 +477,10 @@ fn configuration_reaches_only_the_container_that_reads_it() {
         } else {
             assert!(api.is_empty(), "{} exposes ports", c["name"]);
         }
-        // Every mount other than the sockets is read-only.
+        // Every mount other than the container's own socket directory is read-only.
+        let own_socket = format!("{}-socket", c["name"].as_str().expect("name"));
         for m in array(&c["volumeMounts"]) {
-            if m["name"] != "sockets" {
+            if m["name"] != own_socket.as_str() {
                 assert_eq!(
                     m["readOnly"],
                     Value::Bool(true),

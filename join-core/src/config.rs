@@ -12,11 +12,12 @@ use tonic::transport::Uri;
 #[derive(Clone, Debug, clap::Parser)]
 #[command(name = "join-core", version)]
 pub struct Config {
-    /// Unix socket to serve join.API on; attest-proxy connects here.
+    /// Unix socket to serve join.API on; attest-proxy connects here. Its directory should be
+    /// writable by join-core only, so no other container can replace the socket.
     #[arg(
         long,
         env = "JOIN_CORE_SOCKET",
-        default_value = "/run/joinservice/join-core.sock"
+        default_value = "/run/joinservice/join-core/join-core.sock"
     )]
     pub socket: PathBuf,
 
@@ -45,13 +46,18 @@ pub struct Config {
     #[arg(long, env = "JOIN_CORE_KMS_ATTEMPT_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub kms_attempt_timeout: Duration,
 
-    /// token-issuer's Unix socket.
+    /// token-issuer's Unix socket, in a directory only token-issuer can write.
     #[arg(
         long,
         env = "JOIN_CORE_TOKEN_ISSUER_SOCKET",
-        default_value = "/run/joinservice/token-issuer.sock"
+        default_value = "/run/joinservice/token-issuer/token-issuer.sock"
     )]
     pub token_issuer_socket: PathBuf,
+
+    /// The uid token-issuer runs as. Before a request is sent, the process listening on
+    /// token-issuer's socket must run as it (`SO_PEERCRED`), so a replaced socket gets nothing.
+    #[arg(long, env = "JOIN_CORE_TOKEN_ISSUER_UID")]
+    pub token_issuer_uid: u32,
 
     /// Deadline for each token-issuer call. A call that misses it is answered `DeadlineExceeded`:
     /// token-issuer may already have created the bootstrap token.
@@ -121,6 +127,8 @@ mod tests {
             "join-core",
             "--proxy-uid",
             "10001",
+            "--token-issuer-uid",
+            "10003",
             "--kms-endpoint",
             "http://key-service:9000",
         ])
@@ -136,11 +144,22 @@ mod tests {
         );
         assert_eq!(
             config.socket,
-            PathBuf::from("/run/joinservice/join-core.sock")
+            PathBuf::from("/run/joinservice/join-core/join-core.sock")
         );
 
         assert!(Config::try_parse_from(["join-core", "--kms-endpoint", "http://k:9000"]).is_err());
         assert!(Config::try_parse_from(["join-core", "--proxy-uid", "1"]).is_err());
+        // token-issuer's uid has no default: a client must be told whom to trust.
+        assert!(
+            Config::try_parse_from([
+                "join-core",
+                "--proxy-uid",
+                "1",
+                "--kms-endpoint",
+                "http://k:9000"
+            ])
+            .is_err()
+        );
     }
 
     #[test]
@@ -150,6 +169,8 @@ mod tests {
                 "join-core",
                 "--proxy-uid",
                 "1",
+                "--token-issuer-uid",
+                "3",
                 "--kms-endpoint",
                 "http://k:9000",
                 flag,

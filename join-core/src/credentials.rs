@@ -21,10 +21,11 @@ pub struct CredentialsClient {
 }
 
 impl CredentialsClient {
-    /// A client for token-issuer at `socket`; connects on first use and reconnects by itself.
-    pub fn new(socket: impl Into<PathBuf>, deadline: Duration) -> Self {
+    /// A client for token-issuer at `socket`, served by `uid` (checked before anything is
+    /// sent); connects on first use and reconnects by itself.
+    pub fn new(socket: impl Into<PathBuf>, uid: u32, deadline: Duration) -> Self {
         Self {
-            client: TokenIssuerClient::new(plumbing::unix::channel(socket)),
+            client: TokenIssuerClient::new(plumbing::unix::channel(socket, uid)),
             deadline,
             metrics: Metrics::default(),
         }

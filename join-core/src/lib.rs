@@ -88,8 +88,12 @@ impl JoinCore {
                 RetryPolicy::new(config.kms_timeout, config.kms_attempt_timeout),
             )
             .with_metrics(metrics.clone()),
-            CredentialsClient::new(&config.token_issuer_socket, config.token_issuer_timeout)
-                .with_metrics(metrics.clone()),
+            CredentialsClient::new(
+                &config.token_issuer_socket,
+                config.token_issuer_uid,
+                config.token_issuer_timeout,
+            )
+            .with_metrics(metrics.clone()),
             measurement_salt,
             HostCertificates {
                 kubeadm,

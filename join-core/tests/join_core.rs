@@ -209,6 +209,8 @@ struct Setup {
     kms_attempt_timeout: Duration,
     token_issuer: Option<Answer>,
     proxy_uid: u32,
+    /// The uid join-core expects token-issuer to run as.
+    token_issuer_uid: u32,
     token_issuer_timeout: Duration,
     /// `apiServer.certSANs` of the mounted ClusterConfiguration.
     api_server_sans: Vec<&'static str>,
@@ -222,6 +224,7 @@ impl Default for Setup {
             kms_attempt_timeout: Duration::from_secs(1),
             token_issuer: Some(Answer::Credentials),
             proxy_uid: own_uid(),
+            token_issuer_uid: own_uid(),
             token_issuer_timeout: Duration::from_secs(5),
             api_server_sans: API_SERVER_SANS.to_vec(),
         }
@@ -337,6 +340,7 @@ impl System {
             socket: socket.clone(),
             socket_mode: 0o600,
             proxy_uid: setup.proxy_uid,
+            token_issuer_uid: setup.token_issuer_uid,
             kms_endpoint: format!("http://{kms_endpoint}").parse::<Uri>().unwrap(),
             kms_timeout: setup.kms_timeout,
             kms_attempt_timeout: setup.kms_attempt_timeout,
@@ -357,7 +361,7 @@ impl System {
         stop.insert(0, trigger);
 
         Self {
-            client: ApiClient::new(plumbing::unix::channel(&socket)),
+            client: ApiClient::new(plumbing::unix::channel(&socket, own_uid())),
             admin,
             _dir: dir,
             token_issuer_calls,
@@ -925,6 +929,24 @@ async fn peers_other_than_the_proxy_uid_are_cut_off() {
 }
 
 #[tokio::test]
+async fn a_token_issuer_socket_served_by_another_uid_gets_nothing() {
+    // The socket at token-issuer's path is served by a process of our own uid, but join-core
+    // expects another: it must not send the CSR there.
+    let system = System::start(Setup {
+        token_issuer_uid: own_uid().wrapping_add(4242),
+        ..Setup::default()
+    })
+    .await;
+    let status = system.join(join_request()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        system.token_issuer_calls().is_empty(),
+        "the CSR reached a token-issuer of the wrong uid"
+    );
+    system.stop().await;
+}
+
+#[tokio::test]
 async fn bad_salt_or_kubeadm_config_stops_startup() {
     let dir = tempfile::tempdir().unwrap();
     let salt_file = dir.path().join("measurementSalt");
@@ -933,6 +955,7 @@ async fn bad_salt_or_kubeadm_config_stops_startup() {
         socket: dir.path().join("join-core.sock"),
         socket_mode: 0o600,
         proxy_uid: own_uid(),
+        token_issuer_uid: own_uid(),
         kms_endpoint: "http://127.0.0.1:9000".parse().unwrap(),
         kms_timeout: Duration::from_secs(1),
         kms_attempt_timeout: Duration::from_secs(1),

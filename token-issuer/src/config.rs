@@ -24,11 +24,12 @@ fn milliseconds(s: &str) -> Result<Duration, String> {
     about = "Issues bootstrap tokens and kubelet certificates to join-core"
 )]
 pub struct Config {
-    /// Unix socket to serve the TokenIssuer API on.
+    /// Unix socket to serve the TokenIssuer API on. Its directory should be writable by
+    /// token-issuer only, so no other container can replace the socket.
     #[arg(
         long,
         env = "TOKEN_ISSUER_SOCKET",
-        default_value = "/run/joinservice/token-issuer.sock"
+        default_value = "/run/joinservice/token-issuer/token-issuer.sock"
     )]
     pub socket: PathBuf,
     /// Permission bits of the socket file, octal. join-core runs as another uid and reaches

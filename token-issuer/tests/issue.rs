@@ -191,7 +191,8 @@ impl Harness {
         csr: Vec<u8>,
         is_control_plane: bool,
     ) -> Result<proto::tokenissuer::IssueNodeCredentialsResponse, tonic::Status> {
-        let mut client = TokenIssuerClient::new(plumbing::unix::channel(self.socket.clone()));
+        let mut client =
+            TokenIssuerClient::new(plumbing::unix::channel(self.socket.clone(), own_uid()));
         client
             .issue_node_credentials(IssueNodeCredentialsRequest {
                 certificate_request: csr,

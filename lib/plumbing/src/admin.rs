@@ -11,7 +11,10 @@
 //! - `GET /metrics`: the process's Prometheus registry in the text exposition format.
 //!
 //! It is plain HTTP/1.1 on its own port, which the NetworkPolicy opens to the kubelet and the
-//! monitoring namespace only; it serves no secret.
+//! monitoring namespace only; it serves no secret. Whoever can reach it still cannot pin the
+//! process: at most [`MAX_CONNECTIONS`] connections are served at once (more are closed at
+//! accept), and each lives at most [`CONNECTION_TIMEOUT`], request headers included; probes and
+//! scrapes take milliseconds and reconnect as they need.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -55,6 +58,14 @@ where
 /// with a timeout that names nothing.
 pub const CHECK_TIMEOUT: Duration = Duration::from_millis(800);
 
+/// Admin connections served at once; more are closed at accept. Probes and a scraper or two
+/// need a handful.
+pub const MAX_CONNECTIONS: usize = 32;
+
+/// How long one admin connection lives, from accept: a client that sends its headers a byte at a
+/// time, or keeps a connection idle, gives up its place by then.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A condition shown in the `/readyz` body without failing readiness: `Some(text)` while it
 /// holds.
 pub type Note = Box<dyn Fn() -> Option<String> + Send + Sync>;
@@ -64,6 +75,14 @@ pub struct Admin {
     registry: Registry,
     checks: Vec<(&'static str, Box<dyn Check>)>,
     notes: Vec<(&'static str, Note)>,
+    limits: Limits,
+}
+
+/// The bounds on admin connections.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    max_connections: usize,
+    connection_timeout: Duration,
 }
 
 impl std::fmt::Debug for Admin {
@@ -84,7 +103,24 @@ impl Admin {
             registry: Registry::with_prefix(prefix),
             checks: Vec::new(),
             notes: Vec::new(),
+            limits: Limits {
+                max_connections: MAX_CONNECTIONS,
+                connection_timeout: CONNECTION_TIMEOUT,
+            },
         }
+    }
+
+    /// Replaces [`MAX_CONNECTIONS`] and [`CONNECTION_TIMEOUT`].
+    pub fn connection_limits(
+        mut self,
+        max_connections: usize,
+        connection_timeout: Duration,
+    ) -> Self {
+        self.limits = Limits {
+            max_connections,
+            connection_timeout,
+        };
+        self
     }
 
     /// The registry to register this process's metrics in.
@@ -114,6 +150,7 @@ impl Admin {
         let listener = TcpListener::bind(addr).await?;
         Ok(AdminServer {
             listener,
+            limits: self.limits,
             state: Arc::new(State {
                 registry: self.registry,
                 checks: self.checks,
@@ -132,6 +169,7 @@ struct State {
 /// A bound admin endpoint.
 pub struct AdminServer {
     listener: TcpListener,
+    limits: Limits,
     state: Arc<State>,
 }
 
@@ -152,8 +190,10 @@ impl AdminServer {
     /// Serves until the task is dropped. Readiness turns false once `draining` fires; the
     /// endpoint itself keeps answering while the process drains, so probes see the drain.
     pub async fn serve(self, draining: Shutdown) {
+        let places = Arc::new(tokio::sync::Semaphore::new(self.limits.max_connections));
+        let timeout = self.limits.connection_timeout;
         loop {
-            let (stream, _) = match self.listener.accept().await {
+            let (stream, peer) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(error) => {
                     tracing::warn!(%error, "admin endpoint: accept failed");
@@ -161,6 +201,10 @@ impl AdminServer {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
+            };
+            let Ok(place) = places.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, "admin endpoint: too many connections; closed at accept");
+                continue;
             };
             let state = self.state.clone();
             let draining = draining.clone();
@@ -171,12 +215,17 @@ impl AdminServer {
                     async move { Ok::<_, Infallible>(respond(&state, &draining, request).await) }
                 });
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                if let Err(error) = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await
+                match tokio::time::timeout(
+                    timeout,
+                    builder.serve_connection(TokioIo::new(stream), service),
+                )
+                .await
                 {
-                    tracing::debug!(%error, "admin connection ended");
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::debug!(%error, "admin connection ended"),
+                    Err(_) => tracing::debug!(%peer, "admin connection reached its time limit"),
                 }
+                drop(place);
             });
         }
     }
@@ -416,6 +465,46 @@ mod tests {
         let (status, body) = get(addr, "/readyz").await;
         assert_eq!(status, 503);
         assert!(body.contains("failed stuck: no answer within"), "{body}");
+        task.abort();
+    }
+
+    /// Whether the server closed `tcp` within `within` (nothing sent).
+    async fn closed_within(tcp: &mut tokio::net::TcpStream, within: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1];
+        matches!(
+            tokio::time::timeout(within, tcp.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn connections_are_capped_and_time_limited() {
+        let admin = Admin::new("test").connection_limits(4, Duration::from_secs(1));
+        let server = admin.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let (_trigger, draining) = crate::shutdown::channel();
+        let task = server.spawn(draining);
+        // Four silent clients (a header never sent) hold every place.
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let mut fifth = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed_within(&mut fifth, Duration::from_millis(500)).await,
+            "a connection beyond the cap was kept"
+        );
+        // The time limit frees the places: the silent ones are closed, probes answer again.
+        let started = std::time::Instant::now();
+        for tcp in &mut held {
+            assert!(
+                closed_within(tcp, Duration::from_secs(3)).await,
+                "a silent connection outlived its time limit"
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(get(addr, "/livez").await.0, 200);
         task.abort();
     }
 }

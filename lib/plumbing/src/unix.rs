@@ -136,15 +136,49 @@ pub fn incoming(
     })
 }
 
-/// A lazily connecting gRPC channel to a server on a Unix socket. The channel reconnects on
-/// its own when the server restarts, so one channel serves a process's whole life.
-pub fn channel(path: impl Into<PathBuf>) -> Channel {
+/// Connects to the server on `path` and checks, before anything is sent, that the process
+/// listening there runs as `server_uid` (`SO_PEERCRED`).
+///
+/// A socket path is only a name: whoever can write the directory can replace the socket, and a
+/// client that trusted the path would then hand a join request (or a CSR) to that process. The
+/// uid the kernel reports for the listening end cannot be forged.
+pub async fn connect(path: &Path, server_uid: u32) -> io::Result<UnixStream> {
+    let stream = UnixStream::connect(path).await?;
+    let uid = stream.peer_cred()?.uid();
+    if uid != server_uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            WrongServer {
+                path: path.to_owned(),
+                uid,
+                expected: server_uid,
+            },
+        ));
+    }
+    Ok(stream)
+}
+
+/// The process serving a socket runs as another uid than the client expects.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the server on {path} runs as uid {uid}, not the expected uid {expected}; nothing was sent"
+)]
+pub struct WrongServer {
+    pub path: PathBuf,
+    pub uid: u32,
+    pub expected: u32,
+}
+
+/// A lazily connecting gRPC channel to a server on a Unix socket that must run as `server_uid`
+/// (see [`connect`]). The channel reconnects on its own when the server restarts, so one
+/// channel serves a process's whole life.
+pub fn channel(path: impl Into<PathBuf>, server_uid: u32) -> Channel {
     let path = path.into();
     // The URI is required by the API but unused: the connector below decides where to dial.
     Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(
         move |_| {
             let path = path.clone();
-            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+            async move { connect(&path, server_uid).await.map(TokioIo::new) }
         },
     ))
 }
@@ -220,6 +254,34 @@ mod tests {
         assert_eq!(parse_mode("0600"), Ok(0o600));
         assert!(parse_mode("999").is_err());
         assert!(parse_mode("1777").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_client_refuses_a_server_of_another_uid() {
+        let dir = tempfile_dir("server-uid");
+        let path = dir.join("s.sock");
+        let me = own_uid();
+        let listener = bind(&path, 0o600).unwrap();
+        let accepting = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        assert!(connect(&path, me).await.is_ok());
+        let refused = connect(&path, me.wrapping_add(4242)).await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::PermissionDenied);
+        assert!(
+            refused.to_string().contains(&format!("runs as uid {me}")),
+            "{refused}"
+        );
+        // Through a channel, the refusal is a failed call, not a request delivered.
+        let request = tonic::codegen::http::Request::new(tonic::body::Body::empty());
+        let answer =
+            tower::ServiceExt::oneshot(channel(&path, me.wrapping_add(4242)), request).await;
+        assert!(answer.is_err(), "a request reached the wrong server");
+        accepting.abort();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn tempfile_dir(tag: &str) -> PathBuf {

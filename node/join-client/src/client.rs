@@ -22,39 +22,54 @@ pub enum ClientError {
 }
 
 /// A client of the join API.
+///
+/// Every call gets a connection of its own, as a Constellation node dials per call: the service
+/// answers one call per connection (and each connection is attested under the policy in force
+/// when it connects), so a channel kept between calls would only meet a closed connection.
 #[derive(Clone, Debug)]
 pub struct Client {
-    api: ApiClient<Channel>,
+    endpoint: Endpoint,
+    addr: SocketAddr,
+    connector: Arc<atls::Connector>,
 }
 
 impl Client {
-    /// A client for the join service at `addr`. Connections are made lazily, each one attested
-    /// with a fresh document from `issuer` for the server's nonce.
+    /// A client for the join service at `addr`. Connections are made per call, each one
+    /// attested with a fresh document from `issuer` for the server's nonce.
     pub fn new(
         addr: SocketAddr,
         issuer: Arc<dyn Issuer>,
         timeout: Duration,
     ) -> Result<Self, ClientError> {
-        let connector = Arc::new(atls::Connector::new(issuer));
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| ClientError::Endpoint(addr.to_string(), e))?
             .timeout(timeout)
             .connect_timeout(timeout);
-        let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
-            let connector = connector.clone();
-            async move {
-                let tcp = TcpStream::connect(addr).await?;
-                let _ = tcp.set_nodelay(true);
-                let tls = connector
-                    .connect(tcp)
-                    .await
-                    .map_err(std::io::Error::other)?;
-                Ok::<_, std::io::Error>(TokioIo::new(tls))
-            }
-        }));
         Ok(Self {
-            api: ApiClient::new(channel),
+            endpoint,
+            addr,
+            connector: Arc::new(atls::Connector::new(issuer)),
         })
+    }
+
+    /// A fresh, lazily connecting channel for one call.
+    fn api(&self) -> ApiClient<Channel> {
+        let (addr, connector) = (self.addr, self.connector.clone());
+        let channel = self
+            .endpoint
+            .connect_with_connector_lazy(tower::service_fn(move |_| {
+                let connector = connector.clone();
+                async move {
+                    let tcp = TcpStream::connect(addr).await?;
+                    let _ = tcp.set_nodelay(true);
+                    let tls = connector
+                        .connect(tcp)
+                        .await
+                        .map_err(std::io::Error::other)?;
+                    Ok::<_, std::io::Error>(TokioIo::new(tls))
+                }
+            }));
+        ApiClient::new(channel)
     }
 
     /// Calls `IssueJoinTicket`.
@@ -73,12 +88,7 @@ impl Client {
         let request = proto::join::IssueRejoinTicketRequest {
             disk_uuid: disk_uuid.to_owned(),
         };
-        Ok(self
-            .api
-            .clone()
-            .issue_rejoin_ticket(request)
-            .await?
-            .into_inner())
+        Ok(self.api().issue_rejoin_ticket(request).await?.into_inner())
     }
 
     /// A raw request through the attested channel, for tests and debugging: arbitrary metadata
@@ -87,11 +97,6 @@ impl Client {
         &self,
         request: tonic::Request<proto::join::IssueJoinTicketRequest>,
     ) -> Result<proto::join::IssueJoinTicketResponse, ClientError> {
-        Ok(self
-            .api
-            .clone()
-            .issue_join_ticket(request)
-            .await?
-            .into_inner())
+        Ok(self.api().issue_join_ticket(request).await?.into_inner())
     }
 }

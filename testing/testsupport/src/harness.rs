@@ -2,6 +2,12 @@
 //! token-issuer, join-core and attest-proxy as real processes talking over real Unix sockets.
 //!
 //! Tests and `local-cluster` both start it through [`System::start`].
+//!
+//! As root (CI runs the tests as root), attest-proxy, join-core and token-issuer run under three
+//! distinct uids, as in the pod ([`Uids::POD`]), and each file is readable only by the process
+//! that reads it in the pod: so every peer-uid check (each server's `SO_PEERCRED` on accept,
+//! each client's on connect) is exercised end to end. Otherwise every process runs as the
+//! caller's uid.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
@@ -18,7 +24,7 @@ use node_client::Client;
 use rand::Rng;
 use tpm_issuer::AkSpec;
 
-use crate::process::{Process, bin, free_port};
+use crate::process::{Process, RunAs, bin_for_others, free_port};
 use crate::swtpm::Swtpm;
 
 /// The boot measurements the harness extends into the TPM before any node attests, standing in
@@ -107,6 +113,48 @@ pub struct Options {
     /// The RBAC manifest whose grants token-issuer's token gets in the API stand-in;
     /// `deploy/rbac.yaml`, what operators deploy, if unset.
     pub rbac: Option<PathBuf>,
+    /// Run every process as the caller's uid even as root: for tests whose own process talks
+    /// to the services' sockets (an in-process attest-proxy), which the pod's uids would refuse.
+    pub same_uid: bool,
+}
+
+/// The uids the three service processes run as, and the group they share for the sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Uids {
+    pub proxy: u32,
+    pub join_core: u32,
+    pub token_issuer: u32,
+    /// In the pod, the fsGroup every container has; here every process's primary group.
+    pub gid: u32,
+}
+
+impl Uids {
+    /// The uids of `deploy/daemonset.yaml`.
+    pub const POD: Uids = Uids {
+        proxy: 10001,
+        join_core: 10002,
+        token_issuer: 10003,
+        gid: 10000,
+    };
+
+    /// Every process as `uid` (and its group).
+    fn same(uid: u32, gid: u32) -> Self {
+        Self {
+            proxy: uid,
+            join_core: uid,
+            token_issuer: uid,
+            gid,
+        }
+    }
+
+    /// Whether the processes run as uids other than the caller's.
+    pub fn distinct(&self) -> bool {
+        self.proxy != self.join_core
+    }
+
+    fn user(&self, uid: u32) -> Option<RunAs> {
+        self.distinct().then_some(RunAs { uid, gid: self.gid })
+    }
 }
 
 /// One of the system's service processes.
@@ -133,6 +181,8 @@ pub struct System {
     pub kms_addr: SocketAddr,
     /// The processes' admin endpoints.
     pub admin: AdminAddrs,
+    /// The uids attest-proxy, join-core and token-issuer run as.
+    pub uids: Uids,
     pub paths: Paths,
     /// The attestation keys the configs the harness writes trust: its swtpm's, or any with
     /// [`Options::trust_any_ak`] (a config file given in [`Options`] says its own).
@@ -161,8 +211,8 @@ impl Paths {
         let p = |name: &str| root.join(name);
         Self {
             root: root.to_owned(),
-            join_core_socket: p("run/join-core.sock"),
-            token_issuer_socket: p("run/token-issuer.sock"),
+            join_core_socket: p("run/join-core/join-core.sock"),
+            token_issuer_socket: p("run/token-issuer/token-issuer.sock"),
             attestation_config: p("config/attestationConfig"),
             pki_dir: p("pki"),
             ca_cert: p("pki/ca.crt"),
@@ -315,7 +365,12 @@ impl System {
         let dir = tempfile::Builder::new().prefix("joinservice-").tempdir()?;
         let paths = Paths::new(dir.path());
         std::fs::create_dir_all(&paths.logs)?;
-        let uid = own_uid()?.to_string();
+        let own = own_uid()?;
+        let uids = if own == 0 && !options.same_uid {
+            Uids::POD
+        } else {
+            Uids::same(own, std::fs::metadata("/proc/self")?.gid())
+        };
 
         // The TPM, with the boot chain measured.
         let swtpm = Swtpm::start().context("starting swtpm")?;
@@ -370,6 +425,9 @@ impl System {
                 .map_err(|status| anyhow::anyhow!("seeding kube-standin: {}", status.message))?;
         }
         write(&paths.kubeconfig, kube.kubeconfig(&token).as_bytes())?;
+        if uids.distinct() {
+            hand_out_files(&paths, &uids)?;
+        }
 
         let kms_port = free_port()?;
         let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
@@ -390,12 +448,12 @@ impl System {
                 ]),
             &paths.logs,
         )?;
-        let mut token_issuer = Process::spawn(
+        let mut token_issuer = Process::spawn_as(
             "token-issuer",
             command("token-issuer")?
                 .arg("--socket")
                 .arg(&paths.token_issuer_socket)
-                .args(["--peer-uid", &uid])
+                .args(["--peer-uid", &uids.join_core.to_string()])
                 .arg("--ca-cert")
                 .arg(&paths.ca_cert)
                 .arg("--ca-key")
@@ -407,13 +465,15 @@ impl System {
                 .arg(&paths.kubeconfig)
                 .args(["--admin-listen", &admin.token_issuer.to_string()]),
             &paths.logs,
+            uids.user(uids.token_issuer),
         )?;
-        let mut join_core = Process::spawn(
+        let mut join_core = Process::spawn_as(
             "join-core",
             command("join-core")?
                 .arg("--socket")
                 .arg(&paths.join_core_socket)
-                .args(["--proxy-uid", &uid])
+                .args(["--proxy-uid", &uids.proxy.to_string()])
+                .args(["--token-issuer-uid", &uids.token_issuer.to_string()])
                 .args(["--kms-endpoint", &format!("http://127.0.0.1:{kms_port}")])
                 .arg("--token-issuer-socket")
                 .arg(&paths.token_issuer_socket)
@@ -423,17 +483,19 @@ impl System {
                 .arg(&paths.kubeadm_config)
                 .args(["--admin-listen", &admin.join_core.to_string()]),
             &paths.logs,
+            uids.user(uids.join_core),
         )?;
         let proxy_addr = match options.proxy_listen {
             Some(addr) => addr,
             None => SocketAddr::from(([127, 0, 0, 1], free_port()?)),
         };
-        let mut proxy = Process::spawn(
+        let mut proxy = Process::spawn_as(
             "attest-proxy",
             command("attest-proxy")?
                 .args(["--listen", &proxy_addr.to_string()])
                 .arg("--upstream-socket")
                 .arg(&paths.join_core_socket)
+                .args(["--upstream-uid", &uids.join_core.to_string()])
                 .args(["--variant", "qemu-vtpm"])
                 .arg("--attestation-config")
                 .arg(&paths.attestation_config)
@@ -441,6 +503,7 @@ impl System {
                 .args(&options.proxy_args)
                 .args(per_peer_rate(&options.proxy_args)),
             &paths.logs,
+            uids.user(uids.proxy),
         )?;
 
         keyservice.wait_for_listener(SocketAddr::from(([127, 0, 0, 1], kms_port)))?;
@@ -470,6 +533,7 @@ impl System {
             proxy_addr: connect_addr,
             kms_addr: SocketAddr::from(([127, 0, 0, 1], kms_port)),
             admin,
+            uids,
             paths,
             ak_trust,
             _dir: dir,
@@ -558,8 +622,71 @@ fn per_peer_rate(proxy_args: &[String]) -> &'static [&'static str] {
     }
 }
 
+/// Gives each file to the process that reads it in the pod, readable by it alone, and each
+/// socket directory to its server, writable by it alone (its peer may only search it): what the
+/// pod's mounts and fsGroup do (`deploy/daemonset.yaml`).
+fn hand_out_files(paths: &Paths, uids: &Uids) -> anyhow::Result<()> {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    let give = |path: &Path, uid: u32, mode: u32| -> anyhow::Result<()> {
+        chown(path, Some(uid), Some(uids.gid))
+            .with_context(|| format!("chown {uid} {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("chmod {mode:o} {}", path.display()))
+    };
+    // Every process must traverse the root (a temporary directory is 0700) and the config
+    // directory; what lies below is guarded file by file.
+    let traversable = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(&paths.root, traversable.clone())?;
+    std::fs::set_permissions(paths.root.join("config"), traversable.clone())?;
+    // The measurement policy is public: attest-proxy reads it, and tests rewrite it.
+    std::fs::set_permissions(
+        &paths.attestation_config,
+        std::fs::Permissions::from_mode(0o644),
+    )?;
+    // token-issuer: the PKI (cluster CA key, control-plane CA keys) and its kubeconfig.
+    for entry in walk(&paths.pki_dir)? {
+        let mode = if entry.is_dir() { 0o700 } else { 0o600 };
+        give(&entry, uids.token_issuer, mode)?;
+    }
+    give(&paths.kubeconfig, uids.token_issuer, 0o600)?;
+    // join-core: the measurement salt and kubeadm's ClusterConfiguration.
+    give(&paths.measurement_salt, uids.join_core, 0o600)?;
+    give(&paths.kubeadm_config, uids.join_core, 0o600)?;
+    if let Some(dir) = paths.kubeadm_config.parent() {
+        give(dir, uids.join_core, 0o700)?;
+    }
+    // Each socket in a directory only its server can write.
+    let run = paths.root.join("run");
+    std::fs::create_dir_all(&run)?;
+    std::fs::set_permissions(&run, traversable)?;
+    for (socket, uid) in [
+        (&paths.join_core_socket, uids.join_core),
+        (&paths.token_issuer_socket, uids.token_issuer),
+    ] {
+        let dir = socket.parent().context("socket path without a directory")?;
+        std::fs::create_dir_all(dir)?;
+        give(dir, uid, 0o755)?;
+    }
+    Ok(())
+}
+
+/// `dir` and everything below it, directories before their contents.
+fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut found = vec![dir.to_owned()];
+    let mut i = 0;
+    while i < found.len() {
+        if found[i].is_dir() {
+            for entry in std::fs::read_dir(&found[i])? {
+                found.push(entry?.path());
+            }
+        }
+        i += 1;
+    }
+    Ok(found)
+}
+
 fn command(name: &str) -> anyhow::Result<Command> {
-    let mut command = Command::new(bin(name)?);
+    let mut command = Command::new(bin_for_others(name)?);
     command.env(
         "RUST_LOG",
         std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()),

@@ -29,6 +29,54 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The path of a workspace binary that processes of other uids can execute.
+///
+/// The build's own directory may sit under one only its owner can traverse (a clone in a 0700
+/// directory, as CI makes as root); then the binary is hard-linked (or, across file systems,
+/// copied) once per test process into a 0755 temporary directory, which is kept until the
+/// machine cleans its temporary files (removing it under a running process would break its
+/// restarts).
+pub fn bin_for_others(name: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    static SHARED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let path = bin(name)?;
+    if reachable_by_others(&path) {
+        return Ok(path);
+    }
+    let dir = match SHARED.get() {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("joinservice-bin-")
+                .tempdir()
+                .context("making a directory for binaries other uids can run")?
+                .keep();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+            SHARED.get_or_init(|| dir).clone()
+        }
+    };
+    let shared = dir.join(name);
+    if !shared.is_file() {
+        let partial = dir.join(format!(".{name}.{}", std::process::id()));
+        if std::fs::hard_link(&path, &partial).is_err() {
+            std::fs::copy(&path, &partial)
+                .with_context(|| format!("copying {} to {}", path.display(), dir.display()))?;
+        }
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&partial, &shared)?;
+    }
+    Ok(shared)
+}
+
+/// Whether a process of another uid (and group) can reach and execute `path`.
+fn reachable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.ancestors().all(|p| {
+        p.as_os_str().is_empty()
+            || std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    })
+}
+
 /// The path of a workspace binary, with a hint if it was not built.
 pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
     let path = bin_dir()?.join(name);
@@ -64,10 +112,19 @@ struct CommandLine {
     /// `None` removes the variable.
     envs: Vec<(OsString, Option<OsString>)>,
     dir: Option<PathBuf>,
+    /// The uid and gid to run as, if not the caller's.
+    user: Option<RunAs>,
+}
+
+/// A uid and gid a process runs as (starting one needs root).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl CommandLine {
-    fn of(command: &Command) -> Self {
+    fn of(command: &Command, user: Option<RunAs>) -> Self {
         Self {
             program: command.get_program().to_owned(),
             args: command.get_args().map(ToOwned::to_owned).collect(),
@@ -76,6 +133,7 @@ impl CommandLine {
                 .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
                 .collect(),
             dir: command.get_current_dir().map(Path::to_path_buf),
+            user,
         }
     }
 
@@ -91,8 +149,18 @@ impl CommandLine {
         if let Some(dir) = &self.dir {
             command.current_dir(dir);
         }
+        if let Some(user) = self.user {
+            run_as(&mut command, user);
+        }
         command
     }
+}
+
+/// Makes `command` run as `user`, with no supplementary groups (std drops them when it changes
+/// the uid).
+fn run_as(command: &mut Command, user: RunAs) {
+    use std::os::unix::process::CommandExt;
+    command.uid(user.uid).gid(user.gid);
 }
 
 /// A signal [`Process::signal`] sends.
@@ -135,13 +203,27 @@ fn start(name: &str, command: &mut Command, log: &Path, append: bool) -> anyhow:
 impl Process {
     /// Starts `command`, sending stdout and stderr to a log file named after `name`.
     pub fn spawn(name: &str, command: &mut Command, log_dir: &Path) -> anyhow::Result<Self> {
+        Self::spawn_as(name, command, log_dir, None)
+    }
+
+    /// [`Process::spawn`], running as `user` if given (and again as `user` on restart). The log
+    /// file is opened by this process, so the user need not be able to write the log directory.
+    pub fn spawn_as(
+        name: &str,
+        command: &mut Command,
+        log_dir: &Path,
+        user: Option<RunAs>,
+    ) -> anyhow::Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
+        if let Some(user) = user {
+            run_as(command, user);
+        }
         let child = start(name, command, &log, false)?;
         Ok(Self {
             name: name.to_owned(),
             child,
             log,
-            command_line: CommandLine::of(command),
+            command_line: CommandLine::of(command, user),
         })
     }
 

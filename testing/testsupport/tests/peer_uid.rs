@@ -92,13 +92,15 @@ async fn as_root_sockets_refuse_processes_of_other_uids() {
     ] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    for socket in [
-        &system.paths.join_core_socket,
-        &system.paths.token_issuer_socket,
+    // As root the harness runs the services as the pod's uids: each socket serves its peer's.
+    assert!(system.uids.distinct(), "{:?}", system.uids);
+    for (socket, peer) in [
+        (&system.paths.join_core_socket, system.uids.proxy),
+        (&system.paths.token_issuer_socket, system.uids.join_core),
     ] {
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(
-            run_probe(&probe, socket, None),
+            run_probe(&probe, socket, Some(peer)),
             "answered",
             "the allowed uid is served on {}",
             socket.display()
@@ -118,4 +120,31 @@ async fn as_root_sockets_refuse_processes_of_other_uids() {
             process.name()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root to run a probe as another uid; scripts/test.sh runs it as root"]
+async fn as_root_attest_proxy_uid_is_refused_at_token_issuers_socket() {
+    assert_eq!(own_uid().unwrap(), 0, "run as root: scripts/test.sh does");
+    let (_probe_dir, probe) = reachable_copy_of_this_binary();
+    let system = System::start(Options::default()).await.unwrap();
+    let socket = &system.paths.token_issuer_socket;
+    // In the pod attest-proxy cannot even reach this socket; with the file opened to everyone,
+    // token-issuer's peer check still keeps it out: only join-core may ask for credentials.
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(
+        run_probe(&probe, socket, Some(system.uids.proxy)),
+        "closed",
+        "attest-proxy's uid {} must be dropped by token-issuer",
+        system.uids.proxy
+    );
+    assert_eq!(
+        run_probe(&probe, socket, Some(system.uids.join_core)),
+        "answered"
+    );
+    let log = system.token_issuer.log();
+    assert!(
+        log.contains(&format!("peer uid {}", system.uids.proxy)),
+        "token-issuer logs the refused uid:\n{log}"
+    );
 }

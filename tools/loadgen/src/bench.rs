@@ -23,6 +23,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Serialize;
 use soft_issuer::KeyType;
+use testsupport::harness::own_uid;
 use testsupport::process::{Process, bin, free_port};
 
 use crate::mtls::ClientCa;
@@ -309,6 +310,7 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                     .args(["--listen", &addr.to_string(), "--variant", "qemu-vtpm"])
                     .arg("--upstream-socket")
                     .arg(&socket)
+                    .args(["--upstream-uid", &own_uid()?.to_string()])
                     .arg("--attestation-config")
                     .arg(&policy),
                 &logs,
