@@ -30,7 +30,11 @@ struct Running {
 async fn start(upstream: Upstream, flags: &[&str]) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("attestationConfig");
-    std::fs::write(&policy, testsupport::harness::attestation_config(&[])).unwrap();
+    std::fs::write(
+        &policy,
+        testsupport::harness::attestation_config(&attestation::AkTrust::AnyKey, &[]),
+    )
+    .unwrap();
     let socket = dir.path().join("join-core.sock");
     let (trigger, shutdown) = plumbing::shutdown::channel();
     match upstream {

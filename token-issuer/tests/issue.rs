@@ -1444,7 +1444,7 @@ async fn no_event_no_release() {
     h.assert_nothing_created("event refused");
 
     // Without the evidence digest there is no release either, and no API call is made.
-    let mut client = TokenIssuerClient::new(plumbing::unix::channel(h.socket.clone()));
+    let mut client = TokenIssuerClient::new(plumbing::unix::channel(h.socket.clone(), own_uid()));
     let before = h.standin.requests().len();
     let status = client
         .issue_node_credentials(IssueNodeCredentialsRequest {

@@ -21,8 +21,8 @@ async fn a_tightened_policy_refuses_a_joined_node_on_its_next_call() {
         .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
 
     // Tighten: PCR 15 must now hold a value this node's TPM never measured.
-    let tightened = harness::attestation_config(&[(15, [0x15; 32], false)]);
-    let digest = attestation::Policy::from_attestation_config(tightened.as_bytes())
+    let tightened = system.attestation_config(&[(15, [0x15; 32], false)]);
+    let digest = attestation::QemuVtpmConfig::from_attestation_config(tightened.as_bytes())
         .unwrap()
         .digest();
     let dir = system.paths.attestation_config.parent().unwrap();
