@@ -103,7 +103,6 @@ struct MatchResources {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ResourceRule {
     api_groups: Vec<String>,
-    #[allow(dead_code)] // Every version of a resource is the same object here.
     api_versions: Vec<String>,
     operations: Vec<String>,
     resources: Vec<String>,
@@ -282,6 +281,7 @@ impl AdmissionPolicy {
         let has = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
         self.rules.iter().any(|r| {
             has(&r.api_groups, req.group)
+                && has(&r.api_versions, req.version)
                 && has(&r.resources, req.resource)
                 && has(&r.operations, req.operation)
         })
@@ -330,6 +330,7 @@ pub(crate) struct Request<'a> {
     /// `CREATE`, `UPDATE` or `DELETE`.
     pub operation: &'static str,
     pub group: &'a str,
+    pub version: &'a str,
     pub resource: &'a str,
     pub namespace: Option<&'a str>,
     pub name: &'a str,
@@ -392,6 +393,7 @@ fn context<'a>(req: &Request<'_>) -> Context<'a> {
             "resource".into(),
             HashMap::<Key, cel::Value>::from([
                 ("group".into(), req.group.into()),
+                ("version".into(), req.version.into()),
                 ("resource".into(), req.resource.into()),
             ])
             .into(),
@@ -532,6 +534,7 @@ mod tests {
         let req = Request {
             operation: "CREATE",
             group: "",
+            version: "v1",
             resource: "secrets",
             namespace: Some("kube-system"),
             name: "bootstrap-token-abcdef",

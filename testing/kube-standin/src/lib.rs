@@ -3,7 +3,7 @@
 //! No kube-apiserver can run on the machines this project is built on, yet token-issuer must be
 //! tested against something that answers like one. This crate serves the real paths over HTTPS
 //! (h2 and http/1.1) with its own CA, authenticates bearer tokens, authorizes with RBAC-shaped
-//! rules ([`rbac`]), evaluates ValidatingAdmissionPolicies' CEL on create and delete
+//! rules ([`rbac`]), evaluates ValidatingAdmissionPolicies' CEL on create, patch and delete
 //! ([`admission`], [`StandinConfig::admission`]) and fails with the real `Status` bodies
 //! ([`status`]). Tests steer it with
 //! [`Fault`]s (per method and path: forced codes, slowness) and seed and inspect what it stores

@@ -249,6 +249,7 @@ async fn dispatch(state: &State, user: &User, req: Request<Incoming>) -> Resp {
             &admission::Request {
                 operation,
                 group: resource.group,
+                version: resource.version,
                 resource: resource.plural,
                 namespace: target.namespace,
                 name,
@@ -281,12 +282,15 @@ async fn dispatch(state: &State, user: &User, req: Request<Incoming>) -> Resp {
         .map(|o| (200, o)),
         "patch" => {
             let opts = apply::PatchOptions::from_query(query.as_deref());
+            let patched = |operation, object: &Value, old: Option<&Value>| {
+                admit(operation, target.name, Some(object), old)
+            };
             match content_type.as_str() {
                 "application/apply-patch+yaml" => {
-                    apply::apply(&mut lock(&state.store), &target, &body, &opts)
+                    apply::apply(&mut lock(&state.store), &target, &body, &opts, patched)
                 }
                 "application/merge-patch+json" => {
-                    apply::merge_patch(&mut lock(&state.store), &target, &body, &opts)
+                    apply::merge_patch(&mut lock(&state.store), &target, &body, &opts, patched)
                         .map(|o| (200, o))
                 }
                 // JSON patch and strategic merge patch are not needed by anything this

@@ -11,10 +11,10 @@ use std::path::Path;
 use common::{api_error, client};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube_standin::admission::AdmissionPolicy;
 use kube_standin::fixtures::token_issuer_grants;
-use kube_standin::{KubeStandin, Running, StandinConfig, User};
+use kube_standin::{Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
 use serde_json::{Value, json};
 
 const ADMIN: &str = "admin-token";
@@ -24,12 +24,13 @@ const LABEL: &str = "joinservice.edgeless.systems/issued-by";
 
 async fn standin() -> Running {
     let _ = rustls23::crypto::ring::default_provider().install_default();
-    let issuer = User::service_account(
-        ISSUER,
+    // Patch too, so that the policy's own refusal of UPDATE shows (deploy/rbac.yaml has none).
+    let mut grants = token_issuer_grants();
+    grants.push(Grant::namespaced(
         "kube-system",
-        "join-token-issuer",
-        token_issuer_grants(),
-    );
+        PolicyRule::new(&["patch"], &[""], &["secrets"]),
+    ));
+    let issuer = User::service_account(ISSUER, "kube-system", "join-token-issuer", grants);
     let mut config = StandinConfig::new(vec![User::admin(ADMIN), issuer]);
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/admission-policy.yaml");
     config.admission = AdmissionPolicy::from_file(&manifest).unwrap();
@@ -145,7 +146,7 @@ async fn token_issuer_creates_bootstrap_tokens_only() {
 }
 
 #[tokio::test]
-async fn token_issuer_deletes_only_its_own_tokens() {
+async fn token_issuer_deletes_only_its_own_tokens_and_updates_none() {
     let s = standin().await;
     let admin: Api<Secret> = Api::namespaced(client(&s, ADMIN).await, "kube-system");
     let issuer: Api<Secret> = Api::namespaced(client(&s, ISSUER).await, "kube-system");
@@ -178,6 +179,22 @@ async fn token_issuer_deletes_only_its_own_tokens() {
     );
     let e = api_error(issuer.delete("other", &dp).await.unwrap_err());
     assert_eq!(e.code, 403);
+    let label = json!({"metadata": {"labels": {"x": "y"}}});
+    let e = api_error(
+        issuer
+            .patch(
+                "bootstrap-token-mine00",
+                &PatchParams::default(),
+                &Patch::Merge(&label),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_denied(
+        &e,
+        "bootstrap-token-mine00",
+        "join-token-issuer may only create and delete bootstrap token Secrets",
+    );
     issuer.delete("bootstrap-token-mine00", &dp).await.unwrap();
     admin.delete("bootstrap-token-kubadm", &dp).await.unwrap();
 
