@@ -5,10 +5,10 @@
 //! (h2 and http/1.1) with its own CA, authenticates bearer tokens, authorizes with RBAC-shaped
 //! rules ([`rbac`]), evaluates ValidatingAdmissionPolicies' CEL on create, patch and delete
 //! ([`admission`], [`StandinConfig::admission`]) and fails with the real `Status` bodies
-//! ([`status`]). Tests steer it with
-//! [`Fault`]s (per method and path: forced codes, slowness) and seed and inspect what it stores
-//! through [`Running`]; out-of-process users get the same through the test-only admin endpoints
-//! under [`ADMIN_PREFIX`] when [`StandinConfig::admin_api`] is on.
+//! ([`status`]). Tests steer it with [`Fault`]s (per method and path: forced codes, slowness)
+//! and seed and inspect what it stores through [`Running`]; out-of-process users get the same
+//! through the test-only admin endpoints under [`ADMIN_PREFIX`] when [`StandinConfig::admin_api`]
+//! is on.
 //!
 //! Served: every call token-issuer makes, on the resources in one table (`resources.rs`):
 //! Secrets, ConfigMaps and Events (`/api/v1/namespaces/{ns}/...`; Events validated as the API

@@ -91,44 +91,39 @@ async fn token_issuer_creates_bootstrap_tokens_only() {
         .unwrap();
     assert!(created.metadata.creation_timestamp.is_some());
 
-    let mut opaque = token("opaq00", time::Duration::minutes(30));
+    let half_hour = time::Duration::minutes(30);
+    let mut opaque = token("opaq00", half_hour);
     opaque["type"] = json!("Opaque");
-    let e = api_error(secrets.create(&pp, &secret(opaque)).await.unwrap_err());
-    assert_denied(
-        &e,
-        "bootstrap-token-opaq00",
-        "created Secrets must be of type bootstrap.kubernetes.io/token",
-    );
-
-    let mut misnamed = token("abc124", time::Duration::minutes(30));
+    let mut misnamed = token("abc124", half_hour);
     misnamed["metadata"]["name"] = json!("kubeconfig");
-    let e = api_error(secrets.create(&pp, &secret(misnamed)).await.unwrap_err());
-    assert_denied(
-        &e,
-        "kubeconfig",
-        "created Secrets must be named bootstrap-token-<6 characters [a-z0-9]>",
-    );
-
-    let e = api_error(
-        secrets
-            .create(&pp, &secret(token("abc125", time::Duration::hours(2))))
-            .await
-            .unwrap_err(),
-    );
-    assert_denied(
-        &e,
-        "bootstrap-token-abc125",
-        "bootstrap tokens must carry an RFC 3339 expiration at most 1h ahead",
-    );
-
-    let mut extra = token("abc126", time::Duration::minutes(30));
+    let mut extra = token("abc126", half_hour);
     extra["stringData"]["kubeconfig"] = json!("x");
-    let e = api_error(secrets.create(&pp, &secret(extra)).await.unwrap_err());
-    assert_denied(
-        &e,
-        "bootstrap-token-abc126",
-        "bootstrap token Secrets may carry only the kubeadm bootstrap token keys",
-    );
+    let refused = [
+        (
+            opaque,
+            "bootstrap-token-opaq00",
+            "created Secrets must be of type bootstrap.kubernetes.io/token",
+        ),
+        (
+            misnamed,
+            "kubeconfig",
+            "created Secrets must be named bootstrap-token-<6 characters [a-z0-9]>",
+        ),
+        (
+            token("abc125", time::Duration::hours(2)),
+            "bootstrap-token-abc125",
+            "bootstrap tokens must carry an RFC 3339 expiration at most 1h ahead",
+        ),
+        (
+            extra,
+            "bootstrap-token-abc126",
+            "bootstrap token Secrets may carry only the kubeadm bootstrap token keys",
+        ),
+    ];
+    for (object, name, message) in refused {
+        let e = api_error(secrets.create(&pp, &secret(object)).await.unwrap_err());
+        assert_denied(&e, name, message);
+    }
 
     // A malformed expiration cannot be evaluated: failurePolicy Fail denies (422 Invalid).
     let mut garbled = token("abc127", time::Duration::minutes(30));
