@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use kube_standin::admission::AdmissionPolicy;
 use kube_standin::{Grant, PolicyRule};
 use serde::Deserialize;
 
@@ -16,6 +17,15 @@ pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The manifest that holds every Role, ClusterRole and binding of the join service.
 pub const RBAC_FILE: &str = "rbac.yaml";
+
+/// The manifest that holds the ValidatingAdmissionPolicy narrowing token-issuer's Secrets.
+pub const ADMISSION_POLICY_FILE: &str = "admission-policy.yaml";
+
+/// The admission policies (with their bindings) in `deploy/admission-policy.yaml`, for the
+/// stand-in to evaluate as the API server would.
+pub fn admission_policies() -> Result<Vec<AdmissionPolicy>, kube_standin::admission::LoadError> {
+    AdmissionPolicy::from_file(&Path::new(MANIFEST_DIR).join(ADMISSION_POLICY_FILE))
+}
 
 /// Why the RBAC manifests could not be turned into grants.
 #[derive(Debug, thiserror::Error)]

@@ -3,10 +3,12 @@
 //! No kube-apiserver can run on the machines this project is built on, yet token-issuer must be
 //! tested against something that answers like one. This crate serves the real paths over HTTPS
 //! (h2 and http/1.1) with its own CA, authenticates bearer tokens, authorizes with RBAC-shaped
-//! rules ([`rbac`]) and fails with the real `Status` bodies ([`status`]). Tests steer it with
-//! [`Fault`]s (per method and path: forced codes, slowness) and seed and inspect what it stores
-//! through [`Running`]; out-of-process users get the same through the test-only admin endpoints
-//! under [`ADMIN_PREFIX`] when [`StandinConfig::admin_api`] is on.
+//! rules ([`rbac`]), evaluates ValidatingAdmissionPolicies' CEL on create, patch and delete
+//! ([`admission`], [`StandinConfig::admission`]) and fails with the real `Status` bodies
+//! ([`status`]). Tests steer it with [`Fault`]s (per method and path: forced codes, slowness)
+//! and seed and inspect what it stores through [`Running`]; out-of-process users get the same
+//! through the test-only admin endpoints under [`ADMIN_PREFIX`] when [`StandinConfig::admin_api`]
+//! is on.
 //!
 //! Served: every call token-issuer makes, on the resources in one table (`resources.rs`):
 //! Secrets, ConfigMaps and Events (`/api/v1/namespaces/{ns}/...`; Events validated as the API
@@ -19,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 mod apply;
 mod faults;
 pub mod fixtures;
@@ -85,6 +88,8 @@ pub struct StandinConfig {
     pub namespaces: Vec<String>,
     /// Serve the test-only admin endpoints under [`ADMIN_PREFIX`].
     pub admin_api: bool,
+    /// Validating admission policies evaluated on create, update and delete ([`admission`]).
+    pub admission: Vec<admission::AdmissionPolicy>,
 }
 
 impl StandinConfig {
@@ -97,6 +102,7 @@ impl StandinConfig {
                 .map(String::from)
                 .to_vec(),
             admin_api: false,
+            admission: Vec::new(),
         }
     }
 }
@@ -123,6 +129,7 @@ impl KubeStandin {
         let state = Arc::new(server::State {
             users: config.users,
             admin_api: config.admin_api,
+            admission: config.admission,
             server_address: addr.to_string(),
             store: Mutex::new(store::Store::new(config.namespaces)),
             faults: Mutex::new(faults::Faults::default()),

@@ -453,6 +453,7 @@ pub(crate) fn create(
     t: &Target<'_>,
     body: &[u8],
     suffix: impl FnOnce() -> String,
+    admit: impl FnOnce(&str, &Value) -> Result<(), Failure>,
 ) -> Result<Value, Failure> {
     let r = t.resource;
     let ns = t.namespace;
@@ -474,6 +475,7 @@ pub(crate) fn create(
     let revision = store.next_revision();
     stamp_new(r, &mut object, revision);
     let object = Value::Object(object);
+    admit(&name, &object)?;
     store.insert(r.plural, ns_key, &name, object.clone());
     Ok(object)
 }
@@ -493,7 +495,12 @@ struct DeleteOptions {
 }
 
 /// DELETE of one object, honouring `uid` and `resourceVersion` preconditions in the body.
-pub(crate) fn delete(store: &mut Store, t: &Target<'_>, body: &[u8]) -> Result<Value, Failure> {
+pub(crate) fn delete(
+    store: &mut Store,
+    t: &Target<'_>,
+    body: &[u8],
+    admit: impl FnOnce(&Value) -> Result<(), Failure>,
+) -> Result<Value, Failure> {
     let r = t.resource;
     let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
@@ -536,6 +543,7 @@ pub(crate) fn delete(store: &mut Store, t: &Target<'_>, body: &[u8]) -> Result<V
             ));
         }
     }
+    admit(&current)?;
     store.remove(r.plural, ns_key(t), t.name);
     store.next_revision();
     let uid = current
@@ -578,7 +586,8 @@ pub(crate) fn seed(
         namespace: if r.namespaced { ns.as_deref() } else { None },
         name: "",
     };
-    let mut stored = create(store, &t, &body, || "seed0".to_owned())?;
+    // Seeding writes as etcd would, past admission: it stands for objects others created.
+    let mut stored = create(store, &t, &body, || "seed0".to_owned(), |_, _| Ok(()))?;
     // A create drops a custom resource's status; a seeded object stands for one whose
     // controller has written its status as well.
     if let (Some(status), Some(map)) = (status, stored.as_object_mut()) {

@@ -415,7 +415,10 @@ impl System {
         }
         .context("loading the deployment's RBAC")?;
         let user = User::service_account(&token, "kube-system", "join-token-issuer", grants);
-        let kube = KubeStandin::start(StandinConfig::new(vec![user]))
+        let mut config = StandinConfig::new(vec![user]);
+        // The deployed ValidatingAdmissionPolicy judges everything token-issuer writes.
+        config.admission = deploy::admission_policies().context("loading the admission policy")?;
+        let kube = KubeStandin::start(config)
             .await
             .context("starting kube-standin")?;
         let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
