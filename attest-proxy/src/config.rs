@@ -43,6 +43,32 @@ pub struct Config {
     )]
     pub attestation_config: PathBuf,
 
+    /// AMD's key distribution service, where SEV-SNP collateral a node's document lacks comes
+    /// from (VCEKs, the ASK/ASVK, AMD's CRLs), or an operator's caching proxy in front of it.
+    /// Used only by the SNP variants.
+    #[arg(long, env = "ATTEST_PROXY_KDS_URL", default_value = collateral::kds::AMD_KDS)]
+    pub kds_url: String,
+
+    /// Extra CA certificates (PEM) to trust for `--kds-url`, beside the system's roots (an
+    /// operator's proxy with a private CA).
+    #[arg(long, env = "ATTEST_PROXY_KDS_CA_FILE")]
+    pub kds_ca_file: Option<PathBuf>,
+
+    /// Where fetched collateral is kept (a volume), so a restarted proxy verifies without asking
+    /// AMD; in memory only when unset.
+    #[arg(long, env = "ATTEST_PROXY_COLLATERAL_DIR")]
+    pub collateral_dir: Option<PathBuf>,
+
+    /// How long collateral is still used past its expiry (a CRL's nextUpdate) while the KDS
+    /// cannot be reached; beyond it, joins are answered `Unavailable`.
+    #[arg(long, env = "ATTEST_PROXY_COLLATERAL_MAX_STALE", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub collateral_max_stale: Duration,
+
+    /// How long a join waits for collateral that is not cached yet before it is answered
+    /// `Unavailable` (the node retries; the fetch goes on).
+    #[arg(long, env = "ATTEST_PROXY_COLLATERAL_WAIT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub collateral_wait: Duration,
+
     /// gRPC methods forwarded to join-core (full paths); everything else is refused.
     #[arg(long = "allowed-method", env = "ATTEST_PROXY_ALLOWED_METHODS", value_delimiter = ',',
           default_values_t = proto::JOIN_API_METHODS.iter().map(|m| (*m).to_owned()))]

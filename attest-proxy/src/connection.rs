@@ -205,6 +205,15 @@ async fn attest(
             }),
             decision,
         ),
+        // Collateral that cannot be had now (AMD's KDS rate-limits or is down, nothing cached):
+        // nothing is wrong with the node's evidence, so it is told to retry, not refused.
+        Ok((Err(error), decision)) if collateral_unavailable(&error) => (
+            Err(tonic::Status::unavailable(format!(
+                "attestation could not be completed now, retry: {}",
+                status::chain(&error)
+            ))),
+            decision,
+        ),
         Ok((Err(error), decision)) => (
             Err(tonic::Status::unauthenticated(format!(
                 "attestation rejected: {}",
@@ -244,6 +253,10 @@ async fn attest(
         audit::Outcome::Rejected => tracing::warn!(target: audit::TARGET, "{line}"),
     }
     Ok((tls, outcome))
+}
+
+fn collateral_unavailable(error: &VerifyError) -> bool {
+    matches!(error, VerifyError::Attestation { source, .. } if source.is_unavailable())
 }
 
 /// The audit record of a refused certificate, naming the check for failures outside the

@@ -39,6 +39,7 @@
 //! SIGTERM the listener closes (new connections are refused), and connections in flight finish
 //! within `--drain-timeout`.
 
+mod collateral_metrics;
 pub mod config;
 
 mod admission;
@@ -69,6 +70,9 @@ pub enum Error {
     /// The measurement policy could not be loaded.
     #[error(transparent)]
     Policy(#[from] PolicyError),
+    /// The SEV-SNP collateral source could not be set up.
+    #[error("cannot set up the SEV-SNP collateral source")]
+    Collateral(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The aTLS server could not be set up.
     #[error("cannot set up aTLS")]
     Atls(#[source] atls::SetupError),
@@ -104,7 +108,14 @@ pub struct Proxy {
 impl Proxy {
     /// Loads the policy, prepares aTLS and binds the listening socket.
     pub async fn bind(config: Config) -> Result<Self, Error> {
-        let policy = policy::Current::load(config.variant, &config.attestation_config)?;
+        let collateral = snp_collateral(&config)?;
+        let policy = policy::Current::load(
+            config.variant,
+            &config.attestation_config,
+            collateral
+                .clone()
+                .map(|c| Arc::new(c) as Arc<dyn attestation::snp::SnpCollateral>),
+        )?;
         tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
         let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
         let metrics = metrics::Metrics::register(admin_endpoint.registry());
@@ -136,9 +147,12 @@ impl Proxy {
             addr: config.listen,
             source,
         })?;
+        if let Some(collateral) = &collateral {
+            collateral_metrics::register(admin_endpoint.registry(), collateral.cache().clone());
+        }
         let admin = match config.admin_listen {
             Some(addr) => Some(
-                admin(admin_endpoint, &shared, &config)
+                admin(admin_endpoint, &shared, &config, collateral.as_ref())
                     .bind(addr)
                     .await
                     .map_err(|source| Error::Admin { addr, source })?,
@@ -247,6 +261,7 @@ fn admin(
     mut admin: plumbing::admin::Admin,
     shared: &connection::Shared,
     config: &Config,
+    collateral: Option<&collateral::kds::KdsCollateral>,
 ) -> plumbing::admin::Admin {
     shared.policy.register_metrics(admin.registry());
     let policy = shared.policy.clone();
@@ -268,6 +283,51 @@ fn admin(
             }
         })
         .note("attestation-keys", move || policy.trust_any_ak_note())
+        .note("collateral", {
+            let cache = collateral.map(|c| c.cache().clone());
+            move || {
+                let stale = cache.as_ref()?.stale_keys();
+                (!stale.is_empty()).then(|| {
+                    format!(
+                        "serving stale collateral while the KDS cannot refresh it: {}",
+                        stale.join(", ")
+                    )
+                })
+            }
+        })
+}
+
+/// The SEV-SNP variants' collateral: a cache in front of AMD's KDS (or `--kds-url`), started
+/// fetching AMD's CRLs and chains at once so the first joins find them; `None` for the
+/// variants that need none.
+fn snp_collateral(config: &Config) -> Result<Option<collateral::kds::KdsCollateral>, Error> {
+    use attestation::Variant;
+    use attestation::snp::Product;
+    use collateral::kds::{KdsCollateral, KdsSource};
+    if !matches!(config.variant, Variant::AwsSevSnp | Variant::AzureSevSnp) {
+        return Ok(None);
+    }
+    let source = KdsSource::new(
+        &config.kds_url,
+        config.kds_ca_file.as_deref(),
+        std::time::Duration::from_secs(10),
+    )
+    .map_err(|e| Error::Collateral(Box::new(e)))?;
+    let cache = collateral::Cache::new(
+        Arc::new(source),
+        collateral::CacheConfig {
+            dir: config.collateral_dir.clone(),
+            max_stale: config.collateral_max_stale,
+            wait: config.collateral_wait,
+            backoff: std::time::Duration::from_secs(10),
+        },
+        tokio::runtime::Handle::current(),
+    )
+    .map_err(|e| Error::Collateral(Box::new(e)))?;
+    let collateral = KdsCollateral::new(cache, config.collateral_max_stale);
+    collateral.warm(&[Product::Milan, Product::Genoa, Product::Turin]);
+    tracing::info!(kds = %config.kds_url, dir = ?config.collateral_dir, "SEV-SNP collateral from the KDS, cached");
+    Ok(Some(collateral))
 }
 
 /// Connections the kernel may hold for the accept loop (capped by `net.core.somaxconn`).

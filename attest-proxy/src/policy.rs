@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use attestation::snp::SnpCollateral;
+use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Validator, Variant};
 use plumbing::shutdown::Shutdown;
 use prometheus_client::metrics::counter::Counter;
@@ -63,7 +65,13 @@ pub struct Active {
 
 /// Builds the validator for `variant` from attestation config bytes read from `path`. A config
 /// that trusts no attestation key or enforces no measurement is invalid, at start as on reload.
-fn build(variant: Variant, path: &Path, raw: &[u8]) -> Result<Active, PolicyError> {
+/// The SNP variants take their collateral from `collateral`.
+fn build(
+    variant: Variant,
+    path: &Path,
+    raw: &[u8],
+    collateral: Option<&Arc<dyn SnpCollateral>>,
+) -> Result<Active, PolicyError> {
     let invalid = |source| PolicyError::Invalid {
         path: path.to_owned(),
         variant,
@@ -77,6 +85,22 @@ fn build(variant: Variant, path: &Path, raw: &[u8]) -> Result<Active, PolicyErro
                 digest: config.digest(),
                 trust_any_ak: config.ak_trust.is_any(),
                 validator: Arc::new(attestation::QemuVtpmValidator::from_config(config)),
+            })
+        }
+        Variant::AwsSevSnp | Variant::AzureSevSnp => {
+            let binding = if variant == Variant::AwsSevSnp {
+                Binding::Aws
+            } else {
+                Binding::Azure
+            };
+            let collateral = collateral.ok_or(PolicyError::Unsupported(variant))?.clone();
+            let (validator, digest) =
+                SevSnpValidator::from_attestation_config(binding, raw, collateral)
+                    .map_err(invalid)?;
+            Ok(Active {
+                digest,
+                trust_any_ak: false,
+                validator: Arc::new(validator),
             })
         }
         other => Err(PolicyError::Unsupported(other)),
@@ -153,6 +177,8 @@ impl PolicyStatus {
 #[derive(Debug)]
 pub struct Current {
     variant: Variant,
+    /// Where the SNP variants get collateral; `None` for the others.
+    collateral: Option<Arc<dyn SnpCollateral>>,
     path: PathBuf,
     active: RwLock<Arc<Active>>,
     // Only reloads take this lock, never a connection: it keeps concurrent reloads (the poll
@@ -174,14 +200,19 @@ const FAILED: [(&str, &str); 1] = [("result", "failed")];
 impl Current {
     /// Loads the policy at start. Unlike a reload, failing here is fatal: there is no previous
     /// policy to keep, and a proxy with none must not start.
-    pub fn load(variant: Variant, path: &Path) -> Result<Self, PolicyError> {
+    pub fn load(
+        variant: Variant,
+        path: &Path,
+        collateral: Option<Arc<dyn SnpCollateral>>,
+    ) -> Result<Self, PolicyError> {
         let raw = read(path)?;
-        let active = build(variant, path, &raw)?;
+        let active = build(variant, path, &raw, collateral.as_ref())?;
         warn_trust_any_ak(&active);
         let trust_any_ak = Gauge::default();
         trust_any_ak.set(i64::from(active.trust_any_ak));
         Ok(Self {
             variant,
+            collateral,
             path: path.to_owned(),
             active: RwLock::new(Arc::new(active)),
             seen: Mutex::new((Seen::Bytes(sha256(&raw)), None)),
@@ -264,16 +295,16 @@ impl Current {
             }
             _ => Err(error),
         });
-        let (now, result) = match raw {
-            Ok(raw) => (
-                Seen::Bytes(sha256(&raw)),
-                build(self.variant, &self.path, &raw),
-            ),
-            Err(error) => (Seen::Unreadable(status::chain(&error)), Err(error)),
+        let now = match &raw {
+            Ok(raw) => Seen::Bytes(sha256(raw)),
+            Err(error) => Seen::Unreadable(status::chain(error)),
         };
         if seen.0 == now {
             return Reload::Unchanged;
         }
+        // Built only when the file changed: the poll re-reads every second.
+        let result =
+            raw.and_then(|raw| build(self.variant, &self.path, &raw, self.collateral.as_ref()));
         seen.0 = now;
         match result {
             Ok(active) => {
@@ -378,7 +409,7 @@ mod tests {
 
     /// The policy at `path`, with its metrics registered as the proxy registers them.
     fn load_with_metrics(path: &Path) -> (Current, Registry) {
-        let current = Current::load(Variant::QemuVtpm, path).unwrap();
+        let current = Current::load(Variant::QemuVtpm, path, None).unwrap();
         let mut registry = Registry::with_prefix("attest_proxy");
         current.register_metrics(&mut registry);
         (current, registry)
@@ -401,7 +432,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         project(dir.path(), 1, &config(1, false));
-        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path, None).unwrap();
         let first = current.get();
         assert_eq!(first.digest, digest_of(&config(1, false)));
         assert_eq!(current.reload(), Reload::Unchanged);
@@ -481,7 +512,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         std::fs::write(&path, config(1, false)).unwrap();
-        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path, None).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(current.reload(), Reload::Refused { .. }));
         assert!(current.status().last_error.unwrap().contains("cannot read"));
@@ -497,7 +528,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         std::fs::write(&path, config(1, false)).unwrap();
-        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path, None).unwrap();
         let huge = vec![b' '; attestation::policy::MAX_CONFIG_SIZE * 3];
         std::fs::write(&path, &huge).unwrap();
         assert_eq!(
@@ -515,18 +546,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         assert!(matches!(
-            Current::load(Variant::QemuVtpm, &path),
+            Current::load(Variant::QemuVtpm, &path, None),
             Err(PolicyError::Read { .. })
         ));
         std::fs::write(&path, "{}").unwrap();
         assert!(matches!(
-            Current::load(Variant::QemuVtpm, &path),
+            Current::load(Variant::QemuVtpm, &path, None),
             Err(PolicyError::Invalid { .. })
         ));
         std::fs::write(&path, config(1, false)).unwrap();
         assert!(matches!(
-            Current::load(Variant::AwsSevSnp, &path),
-            Err(PolicyError::Unsupported(Variant::AwsSevSnp))
+            Current::load(Variant::GcpSevSnp, &path, None),
+            Err(PolicyError::Unsupported(Variant::GcpSevSnp))
+        ));
+        assert!(matches!(
+            Current::load(Variant::QemuTdx, &path, None),
+            Err(PolicyError::Unsupported(Variant::QemuTdx))
         ));
     }
 
@@ -555,7 +590,7 @@ mod tests {
             ),
         ] {
             std::fs::write(&path, &contents).unwrap();
-            let err = Current::load(Variant::QemuVtpm, &path).unwrap_err();
+            let err = Current::load(Variant::QemuVtpm, &path, None).unwrap_err();
             assert!(matches!(err, PolicyError::Invalid { .. }), "{err}");
             let chain = status::chain(&err);
             assert!(chain.contains(reason), "{contents}: {chain}");
@@ -567,7 +602,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         std::fs::write(&path, config(1, false)).unwrap();
-        let current = Current::load(Variant::QemuVtpm, &path).unwrap();
+        let current = Current::load(Variant::QemuVtpm, &path, None).unwrap();
         let good = current.get().digest.clone();
         for broken in [
             r#"{"measurements": {}, "trustAnyAk": true}"#.to_owned(),
@@ -622,7 +657,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         project(dir.path(), 1, &config(1, false));
-        let current = Arc::new(Current::load(Variant::QemuVtpm, &path).unwrap());
+        let current = Arc::new(Current::load(Variant::QemuVtpm, &path, None).unwrap());
         let (trigger, shutdown) = plumbing::shutdown::channel();
         let watcher = tokio::spawn(current.clone().watch(Duration::from_millis(20), shutdown));
         project(dir.path(), 2, &config(2, false));

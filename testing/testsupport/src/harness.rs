@@ -116,6 +116,9 @@ pub struct Options {
     /// Run every process as the caller's uid even as root: for tests whose own process talks
     /// to the services' sockets (an in-process attest-proxy), which the pod's uids would refuse.
     pub same_uid: bool,
+    /// The attestation variant attest-proxy serves; qemu-vtpm if unset. Another variant needs
+    /// its own `attestation_config`.
+    pub variant: Option<attestation::Variant>,
 }
 
 /// The uids the three service processes run as, and the group they share for the sockets.
@@ -499,7 +502,13 @@ impl System {
                 .arg("--upstream-socket")
                 .arg(&paths.join_core_socket)
                 .args(["--upstream-uid", &uids.join_core.to_string()])
-                .args(["--variant", "qemu-vtpm"])
+                .args([
+                    "--variant",
+                    options
+                        .variant
+                        .unwrap_or(attestation::Variant::QemuVtpm)
+                        .name(),
+                ])
                 .arg("--attestation-config")
                 .arg(&paths.attestation_config)
                 .args(["--admin-listen", &admin.proxy.to_string()])
