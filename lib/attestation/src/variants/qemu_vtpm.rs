@@ -15,8 +15,7 @@ use serde::Deserialize;
 
 use crate::Error;
 use crate::policy::{Policy, PolicyError};
-use crate::tpm::HashAlg;
-use crate::vtpm::verify_document;
+use crate::vtpm::{compare_pcrs, verify_document};
 use crate::{Validator, Variant, Verified};
 
 /// The SHA-256 digest of an attestation key's public area (marshalled `TPMT_PUBLIC`, the
@@ -179,24 +178,7 @@ impl Validator for QemuVtpmValidator {
             .map(|a| a.ak_pub.as_slice())
             .unwrap_or_default();
         self.ak_trust.check(ak_pub)?;
-        // The policy's value size names the bank it was written for; an empty policy still
-        // needs a verified SHA-256 quote so there is something trustworthy to report.
-        let bank = self
-            .policy
-            .digest_len()
-            .and_then(HashAlg::from_digest_len)
-            .unwrap_or(HashAlg::Sha256);
-        let quote = quotes
-            .iter()
-            .find(|q| q.bank == bank)
-            .ok_or(Error::MissingBank(bank))?;
-        let (enforced, warnings) = self.policy.compare(&quote.pcrs);
-        if !enforced.is_empty() {
-            return Err(Error::Measurements {
-                enforced,
-                warn_only: warnings,
-            });
-        }
+        let warnings = compare_pcrs(&self.policy, &quotes)?;
         Ok(Verified {
             variant: Variant::QemuVtpm,
             user_data: doc.user_data.unwrap_or_default(),

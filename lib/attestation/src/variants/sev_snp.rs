@@ -19,8 +19,8 @@ use crate::snp::{
     Cert, InstanceInfo, Product, SigningKey, SnpCollateral, SnpConfig, SnpError, VerifiedReport,
     verify_report,
 };
-use crate::tpm::{self, HashAlg, PublicKey};
-use crate::vtpm::{VerifiedQuote, verify_document};
+use crate::tpm::{self, PublicKey};
+use crate::vtpm::{compare_pcrs, verify_document};
 use crate::{Error, Validator, Variant, Verified};
 
 /// How the report binds the attestation key.
@@ -292,29 +292,6 @@ fn facts(verified: &VerifiedReport) -> String {
         report.vmpl(),
         hex::encode(report.measurement()),
     )
-}
-
-/// The policy's bank from the verified quotes, compared with the policy.
-fn compare_pcrs(
-    policy: &Policy,
-    quotes: &[VerifiedQuote],
-) -> Result<Vec<crate::MeasurementMismatch>, Error> {
-    let bank = policy
-        .digest_len()
-        .and_then(HashAlg::from_digest_len)
-        .unwrap_or(HashAlg::Sha256);
-    let quote = quotes
-        .iter()
-        .find(|q| q.bank == bank)
-        .ok_or(Error::MissingBank(bank))?;
-    let (enforced, warnings) = policy.compare(&quote.pcrs);
-    if !enforced.is_empty() {
-        return Err(Error::Measurements {
-            enforced,
-            warn_only: warnings,
-        });
-    }
-    Ok(warnings)
 }
 
 impl Validator for SevSnpValidator {

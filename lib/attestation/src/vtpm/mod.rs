@@ -58,6 +58,32 @@ pub struct VerifiedQuote {
     pub pcrs: BTreeMap<u32, Vec<u8>>,
 }
 
+/// Compares the verified PCRs with `policy`, once the variant has trusted the key that signed
+/// them: the policy's value size names the bank it was written for (an empty policy still needs
+/// a verified SHA-256 quote, so there is something trustworthy to report). Returns the warn-only
+/// mismatches; any enforced one refuses.
+pub fn compare_pcrs(
+    policy: &crate::Policy,
+    quotes: &[VerifiedQuote],
+) -> Result<Vec<crate::MeasurementMismatch>, Error> {
+    let bank = policy
+        .digest_len()
+        .and_then(HashAlg::from_digest_len)
+        .unwrap_or(HashAlg::Sha256);
+    let quote = quotes
+        .iter()
+        .find(|q| q.bank == bank)
+        .ok_or(Error::MissingBank(bank))?;
+    let (enforced, warnings) = policy.compare(&quote.pcrs);
+    if !enforced.is_empty() {
+        return Err(Error::Measurements {
+            enforced,
+            warn_only: warnings,
+        });
+    }
+    Ok(warnings)
+}
+
 /// Everything but the policy: parses `document`, verifies every non-SHA-1 quote against the
 /// attestation key presented in it and the binding to `nonce`, replays the event log if there
 /// is one, and returns the document with the verified PCR values per bank.
