@@ -13,7 +13,7 @@ use attestation::{Issuer, Measurement, Policy, Validator, Variant};
 use collateral::kds::{KdsCollateral, KdsSource, vcek_key};
 use collateral::{Cache, CacheConfig};
 use kds_standin::{Fault, KdsStandin};
-use soft_issuer::snp::{ReportFields, SimulatedAmd, SnpDocumentIssuer, instance_info_json};
+use soft_issuer::snp::{ReportFields, SimulatedAmd, SnpDocumentIssuer};
 use soft_issuer::{KeyType, SoftIssuer};
 
 const NONCE: &[u8] = &[3; 32];
@@ -75,19 +75,7 @@ async fn world(cache_dir: Option<&std::path::Path>) -> World {
     let full =
         SnpDocumentIssuer::azure(ak(), &vcek, &amd.vcek_chain_pem(), ReportFields::default())
             .unwrap();
-    let info: serde_json::Value = serde_json::from_slice(full.instance_info()).unwrap();
-    let b64 = |v: &serde_json::Value| {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD
-            .decode(v.as_str().unwrap())
-            .unwrap()
-    };
-    let bare = instance_info_json(
-        &b64(&info["AttestationReport"]),
-        None,
-        None,
-        Some(&b64(&info["Azure"]["RuntimeData"])),
-    );
+    let bare = full.instance_info_without_certificates().unwrap();
     let node = SnpDocumentIssuer::from_parts(Variant::AzureSevSnp, ak(), bare);
 
     let policy = Policy::new(

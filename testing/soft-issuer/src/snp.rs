@@ -621,6 +621,15 @@ impl SnpDocumentIssuer {
     pub fn instance_info(&self) -> &[u8] {
         &self.instance_info
     }
+
+    /// This node's InstanceInfo without its signer and chain (`ReportSigner` and `CertChain`
+    /// null), as a node sends it that leaves them to the verifier's collateral source.
+    pub fn instance_info_without_certificates(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut info: serde_json::Value = serde_json::from_slice(&self.instance_info)?;
+        info["ReportSigner"] = serde_json::Value::Null;
+        info["CertChain"] = serde_json::Value::Null;
+        serde_json::to_vec(&info)
+    }
 }
 
 impl attestation::Issuer for SnpDocumentIssuer {
