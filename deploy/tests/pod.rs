@@ -477,10 +477,12 @@ fn configuration_reaches_only_the_container_that_reads_it() {
         } else {
             assert!(api.is_empty(), "{} exposes ports", c["name"]);
         }
-        // Every mount other than the container's own socket directory is read-only.
+        // Every mount other than the container's own socket directory (and attest-proxy's
+        // collateral cache, below) is read-only.
         let own_socket = format!("{}-socket", c["name"].as_str().expect("name"));
         for m in array(&c["volumeMounts"]) {
-            if m["name"] != own_socket.as_str() {
+            let own_cache = c["name"] == "attest-proxy" && m["name"] == "collateral-cache";
+            if m["name"] != own_socket.as_str() && !own_cache {
                 assert_eq!(
                     m["readOnly"],
                     Value::Bool(true),
@@ -491,6 +493,34 @@ fn configuration_reaches_only_the_container_that_reads_it() {
             }
         }
     }
+}
+
+#[test]
+fn collateral_outlives_a_proxy_restart_in_a_bounded_volume_of_its_own() {
+    // AMD's public collateral, cached on disk so a restarted attest-proxy does not go back to the
+    // KDS for every chip in a storm: an emptyDir on disk (a memory one would count against the
+    // container's limit), bounded, mounted by attest-proxy alone, where --collateral-dir points.
+    let cache = volume("collateral-cache");
+    assert!(cache["emptyDir"].is_object(), "an emptyDir: {cache}");
+    assert!(
+        cache["emptyDir"].get("medium").is_none(),
+        "on disk, not in memory"
+    );
+    assert!(
+        cache["emptyDir"]["sizeLimit"].is_string(),
+        "bounded: {cache}"
+    );
+    assert_eq!(mounted_by("collateral-cache"), names(&["attest-proxy"]));
+    let proxy = container("attest-proxy");
+    let mount = array(&proxy["volumeMounts"])
+        .into_iter()
+        .find(|m| m["name"] == "collateral-cache")
+        .expect("mount");
+    assert_ne!(mount["readOnly"], Value::Bool(true), "the cache is written");
+    assert_eq!(
+        required_flag(&proxy, "collateral-dir"),
+        mount["mountPath"].as_str().expect("path")
+    );
 }
 
 #[test]
