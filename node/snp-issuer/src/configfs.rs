@@ -54,6 +54,24 @@ impl<T: TsmFs + ?Sized> TsmFs for &T {
     }
 }
 
+impl<T: TsmFs + ?Sized> TsmFs for std::sync::Arc<T> {
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        (**self).create_dir(path)
+    }
+
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        (**self).remove_dir(path)
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        (**self).read(path)
+    }
+
+    fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        (**self).write(path, data)
+    }
+}
+
 /// The kernel's configfs, through `std::fs`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealFs;

@@ -207,7 +207,22 @@ impl TpmIssuer {
         nonce: &[u8],
     ) -> Result<Vec<u8>, TpmIssuerError> {
         // qemu-vtpm has no instance info; Constellation still hashes the (empty) value in.
-        let qualifying = make_qualifying_data(&[], &make_extra_data(user_data, nonce));
+        self.issue_document_with_instance_info(user_data, nonce, None)
+    }
+
+    /// A document carrying `instance_info` (the hardware evidence of the SNP variants), which
+    /// the quotes bind as Constellation's do: qualifying data = SHA-256(InstanceInfo ‖
+    /// extraData).
+    pub fn issue_document_with_instance_info(
+        &self,
+        user_data: &[u8],
+        nonce: &[u8],
+        instance_info: Option<&[u8]>,
+    ) -> Result<Vec<u8>, TpmIssuerError> {
+        let qualifying = make_qualifying_data(
+            instance_info.unwrap_or_default(),
+            &make_extra_data(user_data, nonce),
+        );
         let event_log = match &self.event_log {
             Some(path) => {
                 std::fs::read(path).map_err(|e| TpmIssuerError::EventLog(path.clone(), e))?
@@ -233,7 +248,7 @@ impl TpmIssuer {
                 quotes,
                 event_log,
             }),
-            instance_info: None,
+            instance_info: instance_info.map(<[u8]>::to_vec),
             user_data: Some(user_data.to_vec()),
         };
         serde_json::to_vec(&doc).map_err(TpmIssuerError::Encode)
