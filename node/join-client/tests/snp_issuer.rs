@@ -37,7 +37,7 @@ fn tpm(swtpm: &Swtpm) -> tpm_issuer::TpmIssuer {
     tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(swtpm.tcti())).unwrap()
 }
 
-fn validator(amd: &SimulatedAmd, pcr9: [u8; 32]) -> SevSnpValidator {
+fn aws_validator(amd: &SimulatedAmd, pcr9: [u8; 32]) -> SevSnpValidator {
     let config = serde_json::json!({
         "measurements": {"9": {"expected": hex::encode(pcr9), "warnOnly": false}},
         "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
@@ -66,7 +66,7 @@ fn documents_from_the_tpm_and_configfs_tsm_pass_the_aws_validator() {
     let issuer = AwsSnpIssuer::new(tpm(&swtpm), Box::new(source)).unwrap();
     assert_eq!(issuer.variant(), Variant::AwsSevSnp);
 
-    let validator = validator(&amd, extended_once(&[0x99; 32]));
+    let validator = aws_validator(&amd, extended_once(&[0x99; 32]));
     for nonce in [[1u8; 32], [2u8; 32]] {
         let document = issuer.issue(b"user data", &nonce).unwrap();
         let verified = validator
@@ -87,7 +87,7 @@ fn documents_from_the_tpm_and_configfs_tsm_pass_the_aws_validator() {
     assert_eq!(fake.entries_present().unwrap(), 0);
 
     // The same documents fail a policy expecting other measurements: the PCRs count too.
-    let strict = validator(&amd, [0x42; 32]);
+    let strict = aws_validator(&amd, [0x42; 32]);
     let document = issuer.issue(b"user data", &[1; 32]).unwrap();
     let err = strict
         .validate(&document, &[1; 32])

@@ -5,7 +5,9 @@
 //! and for every [`Issuer::issue`] quotes PCRs 0–23 of every allocated non-SHA-1 bank, bound to
 //! the verifier's nonce and the caller's user data, and writes the document exactly as
 //! Constellation's Go issuer does (the wire types come from [`attestation::vtpm::document`], which
-//! the validator uses too).
+//! the validator uses too). The SNP variants' documents are the same with an InstanceInfo in
+//! them ([`TpmIssuer::issue_document_with_instance_info`]), which `join-client` gets from
+//! `snp-issuer`.
 
 use std::path::PathBuf;
 use std::str::FromStr;
