@@ -14,7 +14,7 @@ seconds="${1:-120}"
 shift || true
 cd "$(dirname "$0")/../fuzz"
 
-all_targets=(cert_extension document_json tpmt_public tpmt_signature tpms_attest event_log snp_report snp_instance_info snp_cert snp_crl)
+all_targets=(cert_extension document_json tpmt_public tpmt_signature tpms_attest event_log snp_report snp_instance_info snp_cert snp_crl snp_certtable)
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     targets=("${all_targets[@]}")

@@ -127,7 +127,7 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 9] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
@@ -137,6 +137,7 @@ pub const TARGETS: [(&str, Target); 9] = [
     ("snp_instance_info", snp_instance_info),
     ("snp_cert", snp_cert),
     ("snp_crl", snp_crl),
+    ("snp_certtable", snp_certtable),
 ];
 
 /// A real Milan VCEK with its ASK and ARK (bare-metal vector), for targets that need a chain.
@@ -223,5 +224,51 @@ pub fn snp_crl(data: &[u8]) {
         let amd = amd();
         let _ = (crl.this_update(), crl.next_update());
         let _ = crl.check(&amd.ark, &amd.ask, &amd.vcek, SNP_TIME, 0);
+    }
+}
+
+/// A guest interface that answers with a real report and the fuzzed certificate table.
+#[derive(Debug)]
+struct HostTable(Vec<u8>);
+
+impl snp_issuer::ReportSource for HostTable {
+    fn get_report(
+        &self,
+        _report_data: &[u8; 64],
+    ) -> Result<snp_issuer::RawReport, snp_issuer::SnpSourceError> {
+        Ok(snp_issuer::RawReport {
+            report: include_bytes!(
+                "../../lib/attestation/testdata/snp/constellation-aws/report.bin"
+            )
+            .to_vec(),
+            certs: Some(self.0.clone()),
+        })
+    }
+
+    fn describe(&self) -> String {
+        "the fuzzer".to_owned()
+    }
+}
+
+/// The host's SNP certificate table (configfs-tsm's `auxblob`, `SNP_GET_EXT_REPORT`'s buffer) as
+/// the node reads it: parsing; a table that parses re-encodes to itself; then the aws-sev-snp
+/// InstanceInfo built from it (PEM, the certificate checks), read back as the verifier reads it.
+pub fn snp_certtable(data: &[u8]) {
+    use snp_issuer::certtable::{CertTable, Guid};
+    if let Ok(table) = CertTable::parse(data) {
+        let entries: Vec<(Guid, &[u8])> = table
+            .entries()
+            .iter()
+            .map(|(guid, cert)| (*guid, cert.as_slice()))
+            .collect();
+        let again = CertTable::parse(&CertTable::encode(&entries));
+        assert_eq!(
+            again.as_ref(),
+            Ok(&table),
+            "a parsed table must re-encode to itself"
+        );
+    }
+    if let Ok(info) = snp_issuer::aws_instance_info(&HostTable(data.to_vec()), b"spki") {
+        let _ = InstanceInfo::parse(&info);
     }
 }

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use attestation::Variant;
 use clap::{Args, Parser, Subcommand};
 use node_client::{Backoff, Client, keys, ticket};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "join-client",
-    about = "Join a cluster through its join service, attesting with the node's TPM"
+    about = "Join a cluster through its join service, attesting with the node's TPM (and SEV-SNP report)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -40,6 +41,17 @@ struct Common {
     /// The attestation key type.
     #[arg(long, env = "JOIN_CLIENT_AK", value_enum, default_value_t = AkType::Rsa)]
     ak: AkType,
+    /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone) or
+    /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key).
+    #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
+    variant: Variant,
+    /// aws-sev-snp: Linux's configfs-tsm report directory; when it does not exist, the SEV guest
+    /// device is used instead.
+    #[arg(long, env = "JOIN_CLIENT_TSM_REPORT_DIR", default_value = snp_issuer::configfs::DEFAULT_ROOT)]
+    tsm_report_dir: PathBuf,
+    /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
+    #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
+    sev_guest_device: PathBuf,
     /// The firmware event log to send with the quote, e.g.
     /// `/sys/kernel/security/tpm0/binary_bios_measurements`.
     #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
@@ -98,19 +110,34 @@ enum AkType {
 }
 
 fn client(common: &Common) -> anyhow::Result<Client> {
+    // Refuse what cannot be issued before touching the TPM.
+    match common.variant {
+        Variant::QemuVtpm | Variant::AwsSevSnp => {}
+        Variant::AzureSevSnp => anyhow::bail!(
+            "join-client issues qemu-vtpm and aws-sev-snp documents only: azure-sev-snp needs \
+             Azure's HCL report from the vTPM's NV index, which join-client does not read"
+        ),
+        other => anyhow::bail!(
+            "join-client issues qemu-vtpm and aws-sev-snp documents only, not {other}"
+        ),
+    }
     let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
     config.ak = match common.ak {
         AkType::Rsa => tpm_issuer::AkSpec::RSA_DEFAULT,
         AkType::Ecc => tpm_issuer::AkSpec::ECC_DEFAULT,
     };
     config.event_log = common.event_log.clone();
-    let issuer = tpm_issuer::TpmIssuer::open(&config)
+    let tpm = tpm_issuer::TpmIssuer::open(&config)
         .with_context(|| format!("opening the TPM at {}", common.tcti))?;
-    Ok(Client::new(
-        common.endpoint,
-        Arc::new(issuer),
-        common.timeout,
-    )?)
+    let issuer: Arc<dyn attestation::Issuer> = if common.variant == Variant::AwsSevSnp {
+        let source =
+            snp_issuer::open_kernel_source(&common.tsm_report_dir, &common.sev_guest_device)
+                .context("opening the SEV-SNP report interface")?;
+        Arc::new(node_client::snp::AwsSnpIssuer::new(tpm, source)?)
+    } else {
+        Arc::new(tpm)
+    };
+    Ok(Client::new(common.endpoint, issuer, common.timeout)?)
 }
 
 /// The host certificate principals to ask for: the node's addresses and name, then the extras,
@@ -194,6 +221,46 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn common(variant: &str) -> Common {
+        let cli = Cli::try_parse_from([
+            "join-client",
+            "rejoin",
+            "--endpoint",
+            "10.0.0.1:30090",
+            "--disk-uuid",
+            "d",
+            "--out",
+            "/tmp/x",
+            "--tcti",
+            "device:/nonexistent/tpm",
+            "--variant",
+            variant,
+        ])
+        .unwrap();
+        let Command::Rejoin(common) = cli.command else {
+            panic!("parsed as rejoin");
+        };
+        common
+    }
+
+    #[test]
+    fn variants_without_an_issuer_are_refused_by_name_before_the_tpm_is_opened() {
+        let err = client(&common("azure-sev-snp")).unwrap_err().to_string();
+        assert!(
+            err.contains("azure-sev-snp needs Azure's HCL report"),
+            "{err}"
+        );
+        let err = client(&common("gcp-sev-snp")).unwrap_err().to_string();
+        assert!(err.contains("not gcp-sev-snp"), "{err}");
+        // The supported ones get as far as the TPM.
+        let err = format!("{:#}", client(&common("aws-sev-snp")).unwrap_err());
+        assert!(
+            err.contains("opening the TPM at device:/nonexistent/tpm"),
+            "{err}"
+        );
+        assert!(Cli::try_parse_from(["join-client", "rejoin", "--variant", "sev"]).is_err());
+    }
 
     #[test]
     fn principals_are_the_addresses_the_name_and_the_extras_once() {

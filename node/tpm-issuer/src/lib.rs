@@ -5,7 +5,9 @@
 //! and for every [`Issuer::issue`] quotes PCRs 0–23 of every allocated non-SHA-1 bank, bound to
 //! the verifier's nonce and the caller's user data, and writes the document exactly as
 //! Constellation's Go issuer does (the wire types come from [`attestation::vtpm::document`], which
-//! the validator uses too).
+//! the validator uses too). The SNP variants' documents are the same with an InstanceInfo in
+//! them ([`TpmIssuer::issue_document_with_instance_info`]), which `join-client` gets from
+//! `snp-issuer`.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -207,7 +209,22 @@ impl TpmIssuer {
         nonce: &[u8],
     ) -> Result<Vec<u8>, TpmIssuerError> {
         // qemu-vtpm has no instance info; Constellation still hashes the (empty) value in.
-        let qualifying = make_qualifying_data(&[], &make_extra_data(user_data, nonce));
+        self.issue_document_with_instance_info(user_data, nonce, None)
+    }
+
+    /// A document carrying `instance_info` (the hardware evidence of the SNP variants), which
+    /// the quotes bind as Constellation's do: qualifying data = SHA-256(InstanceInfo ‖
+    /// extraData).
+    pub fn issue_document_with_instance_info(
+        &self,
+        user_data: &[u8],
+        nonce: &[u8],
+        instance_info: Option<&[u8]>,
+    ) -> Result<Vec<u8>, TpmIssuerError> {
+        let qualifying = make_qualifying_data(
+            instance_info.unwrap_or_default(),
+            &make_extra_data(user_data, nonce),
+        );
         let event_log = match &self.event_log {
             Some(path) => {
                 std::fs::read(path).map_err(|e| TpmIssuerError::EventLog(path.clone(), e))?
@@ -233,7 +250,7 @@ impl TpmIssuer {
                 quotes,
                 event_log,
             }),
-            instance_info: None,
+            instance_info: instance_info.map(<[u8]>::to_vec),
             user_data: Some(user_data.to_vec()),
         };
         serde_json::to_vec(&doc).map_err(TpmIssuerError::Encode)

@@ -18,6 +18,7 @@
 
 mod marshal;
 pub mod snp;
+pub mod tsm;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,6 +1,8 @@
 //! SEV-SNP nodes join through the real processes: attest-proxy verifies their documents against
 //! simulated AMD hardware (trusted only through the config's amdRootKey), with AMD's CRL and
-//! what the documents leave out fetched from the KDS stand-in over TLS.
+//! what the documents leave out fetched from the KDS stand-in over TLS. The nodes are software
+//! keys with simulated reports, and once join-client's own aws-sev-snp issuer on a real TPM
+//! over a simulated configfs-tsm.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,10 +12,13 @@ use attestation::Variant;
 use attestation::snp::{Product, Tcb};
 use kds_standin::{Fault, KdsStandin};
 use node_client::ClientError;
+use node_client::snp::AwsSnpIssuer;
 use proto::join::IssueJoinTicketResponse;
+use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{ReportFields, SimulatedAmd, SnpDocumentIssuer};
+use soft_issuer::tsm::FakeConfigfsTsm;
 use soft_issuer::{KeyType, SoftIssuer};
-use testsupport::harness::{Options, System, join_request};
+use testsupport::harness::{BOOT_MEASUREMENTS, Options, System, extended_once, join_request};
 use tonic::Code;
 
 const DISK: &str = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a";
@@ -59,11 +64,17 @@ async fn setup() -> Setup {
 /// Starts the system for `variant` with a config whose SNP minimum is `MIN` and whose AMD root
 /// is the simulated one.
 async fn start(s: &Setup, variant: Variant) -> System {
+    let measurements = serde_json::json!({
+        "4": {"expected": "44".repeat(32), "warnOnly": false},
+        "9": {"expected": "99".repeat(32), "warnOnly": false},
+    });
+    start_with(s, variant, measurements).await
+}
+
+/// [`start`], enforcing `measurements`.
+async fn start_with(s: &Setup, variant: Variant, measurements: serde_json::Value) -> System {
     let config = serde_json::json!({
-        "measurements": {
-            "4": {"expected": "44".repeat(32), "warnOnly": false},
-            "9": {"expected": "99".repeat(32), "warnOnly": false},
-        },
+        "measurements": measurements,
         "bootloaderVersion": MIN.bootloader, "teeVersion": MIN.tee,
         "snpVersion": MIN.snp, "microcodeVersion": MIN.microcode,
         "amdRootKey": s.amd.ark_pem(),
@@ -219,6 +230,69 @@ async fn aws_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
         "{}",
         status.message()
     );
+}
+
+/// A node as `join-client --variant aws-sev-snp` builds it: the system's swtpm (with the
+/// harness's boot measurements) and the guest's configfs-tsm, simulated here over a temporary
+/// directory with the simulated AMD firmware behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins() {
+    let s = setup().await;
+    let mut measurements = serde_json::Map::new();
+    for (index, byte) in BOOT_MEASUREMENTS {
+        measurements.insert(
+            index.to_string(),
+            serde_json::json!({"expected": hex::encode(extended_once(&[byte; 32])), "warnOnly": false}),
+        );
+    }
+    let system = start_with(&s, Variant::AwsSevSnp, measurements.into()).await;
+    let node = |fields: ReportFields| {
+        let vlek = s.amd.vlek("cc-eu-west-1.aws.example", MIN).unwrap();
+        let guest = Arc::new(FakeConfigfsTsm::aws(&s.amd, vlek, fields).unwrap());
+        let tpm =
+            tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(system.swtpm.tcti()))
+                .unwrap();
+        let source = ConfigfsTsm::with_fs(guest.clone(), guest.root().to_owned());
+        (
+            Arc::new(AwsSnpIssuer::new(tpm, Box::new(source)).unwrap()),
+            guest,
+        )
+    };
+
+    let (issuer, guest) = node(ReportFields::default());
+    let client = system.client(issuer).unwrap();
+    client
+        .join(join_request("worker-snp-tpm", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+    client
+        .rejoin(DISK)
+        .await
+        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+    assert_eq!(guest.reports_made(), 2, "one fresh report per attestation");
+    assert_eq!(guest.entries_present().unwrap(), 0);
+    let audit = system.proxy.log();
+    assert!(
+        audit.contains("VLEK of cc-eu-west-1.aws.example"),
+        "{audit}"
+    );
+    // swtpm serves one client at a time.
+    drop(client);
+
+    // The same TPM on a guest launched with a debug policy is refused for it.
+    let (issuer, _guest) = node(ReportFields {
+        policy: 0x30000 | 1 << 19,
+        ..ReportFields::default()
+    });
+    let status = refusal(
+        system
+            .client(issuer)
+            .unwrap()
+            .join(join_request("worker-snp-tpm-2", DISK).unwrap())
+            .await,
+    );
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("DEBUG"), "{}", status.message());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

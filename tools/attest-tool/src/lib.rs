@@ -78,6 +78,16 @@ pub enum Command {
         /// Print the audit record as the JSON line attest-proxy logs instead of prose.
         #[arg(long)]
         json: bool,
+        /// aws-sev-snp, azure-sev-snp: the verification time for AMD's certificates and CRL
+        /// (RFC 3339 or seconds since the epoch); now if omitted.
+        #[arg(long)]
+        at: Option<String>,
+        /// aws-sev-snp, azure-sev-snp: AMD's collateral as files, in place of attest-proxy's
+        /// KDS cache: `crl-<Product>.der` (AMD's CRL, required), and for documents that leave
+        /// them out `ask-<Product>.pem` / `asvk-<Product>.pem` (KDS's cert_chain). Without it,
+        /// the decision names the CRL as unavailable.
+        #[arg(long)]
+        collateral_dir: Option<PathBuf>,
         /// The attestation document (the bytes of the certificate extension).
         document: PathBuf,
     },
@@ -144,22 +154,46 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             nonce,
             user_data,
             json,
+            at,
+            collateral_dir,
             document,
         } => {
             let nonce = hex::decode(&nonce).context("--nonce is not hex")?;
             let user_data = user_data
                 .map(|u| hex::decode(u).context("--user-data is not hex"))
                 .transpose()?;
-            let config = load_config(&config, variant)?;
             let doc = read(&document)?;
-            let decision = verify(
-                &config,
-                variant,
-                &doc,
-                &nonce,
-                user_data.as_deref(),
-                &document.display().to_string(),
-            )?;
+            let name = document.display().to_string();
+            let decision = match variant {
+                Variant::AwsSevSnp | Variant::AzureSevSnp => {
+                    let at = snp::parse_time(at.as_deref())?;
+                    let snp = snp::document_validator(
+                        &read(&config)?,
+                        variant,
+                        collateral_dir.as_deref(),
+                        at,
+                    )
+                    .with_context(|| {
+                        format!("{} is not a valid attestation config", config.display())
+                    })?;
+                    decide(
+                        &snp.0,
+                        &snp.1,
+                        variant,
+                        &doc,
+                        &nonce,
+                        user_data.as_deref(),
+                        &name,
+                    )
+                }
+                _ => {
+                    if at.is_some() || collateral_dir.is_some() {
+                        bail!("--at and --collateral-dir are for the SEV-SNP variants");
+                    }
+                    let config = load_config(&config, variant)?;
+                    verify(&config, variant, &doc, &nonce, user_data.as_deref(), &name)?
+                }
+            };
             if json {
                 writeln!(out, "{}", decision.to_json_line())?;
             } else {
@@ -345,8 +379,34 @@ pub fn verify(
         bail!("attestation variant {variant} is not supported by this build");
     }
     let validator = QemuVtpmValidator::from_config(config.clone());
-    let subject = Subject::now(name, variant, config.digest(), Evidence::Document(document));
-    Ok(match validator.validate(document, nonce) {
+    Ok(decide(
+        &validator,
+        &config.digest(),
+        variant,
+        document,
+        nonce,
+        user_data,
+        name,
+    ))
+}
+
+/// The audit record of `validator`'s decision on `document`.
+fn decide(
+    validator: &dyn Validator,
+    policy_digest: &str,
+    variant: Variant,
+    document: &[u8],
+    nonce: &[u8],
+    user_data: Option<&[u8]>,
+    name: &str,
+) -> Decision {
+    let subject = Subject::now(
+        name,
+        variant,
+        policy_digest.to_owned(),
+        Evidence::Document(document),
+    );
+    match validator.validate(document, nonce) {
         Err(e) => Decision::rejected(subject, &e),
         Ok(verified) => match user_data {
             Some(wanted) if wanted != verified.user_data.as_slice() => {
@@ -358,7 +418,7 @@ pub fn verify(
             }
             _ => Decision::accepted(subject, &verified),
         },
-    })
+    }
 }
 
 /// The document verified but binds other user data than the operator expected (for aTLS: it

@@ -283,3 +283,51 @@ pub fn run(command: SnpCommand, out: &mut dyn Write) -> anyhow::Result<bool> {
         }
     }
 }
+
+/// The validator attest-proxy builds for an SNP `variant` from `config`, with collateral from
+/// `collateral_dir` (see `attest-tool verify --help`) in place of the KDS, verifying at `at`;
+/// and the policy digest audit lines name.
+pub fn document_validator(
+    config: &[u8],
+    variant: attestation::Variant,
+    collateral_dir: Option<&Path>,
+    at: i64,
+) -> anyhow::Result<(attestation::variants::sev_snp::SevSnpValidator, String)> {
+    use attestation::snp::{SigningKey, StaticCollateral};
+    use attestation::variants::sev_snp::{Binding, SevSnpValidator};
+    let binding = match variant {
+        attestation::Variant::AwsSevSnp => Binding::Aws,
+        attestation::Variant::AzureSevSnp => Binding::Azure,
+        other => bail!("{other} is not an SEV-SNP variant"),
+    };
+    let mut collateral = StaticCollateral::new();
+    if let Some(dir) = collateral_dir {
+        if !dir.is_dir() {
+            bail!("--collateral-dir {} is not a directory", dir.display());
+        }
+        for product in [Product::Milan, Product::Genoa, Product::Turin] {
+            let crl = dir.join(format!("crl-{product}.der"));
+            if crl.exists() {
+                let crl = Crl::from_der(read(&crl)?)
+                    .with_context(|| format!("{} is not an AMD CRL", crl.display()))?;
+                collateral = collateral.with_crl(product, crl);
+            }
+            for (prefix, key) in [("ask", SigningKey::Vcek), ("asvk", SigningKey::Vlek)] {
+                let path = dir.join(format!("{prefix}-{product}.pem"));
+                if path.exists() {
+                    let cert = certs_from_pem(&read(&path)?)?
+                        .into_iter()
+                        .next()
+                        .with_context(|| format!("{} holds no certificate", path.display()))?;
+                    collateral = collateral.with_intermediate(product, key, cert);
+                }
+            }
+        }
+    }
+    let (validator, digest) =
+        SevSnpValidator::from_attestation_config(binding, config, std::sync::Arc::new(collateral))?;
+    Ok((
+        validator.with_clock(std::sync::Arc::new(move || at)),
+        digest,
+    ))
+}

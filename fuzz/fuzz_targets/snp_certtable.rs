@@ -1,0 +1,8 @@
+//! The host's SNP certificate table as the node reads it (see src/targets.rs).
+#![no_main]
+
+#[path = "../src/targets.rs"]
+#[allow(dead_code)] // Each target uses one function of the shared module.
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::snp_certtable(data));
