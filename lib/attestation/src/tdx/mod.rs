@@ -36,7 +36,7 @@ pub use collateral::{Collateral, PckCa, StaticCollateral, TdxCollateral};
 pub use config::{TdxConfig, TdxConfigError, TdxPolicyError};
 pub use quote::{TdQuote, TdReport};
 
-use dcap_qvl::TcbStatus;
+pub use dcap_qvl::TcbStatus;
 use dcap_qvl::verify::QuoteVerifier;
 
 /// Intel's QE vendor ID, the only one whose quoting enclave Intel's collateral describes.
@@ -250,7 +250,8 @@ pub fn verify_quote(
     };
     // The crate checks each item's expiry, and the TCB info's and QE identity's issue dates,
     // but not a CRL's thisUpdate: a CRL issued after the verification time cannot vouch for it.
-    if at < window.0 || at > window.1 {
+    // At nextUpdate itself an item is no longer current (as webpki holds for CRLs).
+    if at < window.0 || at >= window.1 {
         return Err(not_current());
     }
     let now = u64::try_from(at).map_err(|_| not_current())?;
