@@ -396,3 +396,153 @@ fn ak_public(runtime: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&n);
     out
 }
+
+#[test]
+fn the_config_checks_the_td_report() {
+    let verified = verify_quote(
+        &azure_quote(),
+        &automata(),
+        &Trust::builtin(),
+        AUTOMATA_WINDOW.0,
+    )
+    .unwrap();
+    let config = |extra: serde_json::Value| {
+        let mut json = serde_json::json!({ "acceptedTcbStatuses": ["OutOfDate"] });
+        json.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        TdxConfig::from_attestation_config(json.to_string().as_bytes())
+    };
+    let quote = &verified.quote;
+    let td = quote.td();
+    // Everything as the quote has it: accepted.
+    config(serde_json::json!({
+        "qeSVN": quote.qe_svn(), "pceSVN": quote.pce_svn(),
+        "teeTCBSVN": hex::encode(td.tee_tcb_svn), "qeVendorID": "939a7233f79c4ca9940a0db3957f0607",
+        "mrSeam": hex::encode(td.mr_seam), "xfam": "e718060000000000",
+    }))
+    .unwrap()
+    .check(&verified)
+    .unwrap();
+    let refused = |extra| config(extra).unwrap().check(&verified).unwrap_err();
+    assert!(matches!(
+        refused(serde_json::json!({ "qeSVN": quote.qe_svn() + 1 })),
+        TdxPolicyError::Svn { which: "QE", .. }
+    ));
+    assert!(matches!(
+        refused(serde_json::json!({ "pceSVN": quote.pce_svn() + 1 })),
+        TdxPolicyError::Svn { which: "PCE", .. }
+    ));
+    let mut higher = td.tee_tcb_svn;
+    higher[2] += 1;
+    assert!(matches!(
+        refused(serde_json::json!({ "teeTCBSVN": hex::encode(higher) })),
+        TdxPolicyError::TeeTcbSvn { index: 2, .. }
+    ));
+    assert!(matches!(
+        refused(serde_json::json!({ "xfam": "e700060000000000" })),
+        TdxPolicyError::Mismatch { field: "xfam", .. }
+    ));
+    assert!(matches!(
+        refused(serde_json::json!({ "mrSeam": "11".repeat(48) })),
+        TdxPolicyError::Mismatch {
+            field: "mrSeam",
+            ..
+        }
+    ));
+    assert!(matches!(
+        refused(serde_json::json!({ "qeVendorID": "00".repeat(15) + "01" })),
+        TdxPolicyError::Mismatch {
+            field: "qeVendorID",
+            ..
+        }
+    ));
+    // A debug TD is refused whatever else the config says.
+    let mut debug = verified.clone();
+    let mut bytes = read("azure-tdx-vtpm/td-quote.bin");
+    bytes[48 + 16 + 48 + 48 + 8] |= 1; // TD attributes, bit 0
+    debug.quote = TdQuote::parse(&bytes).unwrap();
+    assert!(debug.quote.td().is_debug());
+    assert_eq!(
+        config(serde_json::json!({}))
+            .unwrap()
+            .check(&debug)
+            .unwrap_err(),
+        TdxPolicyError::Debug
+    );
+    // The same byte changed in a quote the crate verifies: its signature no longer holds.
+    assert_eq!(
+        verify_quote(
+            &debug.quote,
+            &automata(),
+            &Trust::builtin(),
+            AUTOMATA_WINDOW.0
+        )
+        .unwrap_err(),
+        TdxError::QuoteSignature
+    );
+    // Bad settings are named.
+    for (json, needle) in [
+        (serde_json::json!({ "qeSVN": "latest" }), "latest"),
+        (serde_json::json!({ "qeSVN": 70000 }), "0 to 65535"),
+        (serde_json::json!({ "xfam": "e718" }), "8 bytes of hex"),
+        (
+            serde_json::json!({ "acceptedTcbStatuses": ["Revoked"] }),
+            "Revoked",
+        ),
+        (
+            serde_json::json!({ "acceptedTcbStatuses": ["Fine"] }),
+            "not a TCB status",
+        ),
+        (serde_json::json!({ "acceptedTcbStatuses": [] }), "empty"),
+        (
+            serde_json::json!({ "intelRootKey": "not PEM" }),
+            "intelRootKey",
+        ),
+    ] {
+        let error = TdxConfig::from_attestation_config(json.to_string().as_bytes()).unwrap_err();
+        assert!(error.to_string().contains(needle), "{error}");
+    }
+}
+
+/// qemu-tdx: a real quote verifies with Intel's collateral, but its REPORT_DATA was not made for
+/// this nonce and user data, so the document is refused as not bound to the connection.
+#[test]
+fn a_qemu_tdx_document_must_bind_the_connection() {
+    use attestation::Validator;
+    use attestation::tdx::StaticCollateral;
+    use attestation::variants::tdx::{TdxKind, TdxValidator};
+    use std::sync::Arc;
+
+    let quote = read("dcap-qvl-uptodate/quote.bin");
+    let mrtd = hex::encode(uptodate_quote().td().mr_td);
+    let config =
+        serde_json::json!({ "measurements": { "0": { "expected": mrtd, "warnOnly": false } } });
+    let (validator, digest) = TdxValidator::from_attestation_config(
+        TdxKind::Qemu,
+        config.to_string().as_bytes(),
+        Arc::new(StaticCollateral::new().with(uptodate())),
+    )
+    .unwrap();
+    assert_eq!(digest.len(), 64);
+    let validator = validator.with_clock(Arc::new(|| UPTODATE_WINDOW.0));
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let document = serde_json::json!({ "RawQuote": b64(&quote), "UserData": b64(b"key hash") });
+    let error = validator
+        .validate(document.to_string().as_bytes(), b"nonce")
+        .unwrap_err();
+    assert!(matches!(error, attestation::Error::Binding(_)), "{error}");
+    // No collateral for the platform: retry later, not a refusal.
+    let empty = validator.with_collateral(Arc::new(StaticCollateral::new()));
+    assert!(
+        empty
+            .validate(document.to_string().as_bytes(), b"nonce")
+            .unwrap_err()
+            .is_unavailable()
+    );
+    // Not the document's shape.
+    assert!(matches!(
+        empty.validate(b"{\"RawQuote\": 5}", b"nonce").unwrap_err(),
+        attestation::Error::Malformed(_)
+    ));
+}

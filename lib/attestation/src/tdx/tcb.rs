@@ -98,3 +98,40 @@ pub(crate) fn evaluate(quote: &TdQuote, collateral: &Collateral) -> Result<Evalu
         qe_status: qe_level.tcb_status,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tdx::{Trust, verify_quote};
+
+    fn read(path: &str) -> Vec<u8> {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/testdata/tdx");
+        std::fs::read(dir.join(path)).unwrap()
+    }
+
+    /// On a quote the crate accepts, this evaluation gives the crate's own answer.
+    #[test]
+    fn the_evaluation_agrees_with_dcap_qvl() {
+        let collateral =
+            Collateral::from_dcap_json(&read("dcap-qvl-uptodate/collateral.json")).unwrap();
+        let quote = TdQuote::parse(&read("dcap-qvl-uptodate/quote.bin")).unwrap();
+        assert!(
+            quote.sept_ve_disable(),
+            "the crate itself evaluates this one"
+        );
+        let crate_says = verify_quote(&quote, &collateral, &Trust::builtin(), 1750329147).unwrap();
+        let ours = evaluate(&quote, &collateral).unwrap();
+        assert_eq!(
+            ours,
+            Evaluated {
+                status: crate_says.status,
+                advisory_ids: crate_says.advisory_ids,
+                platform_status: crate_says.platform_status,
+                tcb_date: crate_says.tcb_date,
+                qe_status: crate_says.qe_status,
+            }
+        );
+        assert_eq!(ours.status, TcbStatus::UpToDate);
+    }
+}
