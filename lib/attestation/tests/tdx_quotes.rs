@@ -1,5 +1,7 @@
 //! The TDX verifier on real quotes and Intel collateral (`../shared/testdata/tdx`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
 use std::path::PathBuf;
 
 use attestation::snp::instance_info::check_azure_binding;

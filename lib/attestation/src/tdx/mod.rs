@@ -120,9 +120,10 @@ impl TdxError {
                 at: 0,
                 reason: text,
             }
-        } else if has("Failed to parse root CA CRL") || has("UnknownIssuer") {
-            TdxError::Chain(text)
-        } else if has("Failed to verify certificate chain") || has("certificate") {
+        } else if has("Failed to parse root CA CRL")
+            || has("Failed to verify certificate chain")
+            || has("certificate")
+        {
             TdxError::Chain(text)
         } else if has("Fmspc mismatch") {
             TdxError::FmspcMismatch
