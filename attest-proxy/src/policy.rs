@@ -48,6 +48,12 @@ pub enum PolicyError {
         #[source]
         source: attestation::policy::PolicyError,
     },
+    /// The variant is verified by the attestation crate, but this proxy has no source of its
+    /// collateral yet.
+    #[error(
+        "attestation variant {0} is not served yet: its verifier exists, but attest-proxy has no Intel PCS collateral source"
+    )]
+    NotServedYet(Variant),
     /// No validator exists for the configured variant.
     #[error("attestation variant {0} is not supported by this build")]
     Unsupported(Variant),
@@ -103,6 +109,7 @@ fn build(
                 validator: Arc::new(validator),
             })
         }
+        Variant::QemuTdx | Variant::AzureTdx => Err(PolicyError::NotServedYet(variant)),
         other => Err(PolicyError::Unsupported(other)),
     }
 }
@@ -559,10 +566,11 @@ mod tests {
             Current::load(Variant::GcpSevSnp, &path, None),
             Err(PolicyError::Unsupported(Variant::GcpSevSnp))
         ));
-        assert!(matches!(
-            Current::load(Variant::QemuTdx, &path, None),
-            Err(PolicyError::Unsupported(Variant::QemuTdx))
-        ));
+        for tdx in [Variant::QemuTdx, Variant::AzureTdx] {
+            let error = Current::load(tdx, &path, None).unwrap_err();
+            assert!(matches!(error, PolicyError::NotServedYet(v) if v == tdx));
+            assert!(error.to_string().contains("not served yet"), "{error}");
+        }
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 10] = [
+pub const TARGETS: [(&str, Target); 14] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
@@ -138,6 +138,10 @@ pub const TARGETS: [(&str, Target); 10] = [
     ("snp_cert", snp_cert),
     ("snp_crl", snp_crl),
     ("snp_certtable", snp_certtable),
+    ("tdx_quote", tdx_quote),
+    ("qemu_tdx_document", qemu_tdx_document),
+    ("azure_tdx_instance_info", azure_tdx_instance_info),
+    ("tdx_collateral", tdx_collateral),
 ];
 
 /// A real Milan VCEK with its ASK and ARK (bare-metal vector), for targets that need a chain.
@@ -270,5 +274,86 @@ pub fn snp_certtable(data: &[u8]) {
     }
     if let Ok(info) = snp_issuer::aws_instance_info(&HostTable(data.to_vec()), b"spki") {
         let _ = InstanceInfo::parse(&info);
+    }
+/// Real Intel collateral (the dcap-qvl UpToDate vector) and a time inside its window.
+fn intel() -> &'static attestation::tdx::Collateral {
+    static INTEL: OnceLock<attestation::tdx::Collateral> = OnceLock::new();
+    INTEL.get_or_init(|| {
+        attestation::tdx::Collateral::from_dcap_json(include_bytes!(
+            "../../lib/attestation/testdata/tdx/uptodate-collateral.json"
+        ))
+        .expect("the dcap-qvl collateral")
+    })
+}
+
+const TDX_TIME: i64 = 1_750_329_147;
+
+fn tdx_verify(quote: &attestation::tdx::TdQuote) {
+    let _ = (
+        quote.td().measurements(),
+        quote.td().is_debug(),
+        quote.sept_ve_disable(),
+    );
+    if let Ok(verified) = attestation::tdx::verify_quote(
+        quote,
+        intel(),
+        &attestation::tdx::Trust::builtin(),
+        TDX_TIME,
+    ) {
+        let _ = attestation::tdx::TdxConfig::default().check(&verified);
+    }
+}
+
+/// A TDX quote (v4, v5): the header and layout checks, then the whole DCAP verification with
+/// real collateral (which a changed quote never passes).
+pub fn tdx_quote(data: &[u8]) {
+    if let Ok(quote) = attestation::tdx::TdQuote::parse(data) {
+        tdx_verify(&quote);
+    }
+}
+
+/// The qemu-tdx document `{"RawQuote", "UserData"}`.
+pub fn qemu_tdx_document(data: &[u8]) {
+    if let Ok((quote, _)) = attestation::variants::tdx::parse_qemu_document(data) {
+        tdx_verify(&quote);
+    }
+}
+
+/// The azure-tdx InstanceInfo `{"AttestationReport", "RuntimeData"}`, and its runtime data.
+pub fn azure_tdx_instance_info(data: &[u8]) {
+    if let Ok((quote, runtime)) = attestation::variants::tdx::parse_azure_instance_info(data) {
+        let _ = azure_runtime_ak(&runtime);
+        tdx_verify(&quote);
+    }
+}
+
+/// Intel collateral as the verifier reads it (dcap-qvl's JSON, and PCS's TCB info and QE
+/// identity bodies), then used to verify the real quote.
+pub fn tdx_collateral(data: &[u8]) {
+    let quote = include_bytes!("../../lib/attestation/testdata/tdx/uptodate-quote.bin");
+    let Ok(quote) = attestation::tdx::TdQuote::parse(quote) else {
+        return;
+    };
+    let pcs = |tcb_info: &[u8], qe_identity: &[u8]| {
+        attestation::tdx::collateral::Collateral::from_pcs(
+            attestation::tdx::collateral::PcsResponses {
+                tcb_info,
+                tcb_info_issuer_chain: "",
+                qe_identity,
+                qe_identity_issuer_chain: "",
+                pck_crl: data,
+                pck_crl_issuer_chain: "",
+                root_ca_crl: data,
+            },
+        )
+    };
+    let _ = pcs(data, data);
+    if let Ok(collateral) = attestation::tdx::Collateral::from_dcap_json(data) {
+        let _ = attestation::tdx::verify_quote(
+            &quote,
+            &collateral,
+            &attestation::tdx::Trust::builtin(),
+            TDX_TIME,
+        );
     }
 }

@@ -312,8 +312,39 @@ pub fn check_name(error: &Error) -> &'static str {
         Error::Measurements { .. } => "measurements",
         Error::Snp(e) => snp_check_name(e),
         Error::SnpPolicy(e) => snp_policy_check_name(e),
+        Error::Tdx(e) => tdx_check_name(e),
+        Error::TdxPolicy(e) => tdx_policy_check_name(e),
         Error::Binding(_) => "hardware_binding",
         Error::CollateralUnavailable(_) => "collateral_unavailable",
+    }
+}
+
+fn tdx_check_name(error: &crate::tdx::TdxError) -> &'static str {
+    use crate::tdx::TdxError as E;
+    match error {
+        E::Quote(_) => "tdx_quote_format",
+        E::QuoteSignature => "tdx_quote_signature",
+        E::QeReportSignature | E::QeReportData => "tdx_qe_report",
+        E::QeIdentity(_) => "tdx_qe_identity",
+        E::Chain(_) | E::UntrustedRoot(_) => "tdx_chain",
+        E::Revoked(_) => "tdx_revoked",
+        E::Collateral(_) | E::TcbInfoSignature | E::QeIdentitySignature | E::FmspcMismatch => {
+            "tdx_collateral"
+        }
+        E::NotCurrent { .. } => "tdx_collateral_not_current",
+        E::NoTcbLevel(_) | E::TdxModule(_) | E::TcbRevoked => "tdx_tcb",
+        E::Debug | E::Attributes(_) => "tdx_attributes",
+        E::Other(_) => "tdx_other",
+    }
+}
+
+fn tdx_policy_check_name(error: &crate::tdx::TdxPolicyError) -> &'static str {
+    use crate::tdx::TdxPolicyError as E;
+    match error {
+        E::Debug => "tdx_attributes",
+        E::Status { .. } => "tdx_tcb_status",
+        E::Svn { .. } | E::TeeTcbSvn { .. } => "tdx_svn",
+        E::Mismatch { .. } => "tdx_td_report",
     }
 }
 

@@ -114,6 +114,12 @@ pub enum Error {
     #[error("SEV-SNP policy refused the report: {0}")]
     SnpPolicy(#[from] crate::snp::SnpPolicyError),
 
+    #[error("Intel TDX evidence refused: {0}")]
+    Tdx(#[from] crate::tdx::TdxError),
+
+    #[error("TDX policy refused the quote: {0}")]
+    TdxPolicy(#[from] crate::tdx::TdxPolicyError),
+
     #[error("the hardware evidence does not vouch for the attestation key: {0}")]
     Binding(String),
 

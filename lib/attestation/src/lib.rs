@@ -13,6 +13,7 @@ pub mod error;
 pub mod eventlog;
 pub mod policy;
 pub mod snp;
+pub mod tdx;
 pub mod tpm;
 pub mod variant;
 pub mod variants;

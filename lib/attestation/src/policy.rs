@@ -87,6 +87,8 @@ pub enum PolicyError {
     /// The SEV-SNP settings of an SNP variant's config are invalid.
     #[error(transparent)]
     Snp(#[from] crate::snp::SnpConfigError),
+    #[error(transparent)]
+    Tdx(#[from] crate::tdx::TdxConfigError),
 }
 
 /// A measurement policy: register index → expected value.

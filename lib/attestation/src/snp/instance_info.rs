@@ -180,3 +180,43 @@ pub fn azure_runtime_ak(runtime_data: &[u8]) -> Result<(Vec<u8>, Vec<u8>), SnpEr
     };
     Ok((decode("n", &key.n)?, decode("e", &key.e)?))
 }
+
+/// Checks Azure's HCL binding (azure-sev-snp and azure-tdx alike): the hardware report's
+/// REPORT_DATA[0:32] is SHA-256 of the runtime data, and the runtime data's `keys[0]` is `ak`.
+pub fn check_azure_binding(
+    report_data: &[u8],
+    runtime_data: &[u8],
+    ak: &crate::tpm::Public,
+) -> Result<(), crate::Error> {
+    use crate::Error;
+    use subtle::ConstantTimeEq;
+    let digest = ring::digest::digest(&ring::digest::SHA256, runtime_data);
+    let head = report_data.get(..32).unwrap_or_default();
+    if !bool::from(digest.as_ref().ct_eq(head)) {
+        return Err(Error::Binding(
+            "REPORT_DATA[0:32] is not SHA-256 of the HCL runtime data".to_owned(),
+        ));
+    }
+    let (n, e) = azure_runtime_ak(runtime_data)?;
+    let crate::tpm::PublicKey::Rsa {
+        exponent, modulus, ..
+    } = &ak.key
+    else {
+        return Err(Error::Binding(
+            "the runtime data's key is RSA, the attestation key is not".to_owned(),
+        ));
+    };
+    let exponent = if *exponent == 0 { 65537 } else { *exponent };
+    let ak_e = exponent.to_be_bytes();
+    let first = ak_e.iter().position(|&b| b != 0).unwrap_or(ak_e.len());
+    let ak_n = &modulus[modulus
+        .iter()
+        .position(|&b| b != 0)
+        .unwrap_or(modulus.len())..];
+    if n != ak_n || e != ak_e[first..] {
+        return Err(Error::Binding(
+            "the runtime data's keys[0] is not the attestation key".to_owned(),
+        ));
+    }
+    Ok(())
+}

@@ -13,3 +13,4 @@
 
 pub mod qemu_vtpm;
 pub mod sev_snp;
+pub mod tdx;

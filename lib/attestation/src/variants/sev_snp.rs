@@ -14,12 +14,12 @@ use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 use crate::policy::Policy;
-use crate::snp::instance_info::azure_runtime_ak;
+use crate::snp::instance_info::check_azure_binding;
 use crate::snp::{
     Cert, InstanceInfo, Product, SigningKey, SnpCollateral, SnpConfig, SnpError, VerifiedReport,
     verify_report,
 };
-use crate::tpm::{self, PublicKey};
+use crate::tpm;
 use crate::vtpm::{compare_pcrs, verify_document};
 use crate::{Error, Validator, Variant, Verified};
 
@@ -35,7 +35,7 @@ pub enum Binding {
 /// The verification time, in seconds since the epoch.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
-fn system_clock() -> Clock {
+pub(crate) fn system_clock() -> Clock {
     Arc::new(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -243,33 +243,7 @@ fn check_binding(
             let runtime = info.azure_runtime_data.as_deref().ok_or_else(|| {
                 Error::Binding("the document carries no Azure runtime data".to_owned())
             })?;
-            let digest = ring::digest::digest(&ring::digest::SHA256, runtime);
-            if !bool::from(digest.as_ref().ct_eq(&report_data[..32])) {
-                return Err(Error::Binding(
-                    "REPORT_DATA[0:32] is not SHA-256 of the HCL runtime data".to_owned(),
-                ));
-            }
-            let (n, e) = azure_runtime_ak(runtime)?;
-            let PublicKey::Rsa {
-                exponent, modulus, ..
-            } = &ak.key
-            else {
-                return Err(Error::Binding(
-                    "the runtime data's key is RSA, the attestation key is not".to_owned(),
-                ));
-            };
-            let exponent = if *exponent == 0 { 65537 } else { *exponent };
-            let ak_e = exponent.to_be_bytes();
-            let first = ak_e.iter().position(|&b| b != 0).unwrap_or(ak_e.len());
-            let ak_n = &modulus[modulus
-                .iter()
-                .position(|&b| b != 0)
-                .unwrap_or(modulus.len())..];
-            if n != ak_n || e != ak_e[first..] {
-                return Err(Error::Binding(
-                    "the runtime data's keys[0] is not the attestation key".to_owned(),
-                ));
-            }
+            check_azure_binding(report_data.as_slice(), runtime, ak)?;
         }
     }
     Ok(())

@@ -1,0 +1,8 @@
+//! qemu_tdx_document (see src/targets.rs).
+#![no_main]
+
+#[path = "../src/targets.rs"]
+#[allow(dead_code)] // Each target uses one function of the shared module.
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::qemu_tdx_document(data));
