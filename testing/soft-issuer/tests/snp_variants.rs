@@ -456,7 +456,10 @@ fn gcp_binding_refusals_name_what_is_wrong() {
 
     // Without a way to ask GCE, nothing is vouched for.
     let v = validator(Binding::Gcp, snp_config(&gcp.amd), collateral(&gcp.amd));
-    assert!(matches!(validate(&v, &good).unwrap_err(), Error::Binding(_)));
+    assert!(matches!(
+        validate(&v, &good).unwrap_err(),
+        Error::Binding(_)
+    ));
 }
 
 #[test]

@@ -288,10 +288,8 @@ mod tests {
             .unwrap();
             use ring::signature::KeyPair as _;
             let point = key.public_key().as_ref().to_vec();
-            let mut spki = hex::decode(
-                "3059301306072a8648ce3d020106082a8648ce3d030107034200",
-            )
-            .unwrap();
+            let mut spki =
+                hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
             spki.extend_from_slice(&point);
             spki
         };
@@ -299,7 +297,11 @@ mod tests {
         let b = p256(());
         assert!(same_key(&a, &a).unwrap());
         assert!(!same_key(&a, &b).unwrap());
-        assert!(same_key(b"junk", &a).unwrap_err().contains("the GCE API's key"));
+        assert!(
+            same_key(b"junk", &a)
+                .unwrap_err()
+                .contains("the GCE API's key")
+        );
         let mut trailing = a.clone();
         trailing.push(0);
         assert!(same_key(&a, &trailing).unwrap_err().contains("after"));
@@ -320,7 +322,11 @@ mod tests {
         );
         assert_eq!(spki_from_pem(&pem).unwrap(), spki);
         let cert = pem.replace("PUBLIC KEY", "CERTIFICATE");
-        assert!(spki_from_pem(&cert).unwrap_err().contains("not a PEM PUBLIC KEY"));
+        assert!(
+            spki_from_pem(&cert)
+                .unwrap_err()
+                .contains("not a PEM PUBLIC KEY")
+        );
         assert!(spki_from_pem("").is_err());
     }
 }

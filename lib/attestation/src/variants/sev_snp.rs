@@ -323,9 +323,8 @@ fn check_gcp_binding(
     })?;
     let instance =
         InstanceRef::from_instance_info(named).map_err(|e| Error::Binding(e.to_string()))?;
-    let gce = gce.ok_or_else(|| {
-        Error::Binding("this validator has no way to ask the GCE API".to_owned())
-    })?;
+    let gce = gce
+        .ok_or_else(|| Error::Binding("this validator has no way to ask the GCE API".to_owned()))?;
     let vouched = match gce.signing_key(&instance) {
         Ok(key) => key,
         Err(GceKeyError::NotFound(what)) => {
