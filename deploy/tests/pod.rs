@@ -185,43 +185,7 @@ fn no_host_namespaces_no_privilege_no_root() {
     assert!(spec.get("ephemeralContainers").is_none());
 
     for c in containers() {
-        let name = &c["name"];
-        let sc = &c["securityContext"];
-        assert_ne!(sc["privileged"], Value::Bool(true), "{name} is privileged");
-        assert_eq!(
-            sc["runAsNonRoot"],
-            Value::Bool(true),
-            "{name}: runAsNonRoot"
-        );
-        assert_ne!(run_as_user(&c), 0, "{name} runs as root");
-        assert_ne!(sc["runAsGroup"], 0, "{name} runs with group root");
-        assert_eq!(
-            sc["readOnlyRootFilesystem"],
-            Value::Bool(true),
-            "{name}: readOnlyRootFilesystem"
-        );
-        assert_eq!(
-            sc["allowPrivilegeEscalation"],
-            Value::Bool(false),
-            "{name}: allowPrivilegeEscalation"
-        );
-        assert_eq!(
-            sc["seccompProfile"]["type"], "RuntimeDefault",
-            "{name}: seccomp"
-        );
-        assert_eq!(
-            sc["capabilities"]["drop"],
-            serde_json::json!(["ALL"]),
-            "{name} drops all capabilities"
-        );
-        assert!(
-            array(&sc["capabilities"]["add"]).is_empty(),
-            "{name} adds capabilities"
-        );
-        assert!(sc.get("procMount").is_none(), "{name} sets procMount");
-        for p in array(&c["ports"]) {
-            assert!(p.get("hostPort").is_none(), "{name} binds a host port");
-        }
+        assert_locked_down(&c);
     }
 }
 

@@ -155,3 +155,45 @@ pub fn run_as_user(c: &Value) -> u64 {
         .as_u64()
         .unwrap_or_else(|| panic!("container {} sets no runAsUser", c["name"]))
 }
+
+/// A container runs unprivileged: not root, read-only root filesystem, no privilege escalation,
+/// no capabilities, the runtime's seccomp profile, no host ports.
+pub fn assert_locked_down(c: &Value) {
+    let name = &c["name"];
+    let sc = &c["securityContext"];
+    assert_ne!(sc["privileged"], Value::Bool(true), "{name} is privileged");
+    assert_eq!(
+        sc["runAsNonRoot"],
+        Value::Bool(true),
+        "{name}: runAsNonRoot"
+    );
+    assert_ne!(run_as_user(c), 0, "{name} runs as root");
+    assert_ne!(sc["runAsGroup"], 0, "{name} runs with group root");
+    assert_eq!(
+        sc["readOnlyRootFilesystem"],
+        Value::Bool(true),
+        "{name}: readOnlyRootFilesystem"
+    );
+    assert_eq!(
+        sc["allowPrivilegeEscalation"],
+        Value::Bool(false),
+        "{name}: allowPrivilegeEscalation"
+    );
+    assert_eq!(
+        sc["seccompProfile"]["type"], "RuntimeDefault",
+        "{name}: seccomp"
+    );
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{name} drops all capabilities"
+    );
+    assert!(
+        array(&sc["capabilities"]["add"]).is_empty(),
+        "{name} adds capabilities"
+    );
+    assert!(sc.get("procMount").is_none(), "{name} sets procMount");
+    for p in array(&c["ports"]) {
+        assert!(p.get("hostPort").is_none(), "{name} binds a host port");
+    }
+}
