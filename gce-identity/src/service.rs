@@ -46,10 +46,11 @@ pub fn status(error: &GceError) -> Status {
         GceError::NoSigningKey { .. } => Status::failed_precondition(error.to_string()),
         GceError::Unavailable { retry_after, .. } => {
             let mut status = Status::unavailable(error.to_string());
-            if let Some(value) =
-                retry_after.and_then(|d| tonic::metadata::MetadataValue::try_from(d.as_secs()).ok())
-            {
-                status.metadata_mut().insert("retry-after", value);
+            if let Some(retry_after) = retry_after {
+                status.metadata_mut().insert(
+                    "retry-after",
+                    tonic::metadata::MetadataValue::from(retry_after.as_secs()),
+                );
             }
             status
         }
