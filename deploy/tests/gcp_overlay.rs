@@ -179,21 +179,7 @@ fn the_socket_ends_agree_on_path_and_peer_uid() {
 
 #[test]
 fn every_argument_is_a_flag_the_binary_accepts() {
-    use clap::Parser;
-    for c in array(&gcp_pod_spec()["containers"]) {
-        let name = c["name"].as_str().expect("name").to_owned();
-        let argv = std::iter::once(name.clone()).chain(args(&c));
-        let parsed = match name.as_str() {
-            "attest-proxy" => attest_proxy::Config::try_parse_from(argv).map(drop),
-            "join-core" => join_core::Config::try_parse_from(argv).map(drop),
-            "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
-            "gce-identity" => gce_identity::Config::try_parse_from(argv).map(drop),
-            other => panic!("unexpected container {other}"),
-        };
-        if let Err(error) = parsed {
-            panic!("{name}: {error}");
-        }
-    }
+    assert_args_parse(&array(&gcp_pod_spec()["containers"]));
 }
 
 #[test]

@@ -538,20 +538,5 @@ fn probes_use_each_process_admin_endpoint() {
 
 #[test]
 fn every_argument_is_a_flag_the_binary_accepts() {
-    use clap::Parser;
-    // What the container runs: the command's binary name, then the args, as the kubelet
-    // passes them (an unknown or misspelt flag would crash-loop the pod).
-    for c in containers() {
-        let name = c["name"].as_str().expect("name").to_owned();
-        let argv = std::iter::once(name.clone()).chain(args(&c));
-        let parsed = match name.as_str() {
-            "attest-proxy" => attest_proxy::Config::try_parse_from(argv).map(drop),
-            "join-core" => join_core::Config::try_parse_from(argv).map(drop),
-            "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
-            other => panic!("unexpected container {other}"),
-        };
-        if let Err(error) = parsed {
-            panic!("{name}: {error}");
-        }
-    }
+    assert_args_parse(&containers());
 }

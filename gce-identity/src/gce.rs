@@ -5,14 +5,11 @@
 //! first needed and again shortly before it expires or when the API refuses it (401); one fetch
 //! at a time. Every call carries the configured timeout, body included.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use attestation::snp::InstanceRef;
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use plumbing::https::HttpsClient;
 
 /// The GCE metadata server.
 pub const METADATA_URL: &str = "http://metadata.google.internal";
@@ -25,8 +22,6 @@ pub const TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/defa
 const MAX_BODY: usize = 64 * 1024;
 /// A token is replaced this long before it expires.
 const TOKEN_MARGIN: Duration = Duration::from_secs(60);
-
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<bytes::Bytes>>;
 
 /// Why a signing key could not be had.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -58,10 +53,8 @@ fn unavailable(reason: String) -> GceError {
 pub enum SetupError {
     #[error("{0:?} is not an http(s):// URL")]
     Url(String),
-    #[error("reading the CA file {path}: {reason}")]
-    Ca { path: String, reason: String },
-    #[error("TLS setup: {0}")]
-    Tls(String),
+    #[error(transparent)]
+    Client(plumbing::https::SetupError),
 }
 
 struct Token {
@@ -115,8 +108,6 @@ impl GceClient {
         extra_ca: Option<&std::path::Path>,
         timeout: Duration,
     ) -> Result<GceClient, SetupError> {
-        use rustls23::pki_types::CertificateDer;
-        use rustls23::pki_types::pem::PemObject;
         let base = |url: &str| {
             let url = url.trim_end_matches('/').to_owned();
             if url.starts_with("https://") || url.starts_with("http://") {
@@ -126,35 +117,11 @@ impl GceClient {
             }
         };
         let (metadata, compute) = (base(metadata)?, base(compute)?);
-        let mut roots = rustls23::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-        if let Some(path) = extra_ca {
-            let ca_error = |reason: String| SetupError::Ca {
-                path: path.display().to_string(),
-                reason,
-            };
-            for cert in CertificateDer::pem_file_iter(path).map_err(|e| ca_error(e.to_string()))? {
-                let cert = cert.map_err(|e| ca_error(e.to_string()))?;
-                roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
-            }
-        }
-        let provider = Arc::new(rustls23::crypto::ring::default_provider());
-        let tls = rustls23::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| SetupError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let client = plumbing::https::client(extra_ca).map_err(SetupError::Client)?;
         Ok(GceClient {
             metadata,
             compute,
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client,
             timeout,
             token: tokio::sync::Mutex::new(None),
         })

@@ -197,3 +197,23 @@ pub fn assert_locked_down(c: &Value) {
         assert!(p.get("hostPort").is_none(), "{name} binds a host port");
     }
 }
+
+/// Every container's args parse as its binary's flags: the command's binary name, then the
+/// args, as the kubelet passes them (an unknown or misspelt flag would crash-loop the pod).
+pub fn assert_args_parse(containers: &[Value]) {
+    use clap::Parser;
+    for c in containers {
+        let name = c["name"].as_str().expect("name").to_owned();
+        let argv = std::iter::once(name.clone()).chain(args(c));
+        let parsed = match name.as_str() {
+            "attest-proxy" => attest_proxy::Config::try_parse_from(argv).map(drop),
+            "join-core" => join_core::Config::try_parse_from(argv).map(drop),
+            "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
+            "gce-identity" => gce_identity::Config::try_parse_from(argv).map(drop),
+            other => panic!("unexpected container {other}"),
+        };
+        if let Err(error) = parsed {
+            panic!("{name}: {error}");
+        }
+    }
+}
