@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from("proto");
     let files = [
         "components/components.proto",
+        "gceidentity/gceidentity.proto",
         "join/join.proto",
         "kms/kms.proto",
         "tokenissuer/tokenissuer.proto",

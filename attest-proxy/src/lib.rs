@@ -41,6 +41,7 @@
 
 mod collateral_metrics;
 pub mod config;
+pub mod gce_identity;
 
 mod admission;
 mod allowlist;
@@ -73,6 +74,9 @@ pub enum Error {
     /// The SEV-SNP collateral source could not be set up.
     #[error("cannot set up the SEV-SNP collateral source")]
     Collateral(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The gcp-sev-snp key source could not be set up.
+    #[error("cannot set up the GCE identity source: {0}")]
+    GceIdentity(String),
     /// The aTLS server could not be set up.
     #[error("cannot set up aTLS")]
     Atls(#[source] atls::SetupError),
@@ -109,12 +113,16 @@ impl Proxy {
     /// Loads the policy, prepares aTLS and binds the listening socket.
     pub async fn bind(config: Config) -> Result<Self, Error> {
         let collateral = snp_collateral(&config)?;
+        let gce = gce_identity::build(&config)?;
         let policy = policy::Current::load(
             config.variant,
             &config.attestation_config,
-            collateral
-                .clone()
-                .map(|c| Arc::new(c) as Arc<dyn attestation::snp::SnpCollateral>),
+            collateral.clone().map(|c| policy::Hardware {
+                collateral: Arc::new(c),
+                gce: gce
+                    .clone()
+                    .map(|g| g as Arc<dyn attestation::snp::GceIdentity>),
+            }),
         )?;
         tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
         let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
@@ -304,7 +312,10 @@ fn snp_collateral(config: &Config) -> Result<Option<collateral::kds::KdsCollater
     use attestation::Variant;
     use attestation::snp::Product;
     use collateral::kds::{KdsCollateral, KdsSource};
-    if !matches!(config.variant, Variant::AwsSevSnp | Variant::AzureSevSnp) {
+    if !matches!(
+        config.variant,
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp
+    ) {
         return Ok(None);
     }
     let source = KdsSource::new(
@@ -320,6 +331,7 @@ fn snp_collateral(config: &Config) -> Result<Option<collateral::kds::KdsCollater
             max_stale: config.collateral_max_stale,
             wait: config.collateral_wait,
             backoff: std::time::Duration::from_secs(10),
+            max_entries: None,
         },
         tokio::runtime::Handle::current(),
     )

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use attestation::snp::SnpCollateral;
+use attestation::snp::{GceIdentity, SnpCollateral};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Validator, Variant};
 use plumbing::shutdown::Shutdown;
@@ -59,6 +59,14 @@ pub enum PolicyError {
     Unsupported(Variant),
 }
 
+/// Where the hardware variants get what documents leave out: AMD collateral (every SNP
+/// variant) and, for gcp-sev-snp, the key the GCE API vouches for.
+#[derive(Clone, Debug)]
+pub struct Hardware {
+    pub collateral: Arc<dyn SnpCollateral>,
+    pub gce: Option<Arc<dyn GceIdentity>>,
+}
+
 /// A validator together with the digest of the policy it enforces.
 #[derive(Clone, Debug)]
 pub struct Active {
@@ -71,12 +79,12 @@ pub struct Active {
 
 /// Builds the validator for `variant` from attestation config bytes read from `path`. A config
 /// that trusts no attestation key or enforces no measurement is invalid, at start as on reload.
-/// The SNP variants take their collateral from `collateral`.
+/// The SNP variants take their collateral (and gcp-sev-snp its GCE keys) from `hardware`.
 fn build(
     variant: Variant,
     path: &Path,
     raw: &[u8],
-    collateral: Option<&Arc<dyn SnpCollateral>>,
+    hardware: Option<&Hardware>,
 ) -> Result<Active, PolicyError> {
     let invalid = |source| PolicyError::Invalid {
         path: path.to_owned(),
@@ -93,16 +101,23 @@ fn build(
                 validator: Arc::new(attestation::QemuVtpmValidator::from_config(config)),
             })
         }
-        Variant::AwsSevSnp | Variant::AzureSevSnp => {
-            let binding = if variant == Variant::AwsSevSnp {
-                Binding::Aws
-            } else {
-                Binding::Azure
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp => {
+            let binding = match variant {
+                Variant::AwsSevSnp => Binding::Aws,
+                Variant::AzureSevSnp => Binding::Azure,
+                _ => Binding::Gcp,
             };
-            let collateral = collateral.ok_or(PolicyError::Unsupported(variant))?.clone();
-            let (validator, digest) =
-                SevSnpValidator::from_attestation_config(binding, raw, collateral)
+            let hardware = hardware.ok_or(PolicyError::Unsupported(variant))?;
+            let (mut validator, digest) =
+                SevSnpValidator::from_attestation_config(binding, raw, hardware.collateral.clone())
                     .map_err(invalid)?;
+            if binding == Binding::Gcp {
+                let gce = hardware
+                    .gce
+                    .clone()
+                    .ok_or(PolicyError::Unsupported(variant))?;
+                validator = validator.with_gce_identity(gce);
+            }
             Ok(Active {
                 digest,
                 trust_any_ak: false,
@@ -185,7 +200,7 @@ impl PolicyStatus {
 pub struct Current {
     variant: Variant,
     /// Where the SNP variants get collateral; `None` for the others.
-    collateral: Option<Arc<dyn SnpCollateral>>,
+    hardware: Option<Hardware>,
     path: PathBuf,
     active: RwLock<Arc<Active>>,
     // Only reloads take this lock, never a connection: it keeps concurrent reloads (the poll
@@ -210,16 +225,16 @@ impl Current {
     pub fn load(
         variant: Variant,
         path: &Path,
-        collateral: Option<Arc<dyn SnpCollateral>>,
+        hardware: Option<Hardware>,
     ) -> Result<Self, PolicyError> {
         let raw = read(path)?;
-        let active = build(variant, path, &raw, collateral.as_ref())?;
+        let active = build(variant, path, &raw, hardware.as_ref())?;
         warn_trust_any_ak(&active);
         let trust_any_ak = Gauge::default();
         trust_any_ak.set(i64::from(active.trust_any_ak));
         Ok(Self {
             variant,
-            collateral,
+            hardware,
             path: path.to_owned(),
             active: RwLock::new(Arc::new(active)),
             seen: Mutex::new((Seen::Bytes(sha256(&raw)), None)),
@@ -311,7 +326,7 @@ impl Current {
         }
         // Built only when the file changed: the poll re-reads every second.
         let result =
-            raw.and_then(|raw| build(self.variant, &self.path, &raw, self.collateral.as_ref()));
+            raw.and_then(|raw| build(self.variant, &self.path, &raw, self.hardware.as_ref()));
         seen.0 = now;
         match result {
             Ok(active) => {

@@ -185,43 +185,7 @@ fn no_host_namespaces_no_privilege_no_root() {
     assert!(spec.get("ephemeralContainers").is_none());
 
     for c in containers() {
-        let name = &c["name"];
-        let sc = &c["securityContext"];
-        assert_ne!(sc["privileged"], Value::Bool(true), "{name} is privileged");
-        assert_eq!(
-            sc["runAsNonRoot"],
-            Value::Bool(true),
-            "{name}: runAsNonRoot"
-        );
-        assert_ne!(run_as_user(&c), 0, "{name} runs as root");
-        assert_ne!(sc["runAsGroup"], 0, "{name} runs with group root");
-        assert_eq!(
-            sc["readOnlyRootFilesystem"],
-            Value::Bool(true),
-            "{name}: readOnlyRootFilesystem"
-        );
-        assert_eq!(
-            sc["allowPrivilegeEscalation"],
-            Value::Bool(false),
-            "{name}: allowPrivilegeEscalation"
-        );
-        assert_eq!(
-            sc["seccompProfile"]["type"], "RuntimeDefault",
-            "{name}: seccomp"
-        );
-        assert_eq!(
-            sc["capabilities"]["drop"],
-            serde_json::json!(["ALL"]),
-            "{name} drops all capabilities"
-        );
-        assert!(
-            array(&sc["capabilities"]["add"]).is_empty(),
-            "{name} adds capabilities"
-        );
-        assert!(sc.get("procMount").is_none(), "{name} sets procMount");
-        for p in array(&c["ports"]) {
-            assert!(p.get("hostPort").is_none(), "{name} binds a host port");
-        }
+        assert_locked_down(&c);
     }
 }
 
@@ -604,20 +568,5 @@ fn probes_use_each_process_admin_endpoint() {
 
 #[test]
 fn every_argument_is_a_flag_the_binary_accepts() {
-    use clap::Parser;
-    // What the container runs: the command's binary name, then the args, as the kubelet
-    // passes them (an unknown or misspelt flag would crash-loop the pod).
-    for c in containers() {
-        let name = c["name"].as_str().expect("name").to_owned();
-        let argv = std::iter::once(name.clone()).chain(args(&c));
-        let parsed = match name.as_str() {
-            "attest-proxy" => attest_proxy::Config::try_parse_from(argv).map(drop),
-            "join-core" => join_core::Config::try_parse_from(argv).map(drop),
-            "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
-            other => panic!("unexpected container {other}"),
-        };
-        if let Err(error) = parsed {
-            panic!("{name}: {error}");
-        }
-    }
+    assert_args_parse(&containers());
 }

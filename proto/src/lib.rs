@@ -3,6 +3,7 @@
 //! - [`join`]: the public join API nodes call through attest-proxy (Constellation's `join.API`).
 //! - [`kms`]: the key service API join-core calls (Constellation's `kms.API`).
 //! - [`tokenissuer`]: the internal API between join-core and token-issuer.
+//! - [`gceidentity`]: the internal API between attest-proxy and gce-identity (gcp-sev-snp).
 //! - [`components`]: Kubernetes component descriptors carried in join tickets.
 //!
 //! Package names, message names and field numbers match Constellation's, so the wire bytes do too.
@@ -30,6 +31,14 @@ pub mod tokenissuer {
     // (`super::super::components`) resolve.
     pub mod v1 {
         tonic::include_proto!("tokenissuer.v1");
+    }
+    pub use v1::*;
+}
+
+/// The internal attest-proxy ↔ gce-identity API.
+pub mod gceidentity {
+    pub mod v1 {
+        tonic::include_proto!("gceidentity.v1");
     }
     pub use v1::*;
 }

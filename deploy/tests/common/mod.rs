@@ -155,3 +155,65 @@ pub fn run_as_user(c: &Value) -> u64 {
         .as_u64()
         .unwrap_or_else(|| panic!("container {} sets no runAsUser", c["name"]))
 }
+
+/// A container runs unprivileged: not root, read-only root filesystem, no privilege escalation,
+/// no capabilities, the runtime's seccomp profile, no host ports.
+pub fn assert_locked_down(c: &Value) {
+    let name = &c["name"];
+    let sc = &c["securityContext"];
+    assert_ne!(sc["privileged"], Value::Bool(true), "{name} is privileged");
+    assert_eq!(
+        sc["runAsNonRoot"],
+        Value::Bool(true),
+        "{name}: runAsNonRoot"
+    );
+    assert_ne!(run_as_user(c), 0, "{name} runs as root");
+    assert_ne!(sc["runAsGroup"], 0, "{name} runs with group root");
+    assert_eq!(
+        sc["readOnlyRootFilesystem"],
+        Value::Bool(true),
+        "{name}: readOnlyRootFilesystem"
+    );
+    assert_eq!(
+        sc["allowPrivilegeEscalation"],
+        Value::Bool(false),
+        "{name}: allowPrivilegeEscalation"
+    );
+    assert_eq!(
+        sc["seccompProfile"]["type"], "RuntimeDefault",
+        "{name}: seccomp"
+    );
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{name} drops all capabilities"
+    );
+    assert!(
+        array(&sc["capabilities"]["add"]).is_empty(),
+        "{name} adds capabilities"
+    );
+    assert!(sc.get("procMount").is_none(), "{name} sets procMount");
+    for p in array(&c["ports"]) {
+        assert!(p.get("hostPort").is_none(), "{name} binds a host port");
+    }
+}
+
+/// Every container's args parse as its binary's flags: the command's binary name, then the
+/// args, as the kubelet passes them (an unknown or misspelt flag would crash-loop the pod).
+pub fn assert_args_parse(containers: &[Value]) {
+    use clap::Parser;
+    for c in containers {
+        let name = c["name"].as_str().expect("name").to_owned();
+        let argv = std::iter::once(name.clone()).chain(args(c));
+        let parsed = match name.as_str() {
+            "attest-proxy" => attest_proxy::Config::try_parse_from(argv).map(drop),
+            "join-core" => join_core::Config::try_parse_from(argv).map(drop),
+            "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
+            "gce-identity" => gce_identity::Config::try_parse_from(argv).map(drop),
+            other => panic!("unexpected container {other}"),
+        };
+        if let Err(error) = parsed {
+            panic!("{name}: {error}");
+        }
+    }
+}

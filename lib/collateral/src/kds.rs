@@ -21,9 +21,8 @@ use attestation::snp::{
     Cert, CollateralError, Crl, Product, SigningKey, SnpCollateral, Tcb, certs_from_pem,
 };
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+
+use plumbing::https::HttpsClient;
 
 use crate::{Cache, FetchError, FetchFuture, Fetched, Source};
 
@@ -35,8 +34,6 @@ const MAX_BODY: usize = 256 * 1024;
 
 const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
-
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<bytes::Bytes>>;
 
 /// Fetches from a KDS over HTTPS (or plain HTTP, for an operator's proxy: everything served is
 /// signed by AMD and checked as such).
@@ -61,10 +58,8 @@ impl std::fmt::Debug for KdsSource {
 pub enum KdsSetupError {
     #[error("KDS URL {0:?} is not http(s)://host[:port]")]
     Url(String),
-    #[error("reading the CA file {path}: {reason}")]
-    Ca { path: String, reason: String },
-    #[error("TLS setup: {0}")]
-    Tls(String),
+    #[error(transparent)]
+    Client(plumbing::https::SetupError),
 }
 
 impl KdsSource {
@@ -75,41 +70,14 @@ impl KdsSource {
         extra_ca: Option<&std::path::Path>,
         timeout: Duration,
     ) -> Result<KdsSource, KdsSetupError> {
-        use rustls23::pki_types::CertificateDer;
-        use rustls23::pki_types::pem::PemObject;
-
         let base = base.trim_end_matches('/').to_owned();
         if !(base.starts_with("https://") || base.starts_with("http://")) {
             return Err(KdsSetupError::Url(base));
         }
-        let mut roots = rustls23::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-        if let Some(path) = extra_ca {
-            let ca_error = |reason: String| KdsSetupError::Ca {
-                path: path.display().to_string(),
-                reason,
-            };
-            for cert in CertificateDer::pem_file_iter(path).map_err(|e| ca_error(e.to_string()))? {
-                let cert = cert.map_err(|e| ca_error(e.to_string()))?;
-                roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
-            }
-        }
-        let provider = Arc::new(rustls23::crypto::ring::default_provider());
-        let config = rustls23::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| KdsSetupError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let client = plumbing::https::client(extra_ca).map_err(KdsSetupError::Client)?;
         Ok(KdsSource {
             base,
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client,
             timeout,
         })
     }

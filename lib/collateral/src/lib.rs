@@ -18,6 +18,8 @@
 //!   `Unavailable` (the node retries) rather than a refusal.
 //! - **Persisted.** With a directory (a volume), every fetched item is written there and read
 //!   back at start, so a restarted service verifies without asking the vendor.
+//! - **Bounded.** With [`CacheConfig::max_entries`], a new item first pushes out items no longer
+//!   servable, then the one fetched longest ago (for keys a node names, such as GCE instances).
 //! - **Polite.** A failed fetch is not retried for a back-off (the source's `Retry-After` when it
 //!   gives one).
 //!
@@ -92,6 +94,9 @@ pub struct CacheConfig {
     pub wait: Duration,
     /// How long a failed fetch is not retried when the source gave no `Retry-After`.
     pub backoff: Duration,
+    /// At most this many items (and as many keys backing off) are kept; `None`: no bound (a
+    /// source whose keys the cache's owner names, such as AMD's products and chips).
+    pub max_entries: Option<usize>,
 }
 
 impl Default for CacheConfig {
@@ -101,6 +106,7 @@ impl Default for CacheConfig {
             max_stale: Duration::from_secs(24 * 3600),
             wait: Duration::from_secs(2),
             backoff: Duration::from_secs(10),
+            max_entries: None,
         }
     }
 }
@@ -367,6 +373,9 @@ impl Cache {
                     }
                 }
                 let mut state = self.lock();
+                if let Some(max) = self.inner.config.max_entries {
+                    self.make_room(&mut state, key, max, now);
+                }
                 state.entries.insert(key.to_owned(), entry);
                 state.not_before.remove(key);
                 Ok(())
@@ -378,9 +387,27 @@ impl Cache {
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%key, reason = %error.reason, "collateral fetch failed");
                 let backoff = error.retry_after.unwrap_or(self.inner.config.backoff);
-                self.lock()
+                let mut state = self.lock();
+                if let Some(max) = self.inner.config.max_entries {
+                    if state.not_before.len() >= max {
+                        state.not_before.retain(|_, (until, _)| now < *until);
+                    }
+                    if state.not_before.len() >= max {
+                        // Still full of live back-offs: forget the one ending soonest.
+                        if let Some(first) = state
+                            .not_before
+                            .iter()
+                            .min_by_key(|(_, (until, _))| *until)
+                            .map(|(k, _)| k.clone())
+                        {
+                            state.not_before.remove(&first);
+                        }
+                    }
+                }
+                state
                     .not_before
                     .insert(key.to_owned(), (now + backoff, error.reason.clone()));
+                drop(state);
                 Err(error.reason)
             }
         };
@@ -388,6 +415,29 @@ impl Cache {
         if let Some(flight) = flight {
             *flight.done.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
             flight.cv.notify_all();
+        }
+    }
+}
+
+impl Cache {
+    /// Makes room for `key` among at most `max` entries: first drop what can no longer be
+    /// served, then the item fetched longest ago.
+    fn make_room(&self, state: &mut State, key: &str, max: usize, now: SystemTime) {
+        if state.entries.contains_key(key) || state.entries.len() < max {
+            return;
+        }
+        let max_stale = self.inner.config.max_stale;
+        state.entries.retain(|_, e| now < e.stale_after + max_stale);
+        while state.entries.len() >= max.max(1) {
+            let Some(oldest) = state
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.fetched_at)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            state.entries.remove(&oldest);
         }
     }
 }

@@ -79,6 +79,7 @@ fn config() -> CacheConfig {
         max_stale: HOUR,
         wait: Duration::from_millis(500),
         backoff: Duration::from_millis(200),
+        max_entries: None,
     }
 }
 
@@ -220,4 +221,42 @@ fn a_corrupt_persisted_item_is_skipped() {
     .unwrap();
     assert_eq!(cache.get("k").unwrap().as_slice(), b"x");
     assert_eq!(source.fetches(), 1);
+}
+
+#[test]
+fn a_bounded_cache_pushes_out_the_oldest_item() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(b"key", ZERO, HOUR, HOUR));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_entries: Some(2),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    cache.get("a").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    cache.get("b").unwrap();
+    cache.get("c").unwrap();
+    assert_eq!(source.fetches(), 3);
+    // b and c are held; a was pushed out and is fetched again.
+    cache.get("b").unwrap();
+    cache.get("c").unwrap();
+    assert_eq!(source.fetches(), 3);
+    cache.get("a").unwrap();
+    assert_eq!(source.fetches(), 4);
+
+    // Failed keys back off, and their number is bounded too.
+    source.set(Mode::Fail(Some(HOUR)));
+    for key in ["x", "y", "z"] {
+        assert!(cache.get(key).is_err());
+    }
+    assert_eq!(source.fetches(), 7);
+    // "x" backed off first and was forgotten: it is asked again, "z" is not.
+    assert!(cache.get("z").is_err());
+    assert_eq!(source.fetches(), 7);
+    assert!(cache.get("x").is_err());
+    assert_eq!(source.fetches(), 8);
 }

@@ -6,9 +6,11 @@
 //! intended peer's. attest-proxy → join-core and join-core → token-issuer both go through it.
 //! [`identity`] names the headers attest-proxy vouches for; [`shutdown`] and [`telemetry`] are
 //! what every `main` needs, and
-//! [`admin`] is the health and metrics endpoint each process serves.
+//! [`admin`] is the health and metrics endpoint each process serves; [`https`] the client for
+//! services outside the cluster.
 
 pub mod admin;
+pub mod https;
 pub mod identity;
 pub mod shutdown;
 pub mod telemetry;

@@ -68,6 +68,7 @@ async fn world(cache_dir: Option<&std::path::Path>) -> World {
         max_stale: Duration::from_secs(3600),
         wait: Duration::from_millis(1500),
         backoff: Duration::from_millis(300),
+        max_entries: None,
     };
     let cache = Cache::new(Arc::new(source), config, tokio::runtime::Handle::current()).unwrap();
     let collateral = KdsCollateral::new(cache, Duration::from_secs(3600));

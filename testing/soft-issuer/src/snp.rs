@@ -9,7 +9,9 @@
 use std::str::FromStr;
 
 use attestation::Variant;
-use attestation::snp::{Product, SigningKey, Tcb, Trust};
+use std::sync::Arc;
+
+use attestation::snp::{InstanceRef, Product, SigningKey, Tcb, Trust};
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair as _, RsaKeyPair};
 use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
@@ -497,19 +499,36 @@ pub fn instance_info_json(
     chain_pem: Option<&str>,
     azure_runtime_data: Option<&[u8]>,
 ) -> Vec<u8> {
+    instance_info_value(report, signer_pem, chain_pem, azure_runtime_data, None)
+        .to_string()
+        .into_bytes()
+}
+
+fn instance_info_value(
+    report: &[u8],
+    signer_pem: Option<&str>,
+    chain_pem: Option<&str>,
+    azure_runtime_data: Option<&[u8]>,
+    gcp: Option<&InstanceRef>,
+) -> serde_json::Value {
     use base64::Engine as _;
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let azure = azure_runtime_data
         .map(|runtime| serde_json::json!({ "RuntimeData": b64(runtime), "MAAToken": "" }));
+    // go-tpm-tools' GCEInstanceInfo with the three fields Constellation's issuer sets (the
+    // numbers are zero and, omitempty, left out).
+    let gcp = gcp.map(|i| {
+        serde_json::json!({
+            "zone": i.zone, "project_id": i.project, "instance_name": i.instance,
+        })
+    });
     serde_json::json!({
         "ReportSigner": signer_pem.map(|p| b64(p.as_bytes())),
         "CertChain": chain_pem.map(|p| b64(p.as_bytes())),
         "AttestationReport": b64(report),
         "Azure": azure,
-        "GCP": serde_json::Value::Null,
+        "GCP": gcp,
     })
-    .to_string()
-    .into_bytes()
 }
 
 /// Azure's HCL runtime data naming an RSA attestation key (`n`, `e` big-endian) as `keys[0]`.
@@ -527,12 +546,36 @@ pub fn azure_runtime_data(n: &[u8], e: &[u8]) -> Vec<u8> {
     .into_bytes()
 }
 
+/// What a gcp-sev-snp node puts into REPORT_DATA, given the connection's extraData.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcpReportData {
+    /// extraData ‖ 32 zero bytes, as a GCE node does.
+    Bound,
+    /// extraData followed by a nonzero tail.
+    NonzeroTail,
+    /// These 64 bytes, whatever the connection (a report made for another one).
+    Fixed([u8; 64]),
+}
+
+/// A gcp-sev-snp node's hardware: its report is made per connection, since REPORT_DATA holds
+/// the connection's extraData.
+struct GcpEvidence {
+    vcek: Arc<SimulatedSigner>,
+    chain_pem: String,
+    fields: ReportFields,
+    instance: Option<InstanceRef>,
+    report_data: GcpReportData,
+}
+
 /// A node of an SNP variant: a software AK whose vTPM documents carry a report from simulated
 /// hardware that vouches for it.
 pub struct SnpDocumentIssuer {
     variant: Variant,
     ak: crate::SoftIssuer,
+    /// The InstanceInfo of every document (aws, azure, [`SnpDocumentIssuer::from_parts`]);
+    /// empty for gcp nodes.
     instance_info: Vec<u8>,
+    gcp: Option<GcpEvidence>,
 }
 
 impl std::fmt::Debug for SnpDocumentIssuer {
@@ -570,6 +613,7 @@ impl SnpDocumentIssuer {
                 Some(chain_pem),
                 None,
             ),
+            gcp: None,
         })
     }
 
@@ -606,7 +650,79 @@ impl SnpDocumentIssuer {
                 Some(chain_pem),
                 Some(&runtime),
             ),
+            gcp: None,
         })
+    }
+
+    /// gcp-sev-snp: each document's report, signed by `vcek` (carried with `chain_pem`), holds
+    /// the connection's extraData as `report_data` says, and InstanceInfo's `GCP` names
+    /// `instance` (none: the field is `null`). The GCE API (its stand-in) must be told this
+    /// node's AK for `instance`: [`SnpDocumentIssuer::ak_spki_der`].
+    pub fn gcp(
+        ak: crate::SoftIssuer,
+        vcek: Arc<SimulatedSigner>,
+        chain_pem: &str,
+        fields: ReportFields,
+        instance: Option<InstanceRef>,
+        report_data: GcpReportData,
+    ) -> Self {
+        SnpDocumentIssuer {
+            variant: Variant::GcpSevSnp,
+            ak,
+            instance_info: Vec::new(),
+            gcp: Some(GcpEvidence {
+                vcek,
+                chain_pem: chain_pem.to_owned(),
+                fields,
+                instance,
+                report_data,
+            }),
+        }
+    }
+
+    /// The DER SubjectPublicKeyInfo of this node's attestation key: what the GCE API returns
+    /// (as PEM) in `signingKey.ekPub` for a gcp node.
+    pub fn ak_spki_der(&self) -> Result<Vec<u8>, SimulationError> {
+        attestation::tpm::Public::parse(self.ak.ak_public())
+            .map_err(|e| SimulationError::Key(e.to_string()))?
+            .spki_der()
+            .map_err(|e| SimulationError::Key(e.to_string()))
+    }
+
+    /// The InstanceInfo this node sends on a connection with `user_data` and `nonce`.
+    pub fn instance_info_for(
+        &self,
+        user_data: &[u8],
+        nonce: &[u8],
+    ) -> Result<Vec<u8>, SimulationError> {
+        let Some(gcp) = &self.gcp else {
+            return Ok(self.instance_info.clone());
+        };
+        let extra = attestation::vtpm::make_extra_data(user_data, nonce);
+        let mut fields = gcp.fields.clone();
+        fields.report_data = match gcp.report_data {
+            GcpReportData::Bound => {
+                let mut data = [0; 64];
+                data[..32].copy_from_slice(&extra);
+                data
+            }
+            GcpReportData::NonzeroTail => {
+                let mut data = [1; 64];
+                data[..32].copy_from_slice(&extra);
+                data
+            }
+            GcpReportData::Fixed(data) => data,
+        };
+        let report = gcp.vcek.report(&fields)?;
+        Ok(instance_info_value(
+            &report,
+            Some(&gcp.vcek.cert_pem()),
+            Some(&gcp.chain_pem),
+            None,
+            gcp.instance.as_ref(),
+        )
+        .to_string()
+        .into_bytes())
     }
 
     /// A node whose InstanceInfo is exactly `instance_info` (for tampering tests).
@@ -615,9 +731,12 @@ impl SnpDocumentIssuer {
             variant,
             ak,
             instance_info,
+            gcp: None,
         }
     }
 
+    /// The InstanceInfo every document of this node carries; empty for a gcp node, whose
+    /// InstanceInfo is made per connection ([`SnpDocumentIssuer::instance_info_for`]).
     pub fn instance_info(&self) -> &[u8] {
         &self.instance_info
     }
@@ -638,8 +757,11 @@ impl attestation::Issuer for SnpDocumentIssuer {
     }
 
     fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, attestation::IssueError> {
+        let instance_info = self
+            .instance_info_for(user_data, nonce)
+            .map_err(|e| attestation::IssueError::from_error(self.variant, e))?;
         self.ak
-            .issue_document_with_instance_info(user_data, nonce, Some(&self.instance_info))
+            .issue_document_with_instance_info(user_data, nonce, Some(&instance_info))
             .map_err(|e| attestation::IssueError::from_error(self.variant, e))
     }
 }

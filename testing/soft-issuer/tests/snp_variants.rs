@@ -1,4 +1,4 @@
-//! aws-sev-snp and azure-sev-snp documents from simulated hardware through the real validator:
+//! aws-sev-snp, azure-sev-snp and gcp-sev-snp documents from simulated hardware through the real validator:
 //! accepted when every link holds, refused with the specific error when one does not.
 
 #![allow(clippy::unwrap_used)]
@@ -6,11 +6,12 @@
 use std::sync::Arc;
 
 use attestation::snp::{
-    Cert, Crl, Product, SigningKey, SnpConfig, SnpError, SnpPolicyError, StaticCollateral, Tcb,
+    Cert, Crl, InstanceRef, Product, SigningKey, SnpConfig, SnpError, SnpPolicyError,
+    StaticCollateral, StaticGceIdentity, Tcb,
 };
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Error, Issuer, Measurement, Policy, Validator, Variant};
-use soft_issuer::snp::{ReportFields, SimulatedAmd, SnpDocumentIssuer};
+use soft_issuer::snp::{GcpReportData, ReportFields, SimulatedAmd, SnpDocumentIssuer};
 use soft_issuer::{KeyType, SoftIssuer};
 
 const NONCE: &[u8] = b"0123456789abcdef0123456789abcdef";
@@ -322,4 +323,171 @@ fn a_vcek_the_document_lacks_comes_from_the_collateral_source() {
 fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn instance() -> InstanceRef {
+    InstanceRef {
+        project: "constellation-331613".to_owned(),
+        zone: "europe-west3-b".to_owned(),
+        instance: "worker-gcp-1".to_owned(),
+    }
+}
+
+struct Gcp {
+    amd: SimulatedAmd,
+    vcek: Arc<soft_issuer::snp::SimulatedSigner>,
+}
+
+impl Gcp {
+    fn new() -> Gcp {
+        let amd = SimulatedAmd::new(Product::Milan).unwrap();
+        let vcek = Arc::new(amd.chip([7; 64], MIN, 0).unwrap());
+        Gcp { amd, vcek }
+    }
+
+    fn node(&self, gcp: Option<InstanceRef>, report_data: GcpReportData) -> SnpDocumentIssuer {
+        SnpDocumentIssuer::gcp(
+            ak(KeyType::EcdsaP256),
+            self.vcek.clone(),
+            &self.amd.vcek_chain_pem(),
+            ReportFields::default(),
+            gcp,
+            report_data,
+        )
+    }
+
+    /// A validator asking `gce` for the keys GCE vouches for.
+    fn validator(&self, gce: StaticGceIdentity) -> SevSnpValidator {
+        validator(Binding::Gcp, snp_config(&self.amd), collateral(&self.amd))
+            .with_gce_identity(Arc::new(gce))
+    }
+}
+
+fn vouching_for(node: &SnpDocumentIssuer) -> StaticGceIdentity {
+    StaticGceIdentity::new().with_key(instance(), node.ak_spki_der().unwrap())
+}
+
+#[test]
+fn a_gcp_node_whose_key_gce_vouches_for_is_accepted() {
+    let gcp = Gcp::new();
+    let node = gcp.node(Some(instance()), GcpReportData::Bound);
+    assert_eq!(node.variant(), Variant::GcpSevSnp);
+    let v = gcp.validator(vouching_for(&node));
+    assert_eq!(v.variant(), Variant::GcpSevSnp);
+    let verified = validate(&v, &node).unwrap();
+    assert_eq!(verified.variant, Variant::GcpSevSnp);
+    assert!(
+        verified.notes[0].contains("SEV-SNP Milan"),
+        "{:?}",
+        verified.notes
+    );
+    assert!(
+        verified.notes[1].contains(
+            "GCE API for projects/constellation-331613/zones/europe-west3-b/instances/worker-gcp-1"
+        ),
+        "{:?}",
+        verified.notes
+    );
+    // The report binds the connection: a document made for one nonce fails for another, here
+    // already at the vTPM quote.
+    let doc = node.issue(USER_DATA, NONCE).unwrap();
+    assert!(v.validate(&doc, b"another nonce").is_err());
+}
+
+#[test]
+fn gcp_binding_refusals_name_what_is_wrong() {
+    let gcp = Gcp::new();
+    let good = gcp.node(Some(instance()), GcpReportData::Bound);
+    let cases: [(SnpDocumentIssuer, StaticGceIdentity, &str); 6] = [
+        (
+            gcp.node(Some(instance()), GcpReportData::Fixed([0x77; 64])),
+            vouching_for(&good),
+            "REPORT_DATA[0:32] is not this connection's extraData",
+        ),
+        (
+            gcp.node(Some(instance()), GcpReportData::NonzeroTail),
+            vouching_for(&good),
+            "REPORT_DATA[32:64] is not 32 zero bytes",
+        ),
+        (
+            gcp.node(None, GcpReportData::Bound),
+            vouching_for(&good),
+            "no GCP field",
+        ),
+        (
+            gcp.node(
+                Some(InstanceRef {
+                    instance: "../../other".to_owned(),
+                    ..instance()
+                }),
+                GcpReportData::Bound,
+            ),
+            vouching_for(&good),
+            "GCP.instance_name",
+        ),
+        (
+            gcp.node(
+                Some(InstanceRef {
+                    instance: "worker-gcp-2".to_owned(),
+                    ..instance()
+                }),
+                GcpReportData::Bound,
+            ),
+            vouching_for(&good),
+            "knows no instance projects/constellation-331613/zones/europe-west3-b/instances/worker-gcp-2",
+        ),
+        // GCE vouches for `good`'s key; this node (every node gets a fresh ECDSA AK) presents
+        // its own.
+        (
+            gcp.node(Some(instance()), GcpReportData::Bound),
+            vouching_for(&good),
+            "is not the signing key the GCE API vouches for",
+        ),
+    ];
+    for (node, gce, needle) in cases {
+        let v = gcp.validator(gce);
+        let error = validate(&v, &node).unwrap_err();
+        assert!(
+            matches!(error, Error::Binding(ref m) if m.contains(needle)),
+            "{needle}: {error}"
+        );
+        assert_eq!(attestation::audit::check_name(&error), "hardware_binding");
+    }
+
+    // Without a way to ask GCE, nothing is vouched for.
+    let v = validator(Binding::Gcp, snp_config(&gcp.amd), collateral(&gcp.amd));
+    assert!(matches!(
+        validate(&v, &good).unwrap_err(),
+        Error::Binding(_)
+    ));
+}
+
+#[test]
+fn when_gce_cannot_be_asked_the_node_is_told_to_retry() {
+    let gcp = Gcp::new();
+    let node = gcp.node(Some(instance()), GcpReportData::Bound);
+    let v = gcp.validator(vouching_for(&node).unavailable("HTTP 429 Too Many Requests"));
+    let error = validate(&v, &node).unwrap_err();
+    assert!(error.is_unavailable(), "{error}");
+    assert!(error.to_string().contains("429"), "{error}");
+}
+
+#[test]
+fn gcp_hardware_policy_is_applied_before_gce_is_asked() {
+    let gcp = Gcp::new();
+    let node = SnpDocumentIssuer::gcp(
+        ak(KeyType::EcdsaP256),
+        gcp.vcek.clone(),
+        &gcp.amd.vcek_chain_pem(),
+        ReportFields {
+            vmpl: 1,
+            ..ReportFields::default()
+        },
+        Some(instance()),
+        GcpReportData::Bound,
+    );
+    // GCE "unavailable" would make this a retry; the VMPL refusal comes first.
+    let v = gcp.validator(vouching_for(&node).unavailable("down"));
+    let error = validate(&v, &node).unwrap_err();
+    assert!(matches!(error, Error::SnpPolicy(_)), "{error}");
 }

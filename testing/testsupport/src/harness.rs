@@ -119,6 +119,20 @@ pub struct Options {
     /// The attestation variant attest-proxy serves; qemu-vtpm if unset. Another variant needs
     /// its own `attestation_config`.
     pub variant: Option<attestation::Variant>,
+    /// gcp-sev-snp: the Google endpoints gce-identity calls (the test's GCE stand-in). With
+    /// them the harness starts gce-identity as its own process and points attest-proxy at it.
+    pub gce: Option<GceEndpoints>,
+}
+
+/// Where gce-identity finds the metadata server and the Compute API.
+#[derive(Clone, Debug)]
+pub struct GceEndpoints {
+    pub metadata_url: String,
+    pub compute_url: String,
+    /// The Compute API's CA (PEM), readable by every uid.
+    pub compute_ca_file: PathBuf,
+    /// Further arguments for attest-proxy's gcp-sev-snp cache (e.g. `--gce-identity-backoff`).
+    pub proxy_args: Vec<String>,
 }
 
 /// The uids the three service processes run as, and the group they share for the sockets.
@@ -127,6 +141,8 @@ pub struct Uids {
     pub proxy: u32,
     pub join_core: u32,
     pub token_issuer: u32,
+    /// gce-identity's (gcp-sev-snp only).
+    pub gce_identity: u32,
     /// In the pod, the fsGroup every container has; here every process's primary group.
     pub gid: u32,
 }
@@ -137,6 +153,7 @@ impl Uids {
         proxy: 10001,
         join_core: 10002,
         token_issuer: 10003,
+        gce_identity: 10004,
         gid: 10000,
     };
 
@@ -146,6 +163,7 @@ impl Uids {
             proxy: uid,
             join_core: uid,
             token_issuer: uid,
+            gce_identity: uid,
             gid,
         }
     }
@@ -167,6 +185,8 @@ pub enum Service {
     JoinCore,
     TokenIssuer,
     KeyService,
+    /// gce-identity; only with [`Options::gce`].
+    GceIdentity,
 }
 
 /// A running system. Dropping it stops every process.
@@ -177,6 +197,8 @@ pub struct System {
     pub join_core: Process,
     pub token_issuer: Process,
     pub keyservice: Process,
+    /// gce-identity, for gcp-sev-snp ([`Options::gce`]).
+    pub gce_identity: Option<Process>,
     pub kube: Running,
     pub swtpm: Swtpm,
     pub proxy_addr: SocketAddr,
@@ -199,6 +221,7 @@ pub struct Paths {
     pub root: PathBuf,
     pub join_core_socket: PathBuf,
     pub token_issuer_socket: PathBuf,
+    pub gce_identity_socket: PathBuf,
     pub attestation_config: PathBuf,
     pub pki_dir: PathBuf,
     pub ca_cert: PathBuf,
@@ -216,6 +239,7 @@ impl Paths {
             root: root.to_owned(),
             join_core_socket: p("run/join-core/join-core.sock"),
             token_issuer_socket: p("run/token-issuer/token-issuer.sock"),
+            gce_identity_socket: p("run/gce-identity/gce-identity.sock"),
             attestation_config: p("config/attestationConfig"),
             pki_dir: p("pki"),
             ca_cert: p("pki/ca.crt"),
@@ -491,6 +515,36 @@ impl System {
             &paths.logs,
             uids.user(uids.join_core),
         )?;
+        // gcp-sev-snp: the process with the cloud credential, asked by attest-proxy only.
+        let mut gce_identity = match &options.gce {
+            Some(gce) => Some(Process::spawn_as(
+                "gce-identity",
+                command("gce-identity")?
+                    .arg("--socket")
+                    .arg(&paths.gce_identity_socket)
+                    .args(["--peer-uid", &uids.proxy.to_string()])
+                    .args(["--metadata-url", &gce.metadata_url])
+                    .args(["--compute-url", &gce.compute_url])
+                    .arg("--compute-ca-file")
+                    .arg(&gce.compute_ca_file)
+                    .args(["--request-timeout", "2s"]),
+                &paths.logs,
+                uids.user(uids.gce_identity),
+            )?),
+            None => None,
+        };
+        let gce_proxy_args: Vec<String> = match &options.gce {
+            Some(gce) => [
+                "--gce-identity-socket".to_owned(),
+                paths.gce_identity_socket.display().to_string(),
+                "--gce-identity-uid".to_owned(),
+                uids.gce_identity.to_string(),
+            ]
+            .into_iter()
+            .chain(gce.proxy_args.iter().cloned())
+            .collect(),
+            None => Vec::new(),
+        };
         let proxy_addr = match options.proxy_listen {
             Some(addr) => addr,
             None => SocketAddr::from(([127, 0, 0, 1], free_port()?)),
@@ -513,6 +567,7 @@ impl System {
                 .arg(&paths.attestation_config)
                 .args(["--admin-listen", &admin.proxy.to_string()])
                 .args(&options.proxy_args)
+                .args(&gce_proxy_args)
                 .args(per_peer_rate(&options.proxy_args)),
             &paths.logs,
             uids.user(uids.proxy),
@@ -521,6 +576,9 @@ impl System {
         keyservice.wait_for_listener(SocketAddr::from(([127, 0, 0, 1], kms_port)))?;
         token_issuer.wait_for_socket(&paths.token_issuer_socket)?;
         join_core.wait_for_socket(&paths.join_core_socket)?;
+        if let Some(gce_identity) = &mut gce_identity {
+            gce_identity.wait_for_socket(&paths.gce_identity_socket)?;
+        }
         let connect_addr = if proxy_addr.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], proxy_addr.port()))
         } else {
@@ -540,6 +598,7 @@ impl System {
             join_core,
             token_issuer,
             keyservice,
+            gce_identity,
             kube,
             swtpm,
             proxy_addr: connect_addr,
@@ -586,12 +645,19 @@ impl System {
     }
 
     /// The process running `service`.
+    ///
+    /// # Panics
+    /// For [`Service::GceIdentity`] in a system started without [`Options::gce`].
     pub fn process(&mut self, service: Service) -> &mut Process {
         match service {
             Service::Proxy => &mut self.proxy,
             Service::JoinCore => &mut self.join_core,
             Service::TokenIssuer => &mut self.token_issuer,
             Service::KeyService => &mut self.keyservice,
+            Service::GceIdentity => match &mut self.gce_identity {
+                Some(process) => process,
+                None => panic!("this system runs no gce-identity (Options::gce unset)"),
+            },
         }
     }
 
@@ -607,18 +673,21 @@ impl System {
             Service::JoinCore => process.wait_for_socket(&paths.join_core_socket),
             Service::TokenIssuer => process.wait_for_socket(&paths.token_issuer_socket),
             Service::KeyService => process.wait_for_tcp(kms_addr),
+            Service::GceIdentity => process.wait_for_socket(&paths.gce_identity_socket),
         }
     }
 
     /// Every process's log, for failure messages.
     pub fn logs(&self) -> String {
         [
-            &self.proxy,
-            &self.join_core,
-            &self.token_issuer,
-            &self.keyservice,
+            Some(&self.proxy),
+            Some(&self.join_core),
+            Some(&self.token_issuer),
+            Some(&self.keyservice),
+            self.gce_identity.as_ref(),
         ]
-        .iter()
+        .into_iter()
+        .flatten()
         .map(|p| format!("----- {} -----\n{}", p.name(), p.log()))
         .collect::<Vec<_>>()
         .join("\n")
@@ -674,6 +743,7 @@ fn hand_out_files(paths: &Paths, uids: &Uids) -> anyhow::Result<()> {
     for (socket, uid) in [
         (&paths.join_core_socket, uids.join_core),
         (&paths.token_issuer_socket, uids.token_issuer),
+        (&paths.gce_identity_socket, uids.gce_identity),
     ] {
         let dir = socket.parent().context("socket path without a directory")?;
         std::fs::create_dir_all(dir)?;

@@ -1,24 +1,31 @@
 //! SEV-SNP nodes join through the real processes: attest-proxy verifies their documents against
 //! simulated AMD hardware (trusted only through the config's amdRootKey), with AMD's CRL and
-//! what the documents leave out fetched from the KDS stand-in over TLS. The nodes are software
-//! keys with simulated reports, and once join-client's own aws-sev-snp issuer on a real TPM
-//! over a simulated configfs-tsm.
+//! what the documents leave out fetched from the KDS stand-in over TLS; for gcp-sev-snp, the
+//! harness runs gce-identity against the GCE stand-in, which vouches for each node's AK. The
+//! nodes are software keys with simulated reports, and once join-client's own aws-sev-snp
+//! issuer on a real TPM over a simulated configfs-tsm.
 
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
 use attestation::Variant;
+use attestation::snp::InstanceRef;
 use attestation::snp::{Product, Tcb};
+use gce_standin::{Fault as GceFault, GceStandin};
 use kds_standin::{Fault, KdsStandin};
 use node_client::ClientError;
 use node_client::snp::AwsSnpIssuer;
 use proto::join::IssueJoinTicketResponse;
 use snp_issuer::configfs::ConfigfsTsm;
-use soft_issuer::snp::{ReportFields, SimulatedAmd, SnpDocumentIssuer};
+use soft_issuer::snp::{
+    GcpReportData, ReportFields, SimulatedAmd, SimulatedSigner, SnpDocumentIssuer,
+};
 use soft_issuer::tsm::FakeConfigfsTsm;
 use soft_issuer::{KeyType, SoftIssuer};
-use testsupport::harness::{BOOT_MEASUREMENTS, Options, System, extended_once, join_request};
+use testsupport::harness::{
+    BOOT_MEASUREMENTS, GceEndpoints, Options, System, extended_once, join_request,
+};
 use tonic::Code;
 
 const DISK: &str = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a";
@@ -39,7 +46,10 @@ fn ak(key: KeyType) -> SoftIssuer {
 
 struct Setup {
     amd: SimulatedAmd,
+    /// The chip every gcp node runs on.
+    vcek: Arc<SimulatedSigner>,
     kds: KdsStandin,
+    gce: GceStandin,
     /// Holds the KDS CA and the attestation config, readable by every uid.
     dir: tempfile::TempDir,
 }
@@ -58,7 +68,16 @@ async fn setup() -> Setup {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(dir.path().join("kds-ca.pem"), kds.ca_pem()).unwrap();
-    Setup { amd, kds, dir }
+    let gce = GceStandin::start().await.unwrap();
+    std::fs::write(dir.path().join("gce-ca.pem"), gce.ca_pem()).unwrap();
+    let vcek = Arc::new(amd.chip([0x17; 64], MIN, 0).unwrap());
+    Setup {
+        amd,
+        vcek,
+        kds,
+        gce,
+        dir,
+    }
 }
 
 /// Starts the system for `variant` with a config whose SNP minimum is `MIN` and whose AMD root
@@ -92,6 +111,17 @@ async fn start_with(s: &Setup, variant: Variant, measurements: serde_json::Value
             "--collateral-wait".into(),
             "3s".into(),
         ],
+        gce: (variant == Variant::GcpSevSnp).then(|| GceEndpoints {
+            metadata_url: s.gce.metadata_url(),
+            compute_url: s.gce.compute_url(),
+            compute_ca_file: s.dir.path().join("gce-ca.pem"),
+            proxy_args: vec![
+                "--gce-identity-backoff".into(),
+                "500ms".into(),
+                "--gce-identity-wait".into(),
+                "3s".into(),
+            ],
+        }),
         ..Options::default()
     })
     .await
@@ -118,86 +148,176 @@ fn aws_node(s: &Setup, fields: ReportFields) -> Arc<SnpDocumentIssuer> {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aws_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
+fn azure_node(s: &Setup, fields: ReportFields) -> Arc<SnpDocumentIssuer> {
+    let vcek = s.amd.chip([0x42; 64], MIN, 0).unwrap();
+    Arc::new(
+        SnpDocumentIssuer::azure(ak(KeyType::Rsa2048), &vcek, &s.amd.vcek_chain_pem(), fields)
+            .unwrap(),
+    )
+}
+
+/// The instance a gcp node named `name` is.
+fn gce_instance(name: &str) -> InstanceRef {
+    InstanceRef {
+        project: "constellation-331613".to_owned(),
+        zone: "europe-west3-b".to_owned(),
+        instance: name.to_owned(),
+    }
+}
+
+/// A gcp node on instance `name`; the GCE stand-in is told its AK as that instance's.
+fn gcp_node(
+    s: &Setup,
+    name: &str,
+    fields: ReportFields,
+    report_data: GcpReportData,
+) -> Arc<SnpDocumentIssuer> {
+    let node = SnpDocumentIssuer::gcp(
+        ak(KeyType::EcdsaP256),
+        s.vcek.clone(),
+        &s.amd.vcek_chain_pem(),
+        fields,
+        Some(gce_instance(name)),
+        report_data,
+    );
+    s.gce
+        .put_instance(standin_instance(name), &node.ak_spki_der().unwrap(), None);
+    Arc::new(node)
+}
+
+fn standin_instance(name: &str) -> gce_standin::Instance {
+    let i = gce_instance(name);
+    gce_standin::Instance {
+        project: i.project,
+        zone: i.zone,
+        name: i.instance,
+    }
+}
+
+/// A well-made node of `variant` with a report of `fields` (gcp: on instance `gcp-<n>`).
+fn node(s: &Setup, variant: Variant, fields: ReportFields, n: u32) -> Arc<SnpDocumentIssuer> {
+    match variant {
+        Variant::AwsSevSnp => aws_node(s, fields),
+        Variant::AzureSevSnp => azure_node(s, fields),
+        _ => gcp_node(s, &format!("gcp-{n}"), fields, GcpReportData::Bound),
+    }
+}
+
+/// A node whose report binds something else than its AK: aws and azure, another node's report
+/// presented with a new AK; gcp, a report made for another connection.
+fn mis_bound(s: &Setup, variant: Variant) -> Arc<SnpDocumentIssuer> {
+    let honest = node(s, variant, ReportFields::default(), 90);
+    match variant {
+        Variant::GcpSevSnp => gcp_node(
+            s,
+            "gcp-91",
+            ReportFields::default(),
+            GcpReportData::Fixed([0x77; 64]),
+        ),
+        _ => Arc::new(SnpDocumentIssuer::from_parts(
+            variant,
+            ak(KeyType::EcdsaP256),
+            honest.instance_info().to_vec(),
+        )),
+    }
+}
+
+/// A node whose AK is not the one vouched for: aws and azure, the report names another key;
+/// gcp, the GCE API vouches for another key as its instance's.
+fn unvouched(s: &Setup, variant: Variant) -> Arc<SnpDocumentIssuer> {
+    match variant {
+        Variant::GcpSevSnp => {
+            let node = gcp_node(s, "gcp-92", ReportFields::default(), GcpReportData::Bound);
+            let other = ak(KeyType::EcdsaP256).ak_public().to_vec();
+            let other = attestation::tpm::Public::parse(&other)
+                .unwrap()
+                .spki_der()
+                .unwrap();
+            s.gce.put_instance(standin_instance("gcp-92"), &other, None);
+            node
+        }
+        _ => mis_bound(s, variant),
+    }
+}
+
+/// Joins, rejoins, and the refusals every SNP variant shares, each named in the node's error.
+async fn joins_and_shared_refusals(variant: Variant) -> (Setup, System) {
     let s = setup().await;
-    let system = start(&s, Variant::AwsSevSnp).await;
+    let system = start(&s, variant).await;
     let client = system
-        .client(aws_node(&s, ReportFields::default()))
+        .client(node(&s, variant, ReportFields::default(), 1))
         .unwrap();
     client
         .join(join_request("worker-snp-1", DISK).unwrap())
         .await
-        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+        .unwrap_or_else(|e| panic!("{variant} join: {e}\n{}", system.logs()));
     client
         .rejoin(DISK)
         .await
-        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
-    let audit = system.proxy.log();
-    assert!(
-        audit.contains("SEV-SNP Milan") && audit.contains("VLEK of cc-eu-west-1.aws.example"),
-        "{audit}"
-    );
+        .unwrap_or_else(|e| panic!("{variant} rejoin: {e}\n{}", system.logs()));
+    assert!(system.proxy.log().contains("SEV-SNP Milan"), "{variant}");
 
-    let refused: [(ReportFields, &str); 3] = [
+    let with = |f: fn(&mut ReportFields)| {
+        let mut fields = ReportFields::default();
+        f(&mut fields);
+        fields
+    };
+    let refused: [(Arc<SnpDocumentIssuer>, &str); 5] = [
         (
-            ReportFields {
-                policy: 0x30000 | 1 << 19,
-                ..ReportFields::default()
-            },
+            node(&s, variant, with(|f| f.policy = 0x30000 | 1 << 19), 2),
             "DEBUG",
         ),
+        (node(&s, variant, with(|f| f.vmpl = 1), 3), "VMPL 1"),
         (
-            ReportFields {
-                vmpl: 1,
-                ..ReportFields::default()
-            },
-            "VMPL 1",
-        ),
-        (
-            ReportFields {
-                launch_tcb: Some(Tcb { snp: 7, ..MIN }),
-                ..ReportFields::default()
-            },
+            node(
+                &s,
+                variant,
+                with(|f| f.launch_tcb = Some(Tcb { snp: 7, ..MIN })),
+                4,
+            ),
             "launch TCB",
         ),
+        (
+            mis_bound(&s, variant),
+            "does not vouch for the attestation key",
+        ),
+        (
+            unvouched(&s, variant),
+            "does not vouch for the attestation key",
+        ),
     ];
-    for (fields, needle) in refused {
-        let client = system.client(aws_node(&s, fields)).unwrap();
+    for (i, (node, needle)) in refused.into_iter().enumerate() {
         let status = refusal(
-            client
+            system
+                .client(node)
+                .unwrap()
                 .join(join_request("worker-snp-2", DISK).unwrap())
                 .await,
         );
-        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+        assert_eq!(
+            status.code(),
+            Code::Unauthenticated,
+            "{variant} #{i}: {status:?}"
+        );
         assert!(
             status.message().contains(needle),
-            "{needle}: {}",
+            "{variant} #{i} {needle}: {}",
             status.message()
         );
     }
+    (s, system)
+}
 
-    // The report vouches for another key than the one that signed the quotes.
-    let stolen = aws_node(&s, ReportFields::default());
-    let thief = SnpDocumentIssuer::from_parts(
-        Variant::AwsSevSnp,
-        ak(KeyType::EcdsaP256),
-        stolen.instance_info().to_vec(),
-    );
-    let status = refusal(
-        system
-            .client(Arc::new(thief))
-            .unwrap()
-            .join(join_request("worker-snp-3", DISK).unwrap())
-            .await,
-    );
-    assert_eq!(status.code(), Code::Unauthenticated);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
+    let (s, system) = joins_and_shared_refusals(Variant::AwsSevSnp).await;
     assert!(
-        status
-            .message()
-            .contains("does not vouch for the attestation key"),
+        system
+            .proxy
+            .log()
+            .contains("VLEK of cc-eu-west-1.aws.example"),
         "{}",
-        status.message()
+        system.proxy.log()
     );
 
     // A chain that does not lead to the configured root: AMD's own ASVK is no issuer of the
@@ -293,6 +413,96 @@ async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins()
     );
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     assert!(status.message().contains("DEBUG"), "{}", status.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
+    joins_and_shared_refusals(Variant::AzureSevSnp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcp_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
+    let (s, system) = joins_and_shared_refusals(Variant::GcpSevSnp).await;
+    assert!(
+        system.proxy.log().contains(
+            "AK vouched for by the GCE API for projects/constellation-331613/zones/europe-west3-b/instances/gcp-1"
+        ),
+        "{}",
+        system.proxy.log()
+    );
+    // Two API calls in all, with one token: gcp-1's key, cached for its rejoin, and gcp-92's.
+    // Every other refusal came from a local check, before the API was asked.
+    assert_eq!(s.gce.compute_requests(), 2);
+    assert_eq!(s.gce.token_requests(), 1);
+
+    // An instance the GCE API does not know: refused, not told to retry.
+    let node = gcp_node(&s, "gcp-93", ReportFields::default(), GcpReportData::Bound);
+    s.gce.remove_instance(&standin_instance("gcp-93"));
+    let status = refusal(
+        system
+            .client(node)
+            .unwrap()
+            .join(join_request("worker-snp-3", DISK).unwrap())
+            .await,
+    );
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(
+        status.message().contains("knows no instance"),
+        "{}",
+        status.message()
+    );
+}
+
+/// Joins `client` until it succeeds within 20 s.
+async fn joins_eventually(system: &System, client: &node_client::Client, name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match client.join(join_request(name, DISK).unwrap()).await {
+            Ok(_) => return,
+            Err(error) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never joined: {error}\n{}",
+                    system.logs()
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_gce_api_rate_limits_or_fails_gcp_nodes_are_told_to_retry_and_then_join() {
+    let s = setup().await;
+    let system = start(&s, Variant::GcpSevSnp).await;
+    for (i, fault) in [
+        GceFault::RateLimited { retry_after: 1 },
+        GceFault::ServerError,
+        GceFault::Forbidden,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        s.gce.set_compute_fault(fault);
+        let name = format!("gcp-fault-{i}");
+        let client = system
+            .client(gcp_node(
+                &s,
+                &name,
+                ReportFields::default(),
+                GcpReportData::Bound,
+            ))
+            .unwrap();
+        let status = refusal(client.join(join_request(&name, DISK).unwrap()).await);
+        assert_eq!(status.code(), Code::Unavailable, "{fault:?}: {status:?}");
+        assert!(
+            status.message().contains("GCE API"),
+            "{fault:?}: {}",
+            status.message()
+        );
+        s.gce.set_compute_fault(GceFault::None);
+        joins_eventually(&system, &client, &name).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

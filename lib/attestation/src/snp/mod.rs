@@ -21,6 +21,7 @@ pub mod certs;
 pub mod collateral;
 pub mod config;
 pub mod crl;
+pub mod gce;
 pub mod instance_info;
 pub mod report;
 
@@ -28,6 +29,7 @@ pub use certs::{Cert, LeafFacts, certs_from_pem};
 pub use collateral::{CollateralError, SnpCollateral, StaticCollateral};
 pub use config::{Enforcement, FirmwareSigner, SnpConfig, SnpConfigError, SnpPolicyError};
 pub use crl::Crl;
+pub use gce::{GceIdentity, GceKeyError, InstanceRef, StaticGceIdentity};
 pub use instance_info::InstanceInfo;
 pub use report::{Report, SigningKey, Tcb};
 

@@ -1,12 +1,15 @@
-//! aws-sev-snp and azure-sev-snp: a vTPM document whose attestation key an AMD SEV-SNP report
-//! vouches for.
+//! aws-sev-snp, azure-sev-snp and gcp-sev-snp: a vTPM document whose attestation key an AMD
+//! SEV-SNP report (and, on GCP, the GCE API) vouches for.
 //!
 //! The order follows the trust chain: the vTPM quotes verify with the document's AK (as for
 //! qemu-vtpm); the SNP report in InstanceInfo verifies with AMD's chain up to a configured ARK,
 //! against AMD's current CRL; the configured SNP policy accepts it; the report binds that very
 //! AK (aws: REPORT_DATA = SHA-512 of its SubjectPublicKeyInfo; azure: REPORT_DATA[0:32] =
-//! SHA-256 of the HCL runtime data, whose `keys[0]` is the AK); and only then are the quoted
-//! PCRs compared with `measurements`.
+//! SHA-256 of the HCL runtime data, whose `keys[0]` is the AK; gcp: REPORT_DATA = this
+//! connection's extraData and 32 zero bytes, and the GCE API's shielded-instance identity of
+//! the instance InstanceInfo names is the AK, see [`crate::snp::gce`]); and only then are the
+//! quoted PCRs compared with `measurements`. On GCP the API is asked last, so a document that
+//! fails any local check costs no call.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,13 +17,14 @@ use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 use crate::policy::Policy;
+use crate::snp::gce::{self, GceIdentity, GceKeyError, InstanceRef};
 use crate::snp::instance_info::check_azure_binding;
 use crate::snp::{
     Cert, InstanceInfo, Product, SigningKey, SnpCollateral, SnpConfig, SnpError, VerifiedReport,
     verify_report,
 };
-use crate::tpm;
-use crate::vtpm::{compare_pcrs, verify_document};
+use crate::tpm::{self, PublicKey};
+use crate::vtpm::{compare_pcrs, make_extra_data, verify_document};
 use crate::{Error, Validator, Variant, Verified};
 
 /// How the report binds the attestation key.
@@ -30,6 +34,8 @@ pub enum Binding {
     Aws,
     /// REPORT_DATA[0:32] = SHA-256(HCL runtime data), its `keys[0]` the AK.
     Azure,
+    /// REPORT_DATA = extraData ‖ 32 zero bytes; the AK is the one the GCE API vouches for.
+    Gcp,
 }
 
 /// The verification time, in seconds since the epoch.
@@ -51,6 +57,8 @@ pub struct SevSnpValidator {
     policy: Policy,
     snp: SnpConfig,
     collateral: Arc<dyn SnpCollateral>,
+    /// Where gcp-sev-snp asks which key the GCE API vouches for.
+    gce: Option<Arc<dyn GceIdentity>>,
     clock: Clock,
 }
 
@@ -61,6 +69,7 @@ impl fmt::Debug for SevSnpValidator {
             .field("policy", &self.policy)
             .field("snp", &self.snp)
             .field("collateral", &self.collateral)
+            .field("gce", &self.gce)
             .finish_non_exhaustive()
     }
 }
@@ -77,6 +86,7 @@ impl SevSnpValidator {
             policy,
             snp,
             collateral,
+            gce: None,
             clock: system_clock(),
         }
     }
@@ -114,6 +124,13 @@ impl SevSnpValidator {
     /// The same validator over another collateral source.
     pub fn with_collateral(mut self, collateral: Arc<dyn SnpCollateral>) -> Self {
         self.collateral = collateral;
+        self
+    }
+
+    /// Where gcp-sev-snp learns the key the GCE API vouches for; without one every gcp-sev-snp
+    /// document is refused.
+    pub fn with_gce_identity(mut self, gce: Arc<dyn GceIdentity>) -> Self {
+        self.gce = Some(gce);
         self
     }
 
@@ -218,15 +235,19 @@ fn product_of_intermediate(cert: &Cert) -> Option<Product> {
     Product::from_name(name)
 }
 
-/// The AK binding the report must carry.
+/// The AK binding the report must carry. `extra_data` is this connection's (SHA-256 of the
+/// document's user data and the nonce); `gce` answers for gcp-sev-snp.
 fn check_binding(
     binding: Binding,
     report: &VerifiedReport,
     ak: &tpm::Public,
     info: &InstanceInfo,
+    extra_data: &[u8; 32],
+    gce: Option<&dyn GceIdentity>,
 ) -> Result<(), Error> {
     let report_data = report.report.report_data();
     match binding {
+        Binding::Gcp => check_gcp_binding(report_data, ak, info, extra_data, gce)?,
         Binding::Aws => {
             let spki = ak
                 .spki_der()
@@ -247,6 +268,58 @@ fn check_binding(
         }
     }
     Ok(())
+}
+
+/// gcp-sev-snp: the report was made for this connection, and GCE vouches for the AK.
+fn check_gcp_binding(
+    report_data: &[u8; 64],
+    ak: &tpm::Public,
+    info: &InstanceInfo,
+    extra_data: &[u8; 32],
+    gce: Option<&dyn GceIdentity>,
+) -> Result<(), Error> {
+    let (head, tail) = report_data.split_at(32);
+    if !bool::from(head.ct_eq(extra_data.as_slice())) {
+        return Err(Error::Binding(
+            "REPORT_DATA[0:32] is not this connection's extraData (SHA-256 of user data and nonce): the report was made for another connection".to_owned(),
+        ));
+    }
+    if tail.iter().any(|&b| b != 0) {
+        return Err(Error::Binding(
+            "REPORT_DATA[32:64] is not 32 zero bytes, as a GCE node leaves it".to_owned(),
+        ));
+    }
+    let named = info.gce.as_ref().ok_or_else(|| {
+        Error::Binding(
+            "InstanceInfo has no GCP field naming the instance whose key the GCE API vouches for"
+                .to_owned(),
+        )
+    })?;
+    let instance =
+        InstanceRef::from_instance_info(named).map_err(|e| Error::Binding(e.to_string()))?;
+    let gce = gce
+        .ok_or_else(|| Error::Binding("this validator has no way to ask the GCE API".to_owned()))?;
+    let vouched = match gce.signing_key(&instance) {
+        Ok(key) => key,
+        Err(GceKeyError::NotFound(what)) => {
+            return Err(Error::Binding(format!(
+                "the GCE API knows no instance {what}, so nothing vouches for the attestation key"
+            )));
+        }
+        Err(unavailable @ GceKeyError::Unavailable(_)) => {
+            return Err(Error::CollateralUnavailable(unavailable.to_string()));
+        }
+    };
+    let ak_spki = ak
+        .spki_der()
+        .map_err(|e| Error::Binding(format!("the AK has no SubjectPublicKeyInfo: {e}")))?;
+    match gce::same_key(&vouched, &ak_spki) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::Binding(format!(
+            "the attestation key is not the signing key the GCE API vouches for {instance}"
+        ))),
+        Err(reason) => Err(Error::Binding(reason)),
+    }
 }
 
 /// The hardware facts the decision rests on, for the audit line.
@@ -273,6 +346,7 @@ impl Validator for SevSnpValidator {
         match self.binding {
             Binding::Aws => Variant::AwsSevSnp,
             Binding::Azure => Variant::AzureSevSnp,
+            Binding::Gcp => Variant::GcpSevSnp,
         }
     }
 
@@ -293,9 +367,26 @@ impl Validator for SevSnpValidator {
             .map(|a| a.ak_pub.as_slice())
             .unwrap_or_default();
         let ak = tpm::Public::parse(ak_pub).map_err(Error::AkPublic)?;
-        check_binding(self.binding, &verified, &ak, &info)?;
+        let extra_data = make_extra_data(doc.user_data.as_deref().unwrap_or_default(), nonce);
+        check_binding(
+            self.binding,
+            &verified,
+            &ak,
+            &info,
+            &extra_data,
+            self.gce.as_deref(),
+        )?;
         let warnings = compare_pcrs(&self.policy, &quotes)?;
         notes.insert(0, facts(&verified));
+        if let (Binding::Gcp, Some(gce)) = (self.binding, &info.gce) {
+            notes.insert(
+                1,
+                format!(
+                    "AK vouched for by the GCE API for projects/{}/zones/{}/instances/{}",
+                    gce.project_id, gce.zone, gce.instance_name
+                ),
+            );
+        }
         Ok(Verified {
             variant: self.variant(),
             user_data: doc.user_data.unwrap_or_default(),

@@ -1,0 +1,201 @@
+//! gcp-sev-snp: which attestation key the GCE API vouches for an instance, asked of the
+//! gce-identity process (which holds the cloud credential; this process holds none) and kept in
+//! a small bounded cache shared by every join.
+//!
+//! The cache is the collateral cache ([`collateral::Cache`]) with the key
+//! `gce/{project}/{zone}/{instance}`: one call in flight per instance, a join waits at most
+//! `--gce-identity-wait` for it, an answer is kept for `--gce-identity-ttl` (an instance's vTPM
+//! key does not change while it exists, but the instance can be deleted and its name reused),
+//! "not found" for at most [`NOT_FOUND_TTL`], never served past that, and at most
+//! `--gce-identity-max-instances` instances are kept. A failed call backs off for Google's
+//! `Retry-After` (or `--gce-identity-backoff`), during which joins of that instance are told to
+//! retry at once.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use attestation::snp::{GceIdentity, GceKeyError, InstanceRef};
+use collateral::{Cache, FetchError, FetchFuture, Fetched, Source};
+use proto::gceidentity::GetSigningKeyRequest;
+use proto::gceidentity::gce_identity_client::GceIdentityClient;
+
+/// How long "the API knows no such instance" is believed.
+pub const NOT_FOUND_TTL: Duration = Duration::from_secs(10);
+
+/// The cached answer's first byte: a key follows, or the API said the instance is unknown.
+const FOUND: u8 = 1;
+const NOT_FOUND: u8 = 0;
+
+/// Asks gce-identity over its Unix socket.
+#[derive(Debug, Clone)]
+pub struct GceIdentitySource {
+    client: GceIdentityClient<tonic::transport::Channel>,
+    ttl: Duration,
+    timeout: Duration,
+}
+
+impl GceIdentitySource {
+    /// A source asking the gce-identity process on `socket`, which must run as `uid`.
+    pub fn new(socket: &std::path::Path, uid: u32, ttl: Duration, timeout: Duration) -> Self {
+        GceIdentitySource {
+            client: GceIdentityClient::new(plumbing::unix::channel(socket, uid)),
+            ttl,
+            timeout,
+        }
+    }
+}
+
+fn instance_of(key: &str) -> Option<GetSigningKeyRequest> {
+    match key.split('/').collect::<Vec<_>>().as_slice() {
+        ["gce", project, zone, instance] => Some(GetSigningKeyRequest {
+            project: (*project).to_owned(),
+            zone: (*zone).to_owned(),
+            instance: (*instance).to_owned(),
+        }),
+        _ => None,
+    }
+}
+
+impl Source for GceIdentitySource {
+    fn fetch(&self, key: &str) -> FetchFuture {
+        let mut client = self.client.clone();
+        let (ttl, timeout) = (self.ttl, self.timeout);
+        let request = instance_of(key);
+        let key = key.to_owned();
+        Box::pin(async move {
+            let request =
+                request.ok_or_else(|| FetchError::new(format!("{key} names no instance")))?;
+            let answer = tokio::time::timeout(timeout, client.get_signing_key(request))
+                .await
+                .map_err(|_| {
+                    FetchError::new(format!("gce-identity did not answer within {timeout:?}"))
+                })?;
+            let now = SystemTime::now();
+            let (bytes, lifetime) = match answer {
+                Ok(answer) => {
+                    let mut bytes = vec![FOUND];
+                    bytes.extend_from_slice(&answer.into_inner().signing_key_spki);
+                    (bytes, ttl)
+                }
+                // A definite answer about the instance: the node is refused, not told to retry.
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        tonic::Code::NotFound | tonic::Code::FailedPrecondition
+                    ) =>
+                {
+                    let mut bytes = vec![NOT_FOUND];
+                    bytes.extend_from_slice(status.message().as_bytes());
+                    (bytes, ttl.min(NOT_FOUND_TTL))
+                }
+                Err(status) => {
+                    let retry_after = status
+                        .metadata()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .map(Duration::from_secs);
+                    return Err(FetchError {
+                        reason: format!("gce-identity: {}", status.message()),
+                        retry_after,
+                    });
+                }
+            };
+            Ok(Fetched {
+                bytes,
+                refresh_after: now + lifetime,
+                stale_after: now + lifetime,
+            })
+        })
+    }
+}
+
+/// The verifier's view: the cached answer for an instance.
+#[derive(Debug, Clone)]
+pub struct CachedGceIdentity {
+    cache: Cache,
+}
+
+impl CachedGceIdentity {
+    pub fn new(cache: Cache) -> Self {
+        CachedGceIdentity { cache }
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+}
+
+impl GceIdentity for CachedGceIdentity {
+    fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError> {
+        let key = format!(
+            "gce/{}/{}/{}",
+            instance.project, instance.zone, instance.instance
+        );
+        let answer = self
+            .cache
+            .get(&key)
+            .map_err(|e| GceKeyError::Unavailable(e.reason))?;
+        match answer.split_first() {
+            Some((&FOUND, spki)) => Ok(spki.to_vec()),
+            Some((&NOT_FOUND, message)) => Err(GceKeyError::NotFound(format!(
+                "{instance} ({})",
+                String::from_utf8_lossy(message)
+            ))),
+            _ => Err(GceKeyError::Unavailable(format!(
+                "a cached answer for {instance} is unreadable"
+            ))),
+        }
+    }
+}
+
+/// The cache in front of gce-identity, for `config`.
+pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedGceIdentity>>, crate::Error> {
+    if config.variant != attestation::Variant::GcpSevSnp {
+        return Ok(None);
+    }
+    let uid = config.gce_identity_uid.ok_or_else(|| {
+        crate::Error::GceIdentity(
+            "gcp-sev-snp needs --gce-identity-uid, the uid gce-identity runs as".to_owned(),
+        )
+    })?;
+    let source = GceIdentitySource::new(
+        &config.gce_identity_socket,
+        uid,
+        config.gce_identity_ttl,
+        // The call itself may take gce-identity's own timeout; the join waits less and retries.
+        config.gce_identity_wait.max(Duration::from_secs(10)),
+    );
+    let cache = Cache::new(
+        Arc::new(source),
+        collateral::CacheConfig {
+            dir: None,
+            max_stale: Duration::ZERO,
+            wait: config.gce_identity_wait,
+            backoff: config.gce_identity_backoff,
+            max_entries: Some(config.gce_identity_max_instances),
+        },
+        tokio::runtime::Handle::current(),
+    )
+    .map_err(|e| crate::Error::GceIdentity(e.to_string()))?;
+    tracing::info!(
+        socket = %config.gce_identity_socket.display(),
+        uid,
+        "gcp-sev-snp: the GCE API is asked through gce-identity"
+    );
+    Ok(Some(Arc::new(CachedGceIdentity::new(cache))))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_name_an_instance() {
+        let r = super::instance_of("gce/my-project/us-east1-b/w-1").unwrap_or_default();
+        assert_eq!(
+            (r.project.as_str(), r.zone.as_str(), r.instance.as_str()),
+            ("my-project", "us-east1-b", "w-1")
+        );
+        assert!(super::instance_of("gce/a/b").is_none());
+        assert!(super::instance_of("crl/Milan").is_none());
+    }
+}

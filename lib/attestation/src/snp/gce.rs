@@ -1,0 +1,332 @@
+//! gcp-sev-snp's second root of trust: the GCE API's shielded-instance identity.
+//!
+//! A GCE SEV-SNP report does not name the vTPM's attestation key: its REPORT_DATA carries only
+//! the connection's extraData. The key is trusted because Google's Compute Engine API, asked
+//! `instances.getShieldedInstanceIdentity` for the instance the document's InstanceInfo names
+//! (`GCP`: `project_id`, `zone`, `instance_name`, as Constellation asks), answers with that very
+//! key as `signingKey.ekPub` (a PEM `PUBLIC KEY`, SubjectPublicKeyInfo).
+//!
+//! The verifier holds no cloud credential, so it asks through a [`GceIdentity`]: in the
+//! service, attest-proxy's cache in front of the `gce-identity` process. What that source
+//! cannot answer now is [`GceKeyError::Unavailable`] (the node retries); an instance the API
+//! does not know is [`GceKeyError::NotFound`] (the node is refused).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use x509_parser::prelude::FromDer as _;
+use x509_parser::public_key::PublicKey as ParsedKey;
+use x509_parser::x509::SubjectPublicKeyInfo;
+
+use super::instance_info::GceInstance;
+
+/// Why no trusted key could be had for an instance.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GceKeyError {
+    /// The GCE API does not know the instance (HTTP 404): the document names a machine that
+    /// does not exist in that project and zone.
+    #[error("the GCE API knows no instance {0}")]
+    NotFound(String),
+    /// The GCE API could not be asked or did not answer (403, 429, 5xx, a timeout, the
+    /// gce-identity process down); nothing is wrong with the node's evidence.
+    #[error("the GCE API cannot be asked now: {0}")]
+    Unavailable(String),
+}
+
+/// Where the verifier gets the attestation key GCE vouches for. Called on the verification
+/// threads: implementations answer from a cache or wait a bounded time.
+pub trait GceIdentity: Send + Sync + fmt::Debug {
+    /// The DER SubjectPublicKeyInfo of the instance's vTPM signing key (the AK), as
+    /// `getShieldedInstanceIdentity` returns it in `signingKey.ekPub`.
+    fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError>;
+}
+
+/// The instance a document names, checked to be a well-formed GCE resource name, so it can be
+/// put into an API path as it is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InstanceRef {
+    pub project: String,
+    pub zone: String,
+    pub instance: String,
+}
+
+impl fmt::Display for InstanceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "projects/{}/zones/{}/instances/{}",
+            self.project, self.zone, self.instance
+        )
+    }
+}
+
+/// Why the `GCP` field does not name an instance.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("InstanceInfo GCP.{field} {value:?} is not a GCE {what}")]
+pub struct InstanceRefError {
+    pub field: &'static str,
+    pub value: String,
+    pub what: &'static str,
+}
+
+impl InstanceRef {
+    /// The instance `GCP` names (`project_id`, `zone`, `instance_name`; the numbers are not
+    /// used, as by Constellation), each checked against GCE's naming rules: project IDs are
+    /// 6–30 of `[a-z0-9-]` (with an optional `domain.example:` prefix for domain-scoped
+    /// projects), zones and instance names RFC 1035 labels of at most 63 characters.
+    pub fn from_instance_info(gce: &GceInstance) -> Result<InstanceRef, InstanceRefError> {
+        let label = |field: &'static str, value: &str, what: &'static str| {
+            let ok = !value.is_empty()
+                && value.len() <= 63
+                && value.starts_with(|c: char| c.is_ascii_lowercase())
+                && !value.ends_with('-')
+                && value
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if ok {
+                Ok(value.to_owned())
+            } else {
+                Err(InstanceRefError {
+                    field,
+                    value: value.chars().take(80).collect(),
+                    what,
+                })
+            }
+        };
+        let project = {
+            let (domain, id) = match gce.project_id.rsplit_once(':') {
+                Some((domain, id)) => (Some(domain), id),
+                None => (None, gce.project_id.as_str()),
+            };
+            let domain_ok = domain.is_none_or(|d| {
+                !d.is_empty()
+                    && d.len() <= 63
+                    && d.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
+            });
+            if !domain_ok || id.len() < 6 || id.len() > 30 {
+                return Err(InstanceRefError {
+                    field: "project_id",
+                    value: gce.project_id.chars().take(80).collect(),
+                    what: "project ID",
+                });
+            }
+            label("project_id", id, "project ID")?;
+            gce.project_id.clone()
+        };
+        Ok(InstanceRef {
+            project,
+            zone: label("zone", &gce.zone, "zone name")?,
+            instance: label("instance_name", &gce.instance_name, "instance name")?,
+        })
+    }
+}
+
+/// The key material of a DER SubjectPublicKeyInfo, for an exact comparison: an RSA key's
+/// modulus and exponent without leading zeros, or an EC key's curve and point.
+#[derive(Debug, PartialEq, Eq)]
+enum KeyMaterial {
+    Rsa { modulus: Vec<u8>, exponent: Vec<u8> },
+    Ec { curve: String, point: Vec<u8> },
+}
+
+fn strip(bytes: &[u8]) -> Vec<u8> {
+    let first = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
+    bytes[first..].to_vec()
+}
+
+fn key_material(spki_der: &[u8]) -> Result<KeyMaterial, String> {
+    let (rest, spki) = SubjectPublicKeyInfo::from_der(spki_der)
+        .map_err(|e| format!("not a DER SubjectPublicKeyInfo: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "{} bytes after the SubjectPublicKeyInfo",
+            rest.len()
+        ));
+    }
+    match spki
+        .parsed()
+        .map_err(|e| format!("unreadable public key: {e}"))?
+    {
+        ParsedKey::RSA(rsa) => Ok(KeyMaterial::Rsa {
+            modulus: strip(rsa.modulus),
+            exponent: strip(rsa.exponent),
+        }),
+        ParsedKey::EC(point) => {
+            let curve = spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.as_oid().ok())
+                .map(|oid| oid.to_id_string())
+                .ok_or("an EC key without a named curve")?;
+            Ok(KeyMaterial::Ec {
+                curve,
+                point: point.data().to_vec(),
+            })
+        }
+        _ => Err("neither an RSA nor an EC key".to_owned()),
+    }
+}
+
+/// Whether two DER SubjectPublicKeyInfos hold the same key (an error names which one is not a
+/// key this comparison reads).
+pub fn same_key(vouched: &[u8], ak: &[u8]) -> Result<bool, String> {
+    let vouched = key_material(vouched).map_err(|e| format!("the GCE API's key: {e}"))?;
+    let ak = key_material(ak).map_err(|e| format!("the attestation key: {e}"))?;
+    Ok(vouched == ak)
+}
+
+/// `signingKey.ekPub` of a `getShieldedInstanceIdentity` answer: one PEM `PUBLIC KEY` block,
+/// returned as DER.
+pub fn spki_from_pem(pem: &str) -> Result<Vec<u8>, String> {
+    use rustls_pki_types::SubjectPublicKeyInfoDer;
+    use rustls_pki_types::pem::PemObject as _;
+    let der = SubjectPublicKeyInfoDer::from_pem_slice(pem.as_bytes())
+        .map_err(|e| format!("signingKey.ekPub is not a PEM PUBLIC KEY: {e}"))?;
+    key_material(&der).map_err(|e| format!("signingKey.ekPub: {e}"))?;
+    Ok(der.to_vec())
+}
+
+/// Keys given up front (tests, offline verification): instance → SPKI DER.
+#[derive(Clone, Debug, Default)]
+pub struct StaticGceIdentity {
+    keys: HashMap<InstanceRef, Vec<u8>>,
+    unavailable: Option<String>,
+}
+
+impl StaticGceIdentity {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_key(mut self, instance: InstanceRef, spki_der: Vec<u8>) -> Self {
+        self.keys.insert(instance, spki_der);
+        self
+    }
+
+    /// Every lookup fails as if the API could not be reached.
+    pub fn unavailable(mut self, reason: &str) -> Self {
+        self.unavailable = Some(reason.to_owned());
+        self
+    }
+}
+
+impl GceIdentity for StaticGceIdentity {
+    fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError> {
+        if let Some(reason) = &self.unavailable {
+            return Err(GceKeyError::Unavailable(reason.clone()));
+        }
+        self.keys
+            .get(instance)
+            .cloned()
+            .ok_or_else(|| GceKeyError::NotFound(instance.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn gce(project: &str, zone: &str, name: &str) -> GceInstance {
+        GceInstance {
+            zone: zone.to_owned(),
+            project_id: project.to_owned(),
+            instance_name: name.to_owned(),
+            ..GceInstance::default()
+        }
+    }
+
+    #[test]
+    fn instance_names_follow_gce_rules() {
+        let ok = InstanceRef::from_instance_info(&gce(
+            "constellation-331613",
+            "europe-west3-b",
+            "worker-7",
+        ))
+        .unwrap();
+        assert_eq!(
+            ok.to_string(),
+            "projects/constellation-331613/zones/europe-west3-b/instances/worker-7"
+        );
+        assert!(
+            InstanceRef::from_instance_info(&gce("example.com:my-project", "us-east1-b", "w"))
+                .is_ok()
+        );
+        for (project, zone, name, field) in [
+            ("", "us-east1-b", "w", "project_id"),
+            ("short", "us-east1-b", "w", "project_id"),
+            ("proj-123/../x", "us-east1-b", "w", "project_id"),
+            ("my-project", "", "w", "zone"),
+            ("my-project", "us-east1-b/x", "w", "zone"),
+            ("my-project", "us-east1-b", "", "instance_name"),
+            ("my-project", "us-east1-b", "Worker", "instance_name"),
+            ("my-project", "us-east1-b", "w?x=1", "instance_name"),
+            ("my-project", "us-east1-b", "worker-", "instance_name"),
+            ("my-project", "us-east1-b", &"w".repeat(64), "instance_name"),
+        ] {
+            let err = InstanceRef::from_instance_info(&gce(project, zone, name)).unwrap_err();
+            assert_eq!(err.field, field, "{project} {zone} {name}: {err}");
+        }
+    }
+
+    #[test]
+    fn keys_compare_by_their_material() {
+        let rng = ring::rand::SystemRandom::new();
+        let p256 = |_: ()| {
+            let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
+                &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+                &rng,
+            )
+            .unwrap();
+            let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+                &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+                pkcs8.as_ref(),
+                &rng,
+            )
+            .unwrap();
+            use ring::signature::KeyPair as _;
+            let point = key.public_key().as_ref().to_vec();
+            let mut spki =
+                hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
+            spki.extend_from_slice(&point);
+            spki
+        };
+        let a = p256(());
+        let b = p256(());
+        assert!(same_key(&a, &a).unwrap());
+        assert!(!same_key(&a, &b).unwrap());
+        assert!(
+            same_key(b"junk", &a)
+                .unwrap_err()
+                .contains("the GCE API's key")
+        );
+        let mut trailing = a.clone();
+        trailing.push(0);
+        assert!(same_key(&a, &trailing).unwrap_err().contains("after"));
+    }
+
+    #[test]
+    fn ek_pub_pem_is_read_as_one_public_key() {
+        let spki = hex::decode(
+            "3059301306072a8648ce3d020106082a8648ce3d03010703420004\
+             6b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296\
+             4fe342e2fe1a7f9b8ee7eb4a7c0f9e162bce33576b315ececbb6406837bf51f5",
+        )
+        .unwrap();
+        use base64::Engine as _;
+        let pem = format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+            base64::engine::general_purpose::STANDARD.encode(&spki)
+        );
+        assert_eq!(spki_from_pem(&pem).unwrap(), spki);
+        let cert = pem.replace("PUBLIC KEY", "CERTIFICATE");
+        assert!(
+            spki_from_pem(&cert)
+                .unwrap_err()
+                .contains("not a PEM PUBLIC KEY")
+        );
+        assert!(spki_from_pem("").is_err());
+    }
+}

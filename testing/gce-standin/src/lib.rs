@@ -1,0 +1,470 @@
+//! A stand-in for the two Google endpoints gcp-sev-snp's `gce-identity` calls.
+//!
+//! - **The metadata server** (plain HTTP, as `http://metadata.google.internal` is):
+//!   `GET /computeMetadata/v1/instance/service-accounts/default/token` answers
+//!   `{"access_token", "expires_in", "token_type": "Bearer"}` only with the header
+//!   `Metadata-Flavor: Google` (403 without it, as the real server) and sets that header on
+//!   its answers; a request carrying `X-Forwarded-For` is refused, as the real one refuses
+//!   proxied requests.
+//! - **The Compute Engine API** (HTTPS with a CA of its own):
+//!   `GET /compute/v1/projects/{project}/zones/{zone}/instances/{instance}/getShieldedInstanceIdentity`
+//!   answers `{"kind": "compute#shieldedInstanceIdentity", "signingKey": {"ekPub": <PEM>},
+//!   "encryptionKey": {"ekPub": <PEM>}}` for the instances a test registered, only with
+//!   `Authorization: Bearer <a token the metadata server issued and that has not expired>`
+//!   (401 otherwise), and Google's error JSON with 404 for any other instance.
+//!
+//! A test sets faults the way the real API fails: 403 (the service account lacks
+//! `compute.instances.getShieldedInstanceIdentity`), 429 with `Retry-After`, 503, or no answer
+//! at all; and the metadata server can fail on its own.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rand::Rng as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+/// The metadata path of the default service account's access token.
+pub const TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
+
+/// How an endpoint answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer as the real service does.
+    None,
+    /// 403 Forbidden: the caller's service account lacks the permission.
+    Forbidden,
+    /// 429 Too Many Requests with `Retry-After: <seconds>`.
+    RateLimited { retry_after: u64 },
+    /// 503 Service Unavailable.
+    ServerError,
+    /// Accept the request and never answer.
+    Hang,
+}
+
+/// What went wrong starting the stand-in.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("binding the GCE stand-in: {0}")]
+    Bind(#[source] std::io::Error),
+    #[error("the GCE stand-in's certificates: {0}")]
+    Tls(#[source] kube_standin::Error),
+}
+
+/// One registered instance.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Instance {
+    pub project: String,
+    pub zone: String,
+    pub name: String,
+}
+
+#[derive(Clone)]
+struct Identity {
+    signing_pem: String,
+    encryption_pem: Option<String>,
+}
+
+struct State {
+    instances: Mutex<HashMap<Instance, Identity>>,
+    tokens: Mutex<HashMap<String, Instant>>,
+    token_lifetime: Mutex<Duration>,
+    compute_fault: Mutex<Fault>,
+    metadata_fault: Mutex<Fault>,
+    token_requests: AtomicUsize,
+    compute_requests: AtomicUsize,
+}
+
+/// A running stand-in; dropping it stops both endpoints.
+pub struct GceStandin {
+    metadata: SocketAddr,
+    compute: SocketAddr,
+    ca_pem: String,
+    state: Arc<State>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for GceStandin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GceStandin")
+            .field("metadata", &self.metadata)
+            .field("compute", &self.compute)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A PEM `PUBLIC KEY` block, as the API writes `ekPub`.
+pub fn public_key_pem(spki_der: &[u8]) -> String {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(spki_der);
+    let mut out = "-----BEGIN PUBLIC KEY-----\n".to_owned();
+    for line in body.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out + "-----END PUBLIC KEY-----\n"
+}
+
+impl GceStandin {
+    /// Serves both endpoints on free loopback ports.
+    pub async fn start() -> Result<GceStandin, Error> {
+        let metadata = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(Error::Bind)?;
+        let compute = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(Error::Bind)?;
+        let metadata_addr = metadata.local_addr().map_err(Error::Bind)?;
+        let compute_addr = compute.local_addr().map_err(Error::Bind)?;
+        let (ca_pem, tls) = kube_standin::tls::generate(compute_addr.ip()).map_err(Error::Tls)?;
+        let state = Arc::new(State {
+            instances: Mutex::default(),
+            tokens: Mutex::default(),
+            token_lifetime: Mutex::new(Duration::from_secs(3599)),
+            compute_fault: Mutex::new(Fault::None),
+            metadata_fault: Mutex::new(Fault::None),
+            token_requests: AtomicUsize::new(0),
+            compute_requests: AtomicUsize::new(0),
+        });
+        let tasks = vec![
+            tokio::spawn(serve(metadata, None, state.clone(), Endpoint::Metadata)),
+            tokio::spawn(serve(
+                compute,
+                Some(TlsAcceptor::from(tls)),
+                state.clone(),
+                Endpoint::Compute,
+            )),
+        ];
+        Ok(GceStandin {
+            metadata: metadata_addr,
+            compute: compute_addr,
+            ca_pem,
+            state,
+            tasks,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`, standing for `http://metadata.google.internal`.
+    pub fn metadata_url(&self) -> String {
+        format!("http://{}", self.metadata)
+    }
+
+    /// `https://127.0.0.1:<port>`, standing for `https://compute.googleapis.com`.
+    pub fn compute_url(&self) -> String {
+        format!("https://{}", self.compute)
+    }
+
+    /// The CA of the compute endpoint's certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// Registers an instance whose vTPM signing key (the AK) is `signing_spki` (DER) and, if
+    /// given, whose endorsement key is `encryption_spki`.
+    pub fn put_instance(
+        &self,
+        instance: Instance,
+        signing_spki: &[u8],
+        encryption_spki: Option<&[u8]>,
+    ) {
+        lock(&self.state.instances).insert(
+            instance,
+            Identity {
+                signing_pem: public_key_pem(signing_spki),
+                encryption_pem: encryption_spki.map(public_key_pem),
+            },
+        );
+    }
+
+    /// Removes an instance (it was deleted): the API answers 404 for it.
+    pub fn remove_instance(&self, instance: &Instance) {
+        lock(&self.state.instances).remove(instance);
+    }
+
+    pub fn set_compute_fault(&self, fault: Fault) {
+        *lock(&self.state.compute_fault) = fault;
+    }
+
+    pub fn set_metadata_fault(&self, fault: Fault) {
+        *lock(&self.state.metadata_fault) = fault;
+    }
+
+    /// How long tokens issued from now on live (`expires_in`).
+    pub fn set_token_lifetime(&self, lifetime: Duration) {
+        *lock(&self.state.token_lifetime) = lifetime;
+    }
+
+    /// Makes every token issued so far invalid, as a revoked or rotated credential is.
+    pub fn revoke_tokens(&self) {
+        lock(&self.state.tokens).clear();
+    }
+
+    /// Token requests the metadata server answered with a token.
+    pub fn token_requests(&self) -> usize {
+        self.state.token_requests.load(Ordering::SeqCst)
+    }
+
+    /// Requests the compute endpoint received.
+    pub fn compute_requests(&self) -> usize {
+        self.state.compute_requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for GceStandin {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Clone, Copy)]
+enum Endpoint {
+    Metadata,
+    Compute,
+}
+
+async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    state: Arc<State>,
+    endpoint: Endpoint,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let tls = tls.clone();
+                let state = state.clone();
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let state = state.clone();
+                        async move {
+                            Ok::<_, std::convert::Infallible>(match endpoint {
+                                Endpoint::Metadata => metadata(&state, req).await,
+                                Endpoint::Compute => compute(&state, req).await,
+                            })
+                        }
+                    });
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(tcp).await else { return };
+                            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(tcp), svc).await;
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn text(status: StatusCode, body: impl Into<Bytes>, content_type: &'static str) -> Answer {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+/// Google's JSON error body, as the Compute API writes it.
+fn google_error(status: StatusCode, message: &str, reason: &str, code_name: &str) -> Answer {
+    let body = serde_json::json!({
+        "error": {
+            "code": status.as_u16(),
+            "message": message,
+            "errors": [{"message": message, "domain": "global", "reason": reason}],
+            "status": code_name,
+        }
+    });
+    text(status, body.to_string(), "application/json; charset=UTF-8")
+}
+
+/// The configured fault's answer, or `None` to answer normally.
+async fn fault_answer(fault: Fault, google: bool) -> Option<Answer> {
+    let answer = |status: StatusCode, message: &str, reason: &str, code: &str| {
+        if google {
+            google_error(status, message, reason, code)
+        } else {
+            text(status, message.to_owned(), "text/plain; charset=utf-8")
+        }
+    };
+    match fault {
+        Fault::None => None,
+        Fault::Hang => std::future::pending().await,
+        Fault::Forbidden => Some(answer(
+            StatusCode::FORBIDDEN,
+            "Required 'compute.instances.getShieldedInstanceIdentity' permission",
+            "forbidden",
+            "PERMISSION_DENIED",
+        )),
+        Fault::ServerError => Some(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The service is currently unavailable.",
+            "backendError",
+            "UNAVAILABLE",
+        )),
+        Fault::RateLimited { retry_after } => {
+            let mut r = answer(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Quota exceeded for quota metric 'Read requests'",
+                "rateLimitExceeded",
+                "RESOURCE_EXHAUSTED",
+            );
+            if let Ok(value) = http::HeaderValue::from_str(&retry_after.to_string()) {
+                r.headers_mut().insert(http::header::RETRY_AFTER, value);
+            }
+            Some(r)
+        }
+    }
+}
+
+async fn metadata(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
+    let mut answer = metadata_answer(state, req).await;
+    answer
+        .headers_mut()
+        .insert("metadata-flavor", http::HeaderValue::from_static("Google"));
+    answer
+}
+
+async fn metadata_answer(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
+    let fault = *lock(&state.metadata_fault);
+    if let Some(answer) = fault_answer(fault, false).await {
+        return answer;
+    }
+    let plain = |status, body: &'static str| text(status, body, "text/plain; charset=utf-8");
+    if req.headers().get("metadata-flavor").map(|v| v.as_bytes()) != Some(b"Google") {
+        return plain(
+            StatusCode::FORBIDDEN,
+            "Missing required header: \"Metadata-Flavor\"",
+        );
+    }
+    if req.headers().contains_key("x-forwarded-for") {
+        return plain(StatusCode::FORBIDDEN, "Request had X-Forwarded-For header");
+    }
+    if req.method() != http::Method::GET {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+    }
+    if req.uri().path() != TOKEN_PATH {
+        return plain(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let token = format!(
+        "ya29.standin-{}",
+        hex::encode(rand::rng().random::<[u8; 24]>())
+    );
+    let lifetime = *lock(&state.token_lifetime);
+    lock(&state.tokens).insert(token.clone(), Instant::now() + lifetime);
+    state.token_requests.fetch_add(1, Ordering::SeqCst);
+    let body = serde_json::json!({
+        "access_token": token,
+        "expires_in": lifetime.as_secs(),
+        "token_type": "Bearer",
+    });
+    text(StatusCode::OK, body.to_string(), "application/json")
+}
+
+async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
+    state.compute_requests.fetch_add(1, Ordering::SeqCst);
+    let authorized = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|token| lock(&state.tokens).get(token).copied())
+        .is_some_and(|expires| Instant::now() < expires);
+    if !authorized {
+        return google_error(
+            StatusCode::UNAUTHORIZED,
+            "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
+            "authError",
+            "UNAUTHENTICATED",
+        );
+    }
+    let fault = *lock(&state.compute_fault);
+    if let Some(answer) = fault_answer(fault, true).await {
+        return answer;
+    }
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path.split('/').collect();
+    let instance = match segments.as_slice() {
+        [
+            "",
+            "compute",
+            "v1",
+            "projects",
+            project,
+            "zones",
+            zone,
+            "instances",
+            name,
+            "getShieldedInstanceIdentity",
+        ] => Instance {
+            project: (*project).to_owned(),
+            zone: (*zone).to_owned(),
+            name: (*name).to_owned(),
+        },
+        _ => {
+            return google_error(
+                StatusCode::NOT_FOUND,
+                &format!("The requested URL {path} was not found on this server."),
+                "notFound",
+                "NOT_FOUND",
+            );
+        }
+    };
+    if req.method() != http::Method::GET {
+        return google_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method Not Allowed",
+            "httpMethodNotAllowed",
+            "INVALID_ARGUMENT",
+        );
+    }
+    let identity = lock(&state.instances).get(&instance).cloned();
+    match identity {
+        Some(identity) => {
+            let mut body = serde_json::json!({
+                "kind": "compute#shieldedInstanceIdentity",
+                "signingKey": {"ekPub": identity.signing_pem},
+            });
+            if let Some(pem) = identity.encryption_pem {
+                body["encryptionKey"] = serde_json::json!({"ekPub": pem});
+            }
+            text(
+                StatusCode::OK,
+                body.to_string(),
+                "application/json; charset=UTF-8",
+            )
+        }
+        None => google_error(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "The resource 'projects/{}/zones/{}/instances/{}' was not found",
+                instance.project, instance.zone, instance.name
+            ),
+            "notFound",
+            "NOT_FOUND",
+        ),
+    }
+}
