@@ -17,15 +17,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::http::HttpClient;
+use crate::{Cache, FetchError, FetchFuture, Fetched, Source};
 use attestation::snp::{
     Cert, CollateralError, Crl, Product, SigningKey, SnpCollateral, Tcb, certs_from_pem,
 };
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-
-use crate::{Cache, FetchError, FetchFuture, Fetched, Source};
 
 /// AMD's KDS.
 pub const AMD_KDS: &str = "https://kdsintf.amd.com";
@@ -36,36 +32,25 @@ const MAX_BODY: usize = 256 * 1024;
 const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<bytes::Bytes>>;
-
 /// Fetches from a KDS over HTTPS (or plain HTTP, for an operator's proxy: everything served is
 /// signed by AMD and checked as such).
 #[derive(Clone)]
 pub struct KdsSource {
     base: String,
-    client: HttpsClient,
-    timeout: Duration,
+    client: HttpClient,
 }
 
 impl std::fmt::Debug for KdsSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KdsSource")
             .field("base", &self.base)
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.client.timeout())
             .finish_non_exhaustive()
     }
 }
 
 /// Why a KDS client could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum KdsSetupError {
-    #[error("KDS URL {0:?} is not http(s)://host[:port]")]
-    Url(String),
-    #[error("reading the CA file {path}: {reason}")]
-    Ca { path: String, reason: String },
-    #[error("TLS setup: {0}")]
-    Tls(String),
-}
+pub type KdsSetupError = crate::http::SetupError;
 
 impl KdsSource {
     /// A client for the KDS at `base` (e.g. [`AMD_KDS`]), trusting the system's roots plus the
@@ -75,42 +60,9 @@ impl KdsSource {
         extra_ca: Option<&std::path::Path>,
         timeout: Duration,
     ) -> Result<KdsSource, KdsSetupError> {
-        use rustls23::pki_types::CertificateDer;
-        use rustls23::pki_types::pem::PemObject;
-
-        let base = base.trim_end_matches('/').to_owned();
-        if !(base.starts_with("https://") || base.starts_with("http://")) {
-            return Err(KdsSetupError::Url(base));
-        }
-        let mut roots = rustls23::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-        if let Some(path) = extra_ca {
-            let ca_error = |reason: String| KdsSetupError::Ca {
-                path: path.display().to_string(),
-                reason,
-            };
-            for cert in CertificateDer::pem_file_iter(path).map_err(|e| ca_error(e.to_string()))? {
-                let cert = cert.map_err(|e| ca_error(e.to_string()))?;
-                roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
-            }
-        }
-        let provider = Arc::new(rustls23::crypto::ring::default_provider());
-        let config = rustls23::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| KdsSetupError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_or_http()
-            .enable_http1()
-            .build();
         Ok(KdsSource {
-            base,
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            timeout,
+            base: crate::http::base_url(base)?,
+            client: HttpClient::new(extra_ca, timeout, MAX_BODY)?,
         })
     }
 
@@ -137,42 +89,10 @@ impl KdsSource {
     }
 
     async fn get(&self, url: String) -> Result<Vec<u8>, FetchError> {
-        let request = http::Request::get(&url)
-            .body(Empty::new())
-            .map_err(|e| FetchError::new(format!("{url}: {e}")))?;
-        let response = tokio::time::timeout(self.timeout, self.client.request(request))
-            .await
-            .map_err(|_| FetchError::new(format!("{url}: no answer within {:?}", self.timeout)))?
-            .map_err(|e| FetchError::new(format!("{url}: {e}")))?;
-        let status = response.status();
-        if status == http::StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            let retry_after = response
-                .headers()
-                .get(http::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            return Err(FetchError {
-                reason: format!("{url}: HTTP {status}"),
-                retry_after,
-            });
+        match self.client.get(&url).await? {
+            Ok(answer) => Ok(answer.body),
+            Err(refused) => Err(FetchError::new(format!("{url}: HTTP {}", refused.status))),
         }
-        if !status.is_success() {
-            return Err(FetchError::new(format!("{url}: HTTP {status}")));
-        }
-        let body = tokio::time::timeout(
-            self.timeout,
-            Limited::new(response.into_body(), MAX_BODY).collect(),
-        )
-        .await
-        .map_err(|_| {
-            FetchError::new(format!(
-                "{url}: the body did not arrive within {:?}",
-                self.timeout
-            ))
-        })?
-        .map_err(|e| FetchError::new(format!("{url}: reading the body: {e}")))?;
-        Ok(body.to_bytes().to_vec())
     }
 }
 

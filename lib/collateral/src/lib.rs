@@ -24,7 +24,11 @@
 //! What the bytes mean is the caller's business: the source parses what it fetched far enough
 //! to say when it expires, and the verifier checks it as it checks everything else.
 
+mod http;
 pub mod kds;
+pub mod pcs;
+
+pub use http::SetupError;
 
 use std::collections::HashMap;
 use std::future::Future;
