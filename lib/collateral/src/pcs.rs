@@ -605,6 +605,15 @@ mod tests {
     }
 
     #[test]
+    fn a_404_stands_ten_minutes_unless_configured() {
+        let source =
+            PcsSource::new(INTEL_PCS, INTEL_ROOT_CA_CRL, None, Duration::from_secs(1)).unwrap();
+        assert_eq!(source.not_found_recheck, Duration::from_secs(600));
+        let source = source.with_not_found_recheck(Duration::from_secs(5));
+        assert_eq!(source.not_found_recheck, Duration::from_secs(5));
+    }
+
+    #[test]
     fn keys_name_the_v4_paths() {
         let source = PcsSource::new(
             "https://pcs.example/",

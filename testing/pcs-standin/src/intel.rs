@@ -408,6 +408,16 @@ impl SimulatedIntel {
         self.sign_json("tcbInfo", inner)
     }
 
+    /// PCS's TCB info body for [`SimulatedIntel::tcb_info_json`], signed.
+    pub fn signed_tcb_info(
+        &self,
+        fmspc: &str,
+        issued: SystemTime,
+        next_update: SystemTime,
+    ) -> Result<String, SimulationError> {
+        self.sign_tcb_info(&self.tcb_info_json(fmspc, issued, next_update)?)
+    }
+
     /// PCS's QE identity body for the `enclaveIdentity` JSON `inner`.
     pub fn sign_qe_identity(&self, inner: &str) -> Result<String, SimulationError> {
         self.sign_json("enclaveIdentity", inner)

@@ -192,7 +192,7 @@ impl PcsStandin {
     ) -> Result<(), SimulationError> {
         let chain = intel.tcb_issuer_chain_pem();
         for fmspc in fmspcs {
-            let tcb = intel.sign_tcb_info(&intel.tcb_info_json(fmspc, issued, next_update)?)?;
+            let tcb = intel.signed_tcb_info(fmspc, issued, next_update)?;
             self.put_tcb_info(fmspc, tcb, &chain);
         }
         let qe = intel.sign_qe_identity(&intel.qe_identity_json(issued, next_update)?)?;

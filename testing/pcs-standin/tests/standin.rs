@@ -308,9 +308,7 @@ async fn items_are_replaced_and_removed() {
     let (pcs, intel) = serving().await;
     let (issued, _) = window();
     let later = issued + Duration::from_secs(90 * 86_400);
-    let newer = intel
-        .sign_tcb_info(&intel.tcb_info_json(FMSPC, issued, later).unwrap())
-        .unwrap();
+    let newer = intel.signed_tcb_info(FMSPC, issued, later).unwrap();
     pcs.put_tcb_info(FMSPC, newer.clone(), &intel.tcb_issuer_chain_pem());
     let got = get(&pcs, &format!("/tdx/certification/v4/tcb?fmspc={FMSPC}")).await;
     assert_eq!(got.body, newer.as_bytes());
