@@ -24,6 +24,8 @@ fn assert_dates(checked: &Checked, issued: u64, next: u64) {
 
 #[test]
 fn automata_pcs_v4_answers_parse_with_their_dates() {
+    // The one chain at hand for every item: the source parses chains, the verifier checks who
+    // signed what.
     let chain = String::from_utf8(testdata("automata-00806f050000/signing_cert.pem")).unwrap();
 
     let tcb = testdata("automata-00806f050000/tcbinfov3_00806f050000.json");
@@ -94,4 +96,20 @@ fn dcap_qvl_collateral_rebuilt_as_pcs_serves_it_parses_with_its_dates() {
     let root_crl = hex::decode(field("root_ca_crl")).unwrap();
     let checked = check("rootcrl", &root_crl, "").unwrap();
     assert_dates(&checked, 1_742_469_717, 1_775_215_317);
+}
+
+#[test]
+fn a_crl_served_as_pem_is_kept_as_der() {
+    use base64::Engine as _;
+    let der = testdata("automata-00806f050000/pck_platform_crl.der");
+    let body = base64::engine::general_purpose::STANDARD.encode(&der);
+    let mut pem = String::from("-----BEGIN X509 CRL-----\n");
+    for line in body.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap());
+        pem.push('\n');
+    }
+    pem.push_str("-----END X509 CRL-----\n");
+    let chain = String::from_utf8(testdata("automata-00806f050000/signing_cert.pem")).unwrap();
+    let checked = check("pckcrl/platform", pem.as_bytes(), &chain).unwrap();
+    assert_eq!(checked.item.body, der);
 }

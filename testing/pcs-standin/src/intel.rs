@@ -34,8 +34,8 @@ const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.84
 pub const SGX_TCB_SVNS: [u8; 16] = [2, 2, 2, 2, 3, 1, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0];
 /// The PCE SVN of that level.
 pub const PCE_SVN: u16 = 13;
-/// The TEE TCB SVNs of that level (byte 1 is zero: the TDX module is matched by these bytes,
-/// not through `tdxModuleIdentities`).
+/// The TEE TCB SVNs of that level (byte 1 is zero, so Intel's rule compares all sixteen bytes
+/// rather than looking the module up in `tdxModuleIdentities`).
 pub const TDX_TCB_SVNS: [u8; 16] = [5, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 /// The ISV SVN of the TD QE that [`SimulatedIntel::qe_identity_json`] calls UpToDate.
 pub const QE_ISVSVN: u16 = 4;
