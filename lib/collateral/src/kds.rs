@@ -17,14 +17,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::http::HttpClient;
+use crate::{Cache, FetchError, FetchFuture, Fetched, Source};
 use attestation::snp::{
     Cert, CollateralError, Crl, Product, SigningKey, SnpCollateral, Tcb, certs_from_pem,
 };
-use http_body_util::{BodyExt, Empty, Limited};
-
-use plumbing::https::HttpsClient;
-
-use crate::{Cache, FetchError, FetchFuture, Fetched, Source};
 
 /// AMD's KDS.
 pub const AMD_KDS: &str = "https://kdsintf.amd.com";
@@ -40,27 +37,20 @@ const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 #[derive(Clone)]
 pub struct KdsSource {
     base: String,
-    client: HttpsClient,
-    timeout: Duration,
+    client: HttpClient,
 }
 
 impl std::fmt::Debug for KdsSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KdsSource")
             .field("base", &self.base)
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.client.timeout())
             .finish_non_exhaustive()
     }
 }
 
 /// Why a KDS client could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum KdsSetupError {
-    #[error("KDS URL {0:?} is not http(s)://host[:port]")]
-    Url(String),
-    #[error(transparent)]
-    Client(plumbing::https::SetupError),
-}
+pub type KdsSetupError = crate::http::SetupError;
 
 impl KdsSource {
     /// A client for the KDS at `base` (e.g. [`AMD_KDS`]), trusting the system's roots plus the
@@ -70,15 +60,9 @@ impl KdsSource {
         extra_ca: Option<&std::path::Path>,
         timeout: Duration,
     ) -> Result<KdsSource, KdsSetupError> {
-        let base = base.trim_end_matches('/').to_owned();
-        if !(base.starts_with("https://") || base.starts_with("http://")) {
-            return Err(KdsSetupError::Url(base));
-        }
-        let client = plumbing::https::client(extra_ca).map_err(KdsSetupError::Client)?;
         Ok(KdsSource {
-            base,
-            client,
-            timeout,
+            base: crate::http::base_url(base)?,
+            client: HttpClient::new(extra_ca, timeout, MAX_BODY)?,
         })
     }
 
@@ -105,42 +89,10 @@ impl KdsSource {
     }
 
     async fn get(&self, url: String) -> Result<Vec<u8>, FetchError> {
-        let request = http::Request::get(&url)
-            .body(Empty::new())
-            .map_err(|e| FetchError::new(format!("{url}: {e}")))?;
-        let response = tokio::time::timeout(self.timeout, self.client.request(request))
-            .await
-            .map_err(|_| FetchError::new(format!("{url}: no answer within {:?}", self.timeout)))?
-            .map_err(|e| FetchError::new(format!("{url}: {e}")))?;
-        let status = response.status();
-        if status == http::StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            let retry_after = response
-                .headers()
-                .get(http::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            return Err(FetchError {
-                reason: format!("{url}: HTTP {status}"),
-                retry_after,
-            });
+        match self.client.get(&url).await? {
+            Ok(answer) => Ok(answer.body),
+            Err(refused) => Err(FetchError::new(format!("{url}: HTTP {}", refused.status))),
         }
-        if !status.is_success() {
-            return Err(FetchError::new(format!("{url}: HTTP {status}")));
-        }
-        let body = tokio::time::timeout(
-            self.timeout,
-            Limited::new(response.into_body(), MAX_BODY).collect(),
-        )
-        .await
-        .map_err(|_| {
-            FetchError::new(format!(
-                "{url}: the body did not arrive within {:?}",
-                self.timeout
-            ))
-        })?
-        .map_err(|e| FetchError::new(format!("{url}: reading the body: {e}")))?;
-        Ok(body.to_bytes().to_vec())
     }
 }
 

@@ -25,8 +25,17 @@
 //!
 //! What the bytes mean is the caller's business: the source parses what it fetched far enough
 //! to say when it expires, and the verifier checks it as it checks everything else.
+//!
+//! The sources: [`kds`], AMD's key distribution service, for SEV-SNP (CRLs, chains, VCEKs);
+//! [`pcs`], Intel's Provisioning Certification Service v4, for TDX (TCB info per FMSPC, QE
+//! identity, PCK and root CRLs, each with its issuer chain). Both fetch over the same HTTPS
+//! client: the system's roots plus an operator's CA, ring, bounded bodies and timeouts.
 
+mod http;
 pub mod kds;
+pub mod pcs;
+
+pub use http::SetupError;
 
 use std::collections::HashMap;
 use std::future::Future;

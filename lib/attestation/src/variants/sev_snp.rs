@@ -23,7 +23,7 @@ use crate::snp::{
     Cert, InstanceInfo, Product, SigningKey, SnpCollateral, SnpConfig, SnpError, VerifiedReport,
     verify_report,
 };
-use crate::tpm::{self, PublicKey};
+use crate::tpm;
 use crate::vtpm::{compare_pcrs, make_extra_data, verify_document};
 use crate::{Error, Validator, Variant, Verified};
 
