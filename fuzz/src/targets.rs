@@ -275,6 +275,8 @@ pub fn snp_certtable(data: &[u8]) {
     if let Ok(info) = snp_issuer::aws_instance_info(&HostTable(data.to_vec()), b"spki") {
         let _ = InstanceInfo::parse(&info);
     }
+}
+
 /// Real Intel collateral (the dcap-qvl UpToDate vector) and a time inside its window.
 fn intel() -> &'static attestation::tdx::Collateral {
     static INTEL: OnceLock<attestation::tdx::Collateral> = OnceLock::new();

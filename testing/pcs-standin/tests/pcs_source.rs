@@ -38,6 +38,7 @@ fn cache(source: PcsSource, dir: Option<&std::path::Path>, max_stale: Duration) 
         max_stale,
         wait: Duration::from_millis(1500),
         backoff: Duration::from_millis(300),
+        max_entries: None,
     };
     let cache = Cache::new(Arc::new(source), config, tokio::runtime::Handle::current()).unwrap();
     PcsCollateral::new(cache, max_stale)
