@@ -472,6 +472,16 @@ impl SimulatedSigner {
         self.tcb
     }
 
+    /// A VCEK's hwID (the chip's CHIP_ID, 8 bytes of it on Turin), as AMD's KDS names the
+    /// chip; `None` for a VLEK.
+    pub fn hw_id(&self) -> Option<Vec<u8>> {
+        match (self.kind, self.product) {
+            (SigningKey::Vlek, _) => None,
+            (SigningKey::Vcek, Product::Turin) => Some(self.chip_id[..8].to_vec()),
+            (SigningKey::Vcek, _) => Some(self.chip_id.to_vec()),
+        }
+    }
+
     /// A signed 1184-byte report.
     pub fn report(&self, fields: &ReportFields) -> Result<Vec<u8>, SimulationError> {
         let mut r = vec![0u8; 0x4A0];
