@@ -167,8 +167,11 @@ pub struct SetupResults {
     #[serde(serialize_with = "variant_name")]
     pub variant: Option<Variant>,
     pub description: &'static str,
-    /// The unmeasured warm-up's report (where collateral is fetched), if there was one.
+    /// The unmeasured warm-up's report, if there was one.
     pub warmup: Option<Report>,
+    /// attest-proxy's collateral counters at the end, since it started (SNP variants): it
+    /// fetches AMD's CRLs and chains at start, before any join.
+    pub collateral_since_start: Option<crate::collateral::CollateralCounts>,
     /// The processes whose CPU counts as the setup's.
     pub server_processes: Vec<String>,
     pub steps: Vec<Report>,
@@ -325,9 +328,7 @@ fn loopback(port: u16) -> std::net::SocketAddr {
 /// A directory for an SNP variant's files that attest-proxy can reach under its own uid (a
 /// setup's working directory is the caller's alone).
 fn snp_dir() -> anyhow::Result<tempfile::TempDir> {
-    Ok(tempfile::Builder::new()
-        .prefix("loadgen-snp-")
-        .tempdir()?)
+    Ok(tempfile::Builder::new().prefix("loadgen-snp-").tempdir()?)
 }
 
 async fn start(
@@ -615,10 +616,7 @@ fn load(
         timeout: config.timeout,
         retry: config.retry,
         // Each run numbers its nodes from 0, so each gets its own name prefix: a name joins once.
-        node_prefix: format!(
-            "{prefix}-{}{step}",
-            series.to_lowercase().replace(' ', "-")
-        ),
+        node_prefix: format!("{prefix}-{}{step}", series.to_lowercase().replace(' ', "-")),
         // Nodes come from distinct addresses, as in a real cluster.
         spread_sources: true,
         pregenerate,
@@ -710,17 +708,22 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             s.steps.push(report);
         }
     }
-    let setups: Vec<SetupResults> = started
-        .into_iter()
-        .map(|s| SetupResults {
+    let mut setups = Vec::new();
+    for s in started {
+        let collateral_since_start = match s.running.collateral_metrics {
+            Some(admin) => Some(crate::collateral::read(admin).await?),
+            None => None,
+        };
+        setups.push(SetupResults {
             setup: s.setup,
             variant: s.variant,
             description: s.setup.description(),
             warmup: s.warmup,
+            collateral_since_start,
             server_processes: s.running.watched.iter().map(|w| w.name.clone()).collect(),
             steps: s.steps,
-        })
-        .collect();
+        });
+    }
     let ratios = ratios(&setups, &config.concurrencies, &config.variants);
     Ok(BenchResults {
         machine,
@@ -853,18 +856,29 @@ pub fn summary(results: &BenchResults) -> String {
             errors
         );
     }
-    // The warm-ups, where the collateral is fetched.
+    // Where the collateral was fetched: at start and in the warm-up.
     for s in &results.setups {
-        if let Some(c) = s.warmup.as_ref().and_then(|w| w.collateral) {
-            let _ = writeln!(
-                out,
-                "warm-up of {}: {} collateral fetches ({} failed) for {} joins",
-                series_label(s.setup, s.variant),
-                c.counts.fetches_ok + c.counts.fetches_failed,
-                c.counts.fetches_failed,
-                s.warmup.as_ref().map_or(0, |w| w.succeeded)
-            );
-        }
+        let Some(total) = s.collateral_since_start else {
+            continue;
+        };
+        let warm = s
+            .warmup
+            .as_ref()
+            .and_then(|w| w.collateral.map(|c| (c, w.succeeded)));
+        let _ = writeln!(
+            out,
+            "{}: attest-proxy fetched collateral {} times ({} failed) since it started; the warm-up: {} fetches for {} joins; every step after: {}",
+            series_label(s.setup, s.variant),
+            total.fetches_ok + total.fetches_failed,
+            total.fetches_failed,
+            warm.map_or(0, |(c, _)| c.counts.fetches_ok + c.counts.fetches_failed),
+            warm.map_or(0, |(_, n)| n),
+            s.steps
+                .iter()
+                .filter_map(|r| r.collateral)
+                .map(|c| c.counts.fetches_ok + c.counts.fetches_failed)
+                .sum::<u64>()
+        );
     }
     out
 }
@@ -920,6 +934,7 @@ mod tests {
             variant,
             description: setup.description(),
             warmup: None,
+            collateral_since_start: None,
             server_processes: vec![],
             steps,
         }
@@ -991,7 +1006,10 @@ mod tests {
         let table = summary(&results);
         assert!(table.contains("3.00"), "{table}");
         let snp_row = table.lines().find(|l| l.contains("aws-sev-snp")).unwrap();
-        assert!(snp_row.contains("4.00") && snp_row.contains("0.100"), "{table}");
+        assert!(
+            snp_row.contains("4.00") && snp_row.contains("0.100"),
+            "{table}"
+        );
         let json = serde_json::to_value(&results).unwrap();
         assert_eq!(json["ratios"][0]["b_over_a_cpu"], 3.0);
         assert_eq!(json["config"]["step"], 1.0);

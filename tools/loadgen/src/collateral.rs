@@ -149,7 +149,10 @@ mod tests {
         assert_eq!(used.counts.fetches_ok, 2);
         assert_eq!(used.counts.hits_fresh, 1000);
         assert_eq!(used.fetches_per_join, Some(2.0 / 500.0));
-        assert_eq!(CollateralUse::between(after, after, 0).fetches_per_join, None);
+        assert_eq!(
+            CollateralUse::between(after, after, 0).fetches_per_join,
+            None
+        );
         assert_eq!(parse("attest_proxy_connections_total 99\n"), None);
     }
 }

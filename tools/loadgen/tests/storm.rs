@@ -83,8 +83,8 @@ impl Storm {
         let target = Arc::new(Target::Atls {
             addr: system.proxy_addr,
             attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
-            .unwrap()
-            .into(),
+                .unwrap()
+                .into(),
         });
         let prefix = loadgen::run::random_prefix();
         let next = Arc::new(AtomicU64::new(0));
