@@ -142,10 +142,13 @@ fn product_of_ca(cn: &str) -> Option<Product> {
 /// checked again, and fails again, every time.
 #[derive(Debug, Default)]
 pub struct SignatureMemo {
-    generations: Mutex<(HashSet<[u8; 64]>, HashSet<[u8; 64]>)>,
+    generations: Mutex<Generations>,
     verified: AtomicU64,
     hits: AtomicU64,
 }
+
+/// The current and the previous generation of remembered pairs.
+type Generations = (HashSet<[u8; 64]>, HashSet<[u8; 64]>);
 
 /// The memo every chain and CRL verification in this process shares.
 pub(crate) static SIGNATURES: std::sync::LazyLock<SignatureMemo> =
@@ -163,7 +166,7 @@ impl SignatureMemo {
         key
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HashSet<[u8; 64]>, HashSet<[u8; 64]>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generations> {
         self.generations.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -276,7 +279,11 @@ fn verify_chain_in(
             (&int_c, intermediate.der()),
             (&ark_c, ark.der()),
         ),
-        ("signer", (&leaf_c, leaf.der()), (&int_c, intermediate.der())),
+        (
+            "signer",
+            (&leaf_c, leaf.der()),
+            (&int_c, intermediate.der()),
+        ),
     ] {
         if subject.issuer().as_raw() != issuer.subject().as_raw() {
             return Err(SnpError::Chain(format!(
@@ -515,7 +522,13 @@ mod tests {
         let tampered = Cert::from_der(der).unwrap();
         let err = verify_chain_in(&memo, &tampered, &ask, &ark, &trusted, AT).unwrap_err();
         assert!(
-            matches!(err, SnpError::ChainSignature { which: "signer", .. }),
+            matches!(
+                err,
+                SnpError::ChainSignature {
+                    which: "signer",
+                    ..
+                }
+            ),
             "{err}"
         );
         // ... and stays refused: failures are not remembered.
@@ -553,6 +566,9 @@ mod tests {
         let before = memo.verified();
         memo.check(&1usize.to_le_bytes(), b"issuer", ok).unwrap();
         assert_eq!(memo.verified(), before + 1);
-        assert!(memo.check(&7usize.to_le_bytes(), b"new", || Err(())).is_err());
+        assert!(
+            memo.check(&7usize.to_le_bytes(), b"new", || Err(()))
+                .is_err()
+        );
     }
 }
