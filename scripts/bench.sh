@@ -3,10 +3,15 @@
 #   A  plain mutual TLS (ECDSA P-256 client certificates, the server's self-signed P-256 certificate
 #      as attest-proxy's) and one unary join.API call to a trivial upstream (fixed answers), which
 #      terminates TLS itself in its own process
-#   B  aTLS with attestation verification (soft-issuer qemu-vtpm documents, the qemu-vtpm
-#      validator) through the real attest-proxy binary to the same trivial upstream on a Unix socket
+#   B  aTLS with attestation verification through the real attest-proxy binary to the same trivial
+#      upstream on a Unix socket
 #   C  full joins through the whole system (local-cluster: attest-proxy, join-core, token-issuer,
 #      the key service; the Kubernetes API stand-in runs inside local-cluster's process)
+# B and C run for each attestation variant of --variant (default all three): qemu-vtpm
+# (soft-issuer documents), aws-sev-snp and azure-sev-snp (simulated AMD machines, their ARK the
+# config's amdRootKey; attest-proxy fetches AMD's CRL and chains from a KDS stand-in into a
+# collateral directory). For the SNP variants each step also reports the collateral fetches per
+# join, from attest-proxy's metrics before and after the step (zero once warm).
 # at concurrency 1, 16, 64 and 256 (closed loop: N nodes at a time, each a new node with its own
 # keys and a new connection with a full handshake). Node identities (kubelet key and CSR, SSH host
 # key, attestation key; A: the client certificate) are made before each step, as a node makes its
@@ -28,6 +33,7 @@
 #   scripts/bench.sh --step 10s --warmup 2s            longer steps (default 5s each, 12 steps)
 #   scripts/bench.sh --setups b,c --concurrency 64     some setups and concurrencies only
 #   scripts/bench.sh --ak rsa2048 --no-retry           RSA attestation keys; failures are final
+#   scripts/bench.sh --variant aws-sev-snp              B and C for one variant only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -169,6 +169,47 @@ impl SimulatedAmd {
         self.product
     }
 
+    /// The ARK, ASK and ASVK, PEM: what [`SimulatedAmd::from_certificates_pem`] takes to stand
+    /// for the same simulated AMD in another process (the certificates' RSA-PSS signatures are
+    /// randomized, so a second [`SimulatedAmd::new`] makes different ones, which a config
+    /// pinning the first ARK does not trust).
+    pub fn certificates_pem(&self) -> String {
+        [&self.ark, &self.ask, &self.asvk]
+            .iter()
+            .map(|ca| pem("CERTIFICATE", &ca.cert_der))
+            .collect()
+    }
+
+    /// The simulated AMD whose ARK, ASK and ASVK are the certificates in `pem` (as
+    /// [`SimulatedAmd::certificates_pem`] wrote them): each must be the one the simulation's
+    /// own key certifies for `product`, or it is refused.
+    pub fn from_certificates_pem(
+        product: Product,
+        pem: &str,
+    ) -> Result<SimulatedAmd, SimulationError> {
+        let mut amd = SimulatedAmd::new(product)?;
+        let certs = attestation::snp::certs_from_pem(pem.as_bytes())
+            .map_err(|e| SimulationError::Key(e.to_string()))?;
+        for ca in [&mut amd.ark, &mut amd.ask, &mut amd.asvk] {
+            let subject = ca.name.to_der()?;
+            let spki = rsa_spki(&ca.key)?.to_der()?;
+            let found = certs.iter().find_map(|cert| {
+                let parsed = Certificate::from_der(cert.der()).ok()?;
+                let tbs = &parsed.tbs_certificate;
+                (tbs.subject.to_der().ok()? == subject
+                    && tbs.subject_public_key_info.to_der().ok()? == spki)
+                    .then(|| cert.der().to_vec())
+            });
+            ca.cert_der = found.ok_or_else(|| {
+                SimulationError::Key(format!(
+                    "no certificate in the PEM is the simulated {} with its key",
+                    ca.name
+                ))
+            })?;
+        }
+        Ok(amd)
+    }
+
     /// A certificate for `subject` signed by `issuer` with RSA-PSS as AMD signs.
     fn sign(
         &self,
@@ -431,6 +472,16 @@ impl SimulatedSigner {
 
     pub fn tcb(&self) -> Tcb {
         self.tcb
+    }
+
+    /// A VCEK's hwID (the chip's CHIP_ID, 8 bytes of it on Turin), as AMD's KDS names the
+    /// chip; `None` for a VLEK.
+    pub fn hw_id(&self) -> Option<Vec<u8>> {
+        match (self.kind, self.product) {
+            (SigningKey::Vlek, _) => None,
+            (SigningKey::Vcek, Product::Turin) => Some(self.chip_id[..8].to_vec()),
+            (SigningKey::Vcek, _) => Some(self.chip_id.to_vec()),
+        }
     }
 
     /// A signed 1184-byte report.

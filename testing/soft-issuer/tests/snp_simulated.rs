@@ -255,3 +255,28 @@ fn the_crl_revokes_intermediates_and_named_signers_and_must_be_current() {
         SnpError::Crl(_)
     ));
 }
+
+#[test]
+fn another_process_stands_for_the_same_simulated_amd_from_its_certificates() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let again =
+        SimulatedAmd::from_certificates_pem(Product::Milan, &amd.certificates_pem()).unwrap();
+    assert_eq!(again.ark_der(), amd.ark_der());
+    assert_eq!(again.vlek_chain_pem(), amd.vlek_chain_pem());
+    // What the copy signs verifies under the original's root, which a second `new` is not.
+    let min = tcb(3, 0, 8, 115);
+    let chip = again.chip(chip_id(7), min, 0).unwrap();
+    let report = chip.report(&ReportFields::default()).unwrap();
+    verify(&amd, &chip, amd.ask_der(), &report, &trust(&amd)).unwrap();
+    let other = SimulatedAmd::new(Product::Milan).unwrap();
+    assert_ne!(other.ark_der(), amd.ark_der());
+
+    // Certificates not made with the simulation's keys, or for another product, are refused.
+    let builtin = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../lib/attestation/testdata/snp/azure-vlekcertchain.pem"
+    ))
+    .unwrap();
+    assert!(SimulatedAmd::from_certificates_pem(Product::Milan, &builtin).is_err());
+    assert!(SimulatedAmd::from_certificates_pem(Product::Genoa, &amd.certificates_pem()).is_err());
+}

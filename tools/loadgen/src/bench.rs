@@ -3,11 +3,18 @@
 //! - **A, the floor**: plain mutual TLS (ECDSA P-256 client certificates signed by a CA, the
 //!   server's self-signed P-256 certificate as attest-proxy's) and one unary `join.API` call to
 //!   the trivial upstream, which terminates TLS itself, in a process of its own.
-//! - **B**: aTLS with attestation verification (soft-issuer documents, the qemu-vtpm validator)
-//!   through the real attest-proxy binary to the same trivial upstream on a Unix socket.
+//! - **B**: aTLS with attestation verification through the real attest-proxy binary to the same
+//!   trivial upstream on a Unix socket.
 //! - **C**: full joins through the whole system (`local-cluster`: attest-proxy, join-core,
 //!   token-issuer, the key service as processes, the Kubernetes API stand-in inside
 //!   local-cluster's own process).
+//!
+//! B and C run for each attestation variant asked for: qemu-vtpm (soft-issuer documents), and
+//! aws-sev-snp and azure-sev-snp on simulated AMD hardware (`testsupport::snp`), trusted through
+//! the config's `amdRootKey`, with attest-proxy fetching AMD's CRL and chains from a KDS stand-in
+//! into a collateral directory. For those, each step also reports the collateral attest-proxy
+//! fetched per join ([`crate::collateral`]), read from its metrics before and after the step;
+//! the warm-up's is kept too, since that is where the fetches belong.
 //!
 //! All setups are started first; each concurrency's steps then run for A, B and C back to back.
 //!
@@ -21,13 +28,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use attestation::Variant;
 use serde::Serialize;
 use soft_issuer::KeyType;
+use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::own_uid;
 use testsupport::process::{Process, bin, free_port};
+use testsupport::snp::{AMD_CERTIFICATES, SnpMachines, SnpSite};
 
 use crate::mtls::ClientCa;
-use crate::node::{SoftAttestation, Target};
+use crate::node::{NodeAttestation, SoftAttestation, Target};
 use crate::procstat::{self, Watched};
 use crate::report::Report;
 use crate::run::{self, LoadConfig, Mode, Stop};
@@ -79,11 +89,47 @@ pub struct BenchConfig {
     pub timeout: Duration,
     #[serde(serialize_with = "backoff_json")]
     pub retry: Option<Backoff>,
-    /// The simulated nodes' attestation key type.
+    /// The simulated nodes' attestation key type (qemu-vtpm; the SNP variants' keys are
+    /// fixed by how their machines are simulated).
     #[serde(serialize_with = "key_type_name")]
     pub key_type: KeyType,
+    /// The attestation variants B and C run for.
+    #[serde(serialize_with = "variant_names")]
+    pub variants: Vec<Variant>,
     /// Where results.json, results.svg and the processes' logs go.
     pub out_dir: PathBuf,
+}
+
+/// Simulated hosts the nodes of a variant with one chip per host are spread over (azure-sev-snp:
+/// each host's VCEK is verified once, then found in the verifier's memo).
+pub const SNP_HOSTS: usize = 64;
+
+/// How a variant's nodes attest. The SNP variants' machines are made by
+/// `testsupport::snp::SnpMachines::new`, the one place that says how each variant is simulated.
+pub fn node_attestation(
+    variant: Variant,
+    key_type: KeyType,
+    amd: Option<&SimulatedAmd>,
+) -> anyhow::Result<NodeAttestation> {
+    if variant == Variant::QemuVtpm {
+        return Ok(SoftAttestation::matching_harness_policy(key_type)?.into());
+    }
+    let amd = amd.with_context(|| format!("{variant} nodes need a simulated AMD"))?;
+    Ok(NodeAttestation::Snp(Arc::new(SnpMachines::new(
+        variant, amd, SNP_HOSTS,
+    )?)))
+}
+
+fn variant_names<S: serde::Serializer>(variants: &[Variant], s: S) -> Result<S::Ok, S::Error> {
+    variants
+        .iter()
+        .map(|v| v.name())
+        .collect::<Vec<_>>()
+        .serialize(s)
+}
+
+fn variant_name<S: serde::Serializer>(variant: &Option<Variant>, s: S) -> Result<S::Ok, S::Error> {
+    variant.map(Variant::name).serialize(s)
 }
 
 /// node-client's retry policy with bounds that keep a step short: a node still retries with
@@ -113,20 +159,30 @@ fn key_type_name<S: serde::Serializer>(key_type: &KeyType, s: S) -> Result<S::Ok
     })
 }
 
-/// The figures of one setup.
+/// The figures of one setup (for one variant: B and C run for each).
 #[derive(Clone, Debug, Serialize)]
 pub struct SetupResults {
     pub setup: Setup,
+    /// The nodes' attestation variant; `None` for A, which attests nothing.
+    #[serde(serialize_with = "variant_name")]
+    pub variant: Option<Variant>,
     pub description: &'static str,
+    /// The unmeasured warm-up's report, if there was one.
+    pub warmup: Option<Report>,
+    /// attest-proxy's collateral counters at the end, since it started (SNP variants): it
+    /// fetches AMD's CRLs and chains at start, before any join.
+    pub collateral_since_start: Option<crate::collateral::CollateralCounts>,
     /// The processes whose CPU counts as the setup's.
     pub server_processes: Vec<String>,
     pub steps: Vec<Report>,
 }
 
-/// B or C against A at one concurrency.
-#[derive(Clone, Debug, Default, Serialize)]
+/// B or C of one variant against A at one concurrency.
+#[derive(Clone, Debug, Serialize)]
 pub struct Ratio {
     pub concurrency: usize,
+    #[serde(serialize_with = "variant_name")]
+    pub variant: Option<Variant>,
     /// Server CPU per operation of B over A's.
     pub b_over_a_cpu: Option<f64>,
     /// Throughput of B over A's.
@@ -192,9 +248,16 @@ impl Machine {
 struct Running {
     target: Arc<Target>,
     watched: Vec<Watched>,
+    /// attest-proxy's admin endpoint, for its collateral metrics (SNP variants).
+    collateral_metrics: Option<std::net::SocketAddr>,
     processes: Vec<Process>,
     /// Held only to be stopped (SIGTERM) when the setup is dropped.
     _cluster: Option<Cluster>,
+    /// B's KDS stand-in (in this process) for an SNP variant, stopped when dropped.
+    _site: Option<SnpSite>,
+    /// The SNP files (KDS CA, simulated AMD, config, collateral), removed after the processes
+    /// stop (fields drop in order).
+    _snp_dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Running {
@@ -220,6 +283,17 @@ impl Cluster {
                     .map(|(_, d)| d.to_owned())
             })
             .map(|d| PathBuf::from(d.trim_end_matches(')')))
+    }
+
+    /// attest-proxy's admin endpoint, as local-cluster announced it.
+    fn proxy_admin(&self) -> Option<std::net::SocketAddr> {
+        self.0.log().lines().find_map(|l| {
+            l.split_once("attest-proxy admin endpoint on ")?
+                .1
+                .trim()
+                .parse()
+                .ok()
+        })
     }
 }
 
@@ -251,10 +325,26 @@ fn loopback(port: u16) -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Result<Running> {
+/// A directory for an SNP variant's files that attest-proxy can reach under its own uid (a
+/// setup's working directory is the caller's alone).
+fn snp_dir() -> anyhow::Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new().prefix("loadgen-snp-").tempdir()?)
+}
+
+async fn start(
+    setup: Setup,
+    variant: Variant,
+    config: &BenchConfig,
+    work: &Path,
+) -> anyhow::Result<Running> {
     let logs = config.out_dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let attestation = || SoftAttestation::matching_harness_policy(config.key_type);
+    let snp = variant != Variant::QemuVtpm;
+    let tag = if snp {
+        format!("{setup:?}-{variant}")
+    } else {
+        format!("{setup:?}")
+    };
     let policy = work.join("attestationConfig");
     std::fs::write(
         &policy,
@@ -287,14 +377,17 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                     ca: Arc::new(ca),
                 }),
                 watched: vec![watch("trivial upstream (mTLS)", &server)],
+                collateral_metrics: None,
                 processes: vec![server],
                 _cluster: None,
+                _site: None,
+                _snp_dir: None,
             })
         }
         Setup::B => {
             let socket = work.join("trivial.sock");
             let mut upstream = Process::spawn(
-                "B-trivial-unix",
+                &format!("{tag}-trivial-unix"),
                 Command::new(&me)
                     .env("RUST_LOG", rust_log())
                     .args(["serve-trivial", "--unix-socket"])
@@ -302,43 +395,79 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                 &logs,
             )?;
             upstream.wait_for_socket(&socket)?;
+            // An SNP variant: a simulated AMD, and its KDS stand-in in this process.
+            let (site, dir) = if snp {
+                let dir = snp_dir()?;
+                let amd = Arc::new(SimulatedAmd::new(attestation::snp::Product::Milan)?);
+                let site = SnpSite::start(amd, dir.path(), SNP_CRL_VALIDITY, None).await?;
+                (Some(site), Some(dir))
+            } else {
+                (None, None)
+            };
             let addr = loopback(free_port()?);
-            let mut proxy = Process::spawn(
-                "B-attest-proxy",
-                Command::new(bin("attest-proxy")?)
-                    .env("RUST_LOG", rust_log())
-                    .args(["--listen", &addr.to_string(), "--variant", "qemu-vtpm"])
-                    .arg("--upstream-socket")
-                    .arg(&socket)
-                    .args(["--upstream-uid", &own_uid()?.to_string()])
-                    .arg("--attestation-config")
-                    .arg(&policy),
-                &logs,
-            )?;
+            let admin = loopback(free_port()?);
+            let mut command = Command::new(bin("attest-proxy")?);
+            command
+                .env("RUST_LOG", rust_log())
+                .args(["--listen", &addr.to_string(), "--variant", variant.name()])
+                .args(["--admin-listen", &admin.to_string()])
+                .arg("--upstream-socket")
+                .arg(&socket)
+                .args(["--upstream-uid", &own_uid()?.to_string()])
+                .arg("--attestation-config");
+            match &site {
+                Some(site) => command
+                    .arg(site.attestation_config_path())
+                    .args(site.proxy_args(COLLATERAL_WAIT)),
+                None => command.arg(&policy),
+            };
+            let mut proxy = Process::spawn(&format!("{tag}-attest-proxy"), &mut command, &logs)?;
             proxy.wait_for_tcp(addr)?;
+            let attestation = node_attestation(
+                variant,
+                config.key_type,
+                site.as_ref().map(|s| s.amd.as_ref()),
+            )?;
+            if let (Some(site), NodeAttestation::Snp(machines)) = (&site, &attestation) {
+                machines.publish_vceks(&site.kds, site.amd.product());
+            }
             Ok(Running {
-                target: Arc::new(Target::Atls {
-                    addr,
-                    attestation: attestation()?,
-                }),
+                target: Arc::new(Target::Atls { addr, attestation }),
                 watched: vec![
                     watch("attest-proxy", &proxy),
                     watch("trivial upstream (unix)", &upstream),
                 ],
+                collateral_metrics: snp.then_some(admin),
                 processes: vec![proxy, upstream],
                 _cluster: None,
+                _site: site,
+                _snp_dir: dir,
             })
         }
         Setup::C => {
             let addr = loopback(free_port()?);
+            let mut command = Command::new(bin("local-cluster")?);
+            command
+                .env("RUST_LOG", rust_log())
+                .args(["--serve", "--no-demo", "--listen", &addr.to_string()])
+                .args(["--variant", variant.name()]);
+            // An SNP variant: local-cluster simulates AMD and runs the KDS stand-in; its config
+            // trusts that simulated ARK, which the nodes made here take up from its files.
+            let dir = if snp {
+                let dir = snp_dir()?;
+                command
+                    .arg("--snp-dir")
+                    .arg(dir.path())
+                    .args(["--collateral-wait", "2s"]);
+                Some(dir)
+            } else {
+                command.arg("--attestation-config").arg(&policy);
+                None
+            };
             // Wrapped at once, so that any failure below still stops it with SIGTERM.
             let mut cluster = Cluster(Process::spawn(
-                "C-local-cluster",
-                Command::new(bin("local-cluster")?)
-                    .env("RUST_LOG", rust_log())
-                    .args(["--serve", "--no-demo", "--listen", &addr.to_string()])
-                    .arg("--attestation-config")
-                    .arg(&policy),
+                &format!("{tag}-local-cluster"),
+                &mut command,
                 &logs,
             )?);
             // local-cluster starts swtpm and five services before the proxy listens.
@@ -353,18 +482,49 @@ async fn start(setup: Setup, config: &BenchConfig, work: &Path) -> anyhow::Resul
                     cluster.0.log()
                 )
             })?;
+            let amd = match &dir {
+                Some(dir) => {
+                    let path = dir.path().join(AMD_CERTIFICATES);
+                    let pem = std::fs::read_to_string(&path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    Some(SimulatedAmd::from_certificates_pem(
+                        attestation::snp::Product::Milan,
+                        &pem,
+                    )?)
+                }
+                None => None,
+            };
+            let collateral_metrics = match snp {
+                true => Some(cluster.proxy_admin().with_context(|| {
+                    format!(
+                        "local-cluster did not say where attest-proxy's admin endpoint is; its log:\n{}",
+                        cluster.0.log()
+                    )
+                })?),
+                false => None,
+            };
             Ok(Running {
                 target: Arc::new(Target::Atls {
                     addr,
-                    attestation: attestation()?,
+                    attestation: node_attestation(variant, config.key_type, amd.as_ref())?,
                 }),
                 watched,
+                collateral_metrics,
                 processes: vec![],
                 _cluster: Some(cluster),
+                _site: None,
+                _snp_dir: dir,
             })
         }
     }
 }
+
+/// How long the simulated AMD's CRL is valid: far beyond any run, so that no refresh falls due
+/// and every fetch a step makes is one the cache could not avoid.
+const SNP_CRL_VALIDITY: Duration = Duration::from_secs(7 * 86_400);
+
+/// How long a join waits for collateral not cached yet (attest-proxy's default).
+const COLLATERAL_WAIT: Duration = Duration::from_secs(2);
 
 /// How many nodes to make before a step at `concurrency` for `step`, when the setup has run at
 /// up to `rate` joins/s so far: enough for a step up to three times as fast (a step at higher
@@ -411,29 +571,41 @@ pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
 /// A setup started for the benchmark, and its steps so far.
 struct Started {
     setup: Setup,
+    variant: Option<Variant>,
     running: Running,
     watched: Vec<Watched>,
     /// The fastest rate seen so far, to size the nodes made ahead of a step.
     rate: f64,
+    warmup: Option<Report>,
     steps: Vec<Report>,
     /// The setup's working directory, removed after its processes stop (fields drop in order).
     _work: tempfile::TempDir,
 }
 
+/// What a report and a node name call a setup of a variant: `B`, `B aws-sev-snp`.
+fn series_label(setup: Setup, variant: Option<Variant>) -> String {
+    match variant {
+        Some(v) if v != Variant::QemuVtpm => format!("{setup:?} {v}"),
+        _ => format!("{setup:?}"),
+    }
+}
+
 /// One step's load: `concurrency` nodes at a time for `duration`.
+#[allow(clippy::too_many_arguments)]
 fn load(
     config: &BenchConfig,
     prefix: &str,
-    setup: Setup,
+    started: &Started,
     step: &str,
     concurrency: usize,
     duration: Duration,
     pregenerate: u64,
 ) -> LoadConfig {
+    let series = series_label(started.setup, started.variant);
     let label = if step == "w" {
-        format!("{setup:?} warm-up")
+        format!("{series} warm-up")
     } else {
-        format!("{setup:?}")
+        series.clone()
     };
     LoadConfig {
         label,
@@ -444,10 +616,11 @@ fn load(
         timeout: config.timeout,
         retry: config.retry,
         // Each run numbers its nodes from 0, so each gets its own name prefix: a name joins once.
-        node_prefix: format!("{prefix}-{}{step}", format!("{setup:?}").to_lowercase()),
+        node_prefix: format!("{prefix}-{}{step}", series.to_lowercase().replace(' ', "-")),
         // Nodes come from distinct addresses, as in a real cluster.
         spread_sources: true,
         pregenerate,
+        collateral_metrics: started.running.collateral_metrics,
     }
 }
 
@@ -461,50 +634,69 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
         machine.cpus, machine.cpu_model, machine.load_average
     );
     let prefix = run::random_prefix();
+    // A attests nothing, so it runs once; B and C run for every variant.
+    let mut series = Vec::new();
+    for &setup in &config.setups {
+        match setup {
+            Setup::A => series.push((setup, None)),
+            Setup::B | Setup::C => series.extend(config.variants.iter().map(|&v| (setup, Some(v)))),
+        }
+    }
     // Every setup is started (and warmed up) first, then each concurrency's steps run for A, B
     // and C back to back. Idle setups cost nothing, and the steps a ratio compares are then
     // seconds apart instead of a whole setup's run apart: other work on the machine drifts,
     // and it moved the ratios by more than the differences they measure.
     let mut started = Vec::new();
-    for &setup in &config.setups {
+    for (setup, variant) in series {
         let work = tempfile::Builder::new()
             .prefix("loadgen-bench-")
             .tempdir()?;
-        println!("== {setup:?}: {}", setup.description());
-        let running = start(setup, &config, work.path())
-            .await
-            .with_context(|| format!("starting setup {setup:?}"))?;
+        let label = series_label(setup, variant);
+        println!("== {label}: {}", setup.description());
+        let running = start(
+            setup,
+            variant.unwrap_or(Variant::QemuVtpm),
+            &config,
+            work.path(),
+        )
+        .await
+        .with_context(|| format!("starting setup {label}"))?;
         let mut watched = running.watched.clone();
         watched.push(Watched {
             name: "loadgen".to_owned(),
             pid: std::process::id(),
             server_side: false,
         });
-        // The fastest rate seen so far in this setup, to size the nodes made ahead of a step.
-        let mut rate = 0.0_f64;
-        if !config.warmup.is_zero() {
-            let warm = load(&config, &prefix, setup, "w", 4, config.warmup, 0);
-            let report = run::run(running.target.clone(), &warm, &watched).await?;
-            if report.succeeded == 0 {
-                bail!("setup {setup:?} answers no join during the warm-up:\n{report}");
-            }
-            rate = report.joins_per_second;
-        }
-        started.push(Started {
+        let mut s = Started {
             setup,
+            variant,
             running,
             watched,
-            rate,
+            rate: 0.0,
+            warmup: None,
             steps: Vec::new(),
             _work: work,
-        });
+        };
+        if !config.warmup.is_zero() {
+            let warm = load(&config, &prefix, &s, "w", 4, config.warmup, 0);
+            let report = run::run(s.running.target.clone(), &warm, &s.watched).await?;
+            if report.succeeded == 0 {
+                bail!("setup {label} answers no join during the warm-up:\n{report}");
+            }
+            if report.collateral.is_some() {
+                println!("{report}");
+            }
+            s.rate = report.joins_per_second;
+            s.warmup = Some(report);
+        }
+        started.push(s);
     }
     for &concurrency in &config.concurrencies {
         for s in &mut started {
             let step = load(
                 &config,
                 &prefix,
-                s.setup,
+                s,
                 &concurrency.to_string(),
                 concurrency,
                 config.step,
@@ -516,16 +708,23 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
             s.steps.push(report);
         }
     }
-    let setups: Vec<SetupResults> = started
-        .into_iter()
-        .map(|s| SetupResults {
+    let mut setups = Vec::new();
+    for s in started {
+        let collateral_since_start = match s.running.collateral_metrics {
+            Some(admin) => Some(crate::collateral::read(admin).await?),
+            None => None,
+        };
+        setups.push(SetupResults {
             setup: s.setup,
+            variant: s.variant,
             description: s.setup.description(),
+            warmup: s.warmup,
+            collateral_since_start,
             server_processes: s.running.watched.iter().map(|w| w.name.clone()).collect(),
             steps: s.steps,
-        })
-        .collect();
-    let ratios = ratios(&setups, &config.concurrencies);
+        });
+    }
+    let ratios = ratios(&setups, &config.concurrencies, &config.variants);
     Ok(BenchResults {
         machine,
         config,
@@ -534,10 +733,16 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
     })
 }
 
-fn step(setups: &[SetupResults], setup: Setup, concurrency: usize) -> Option<&Report> {
+/// The step of `setup` for `variant` (ignored for A) at `concurrency`.
+fn step(
+    setups: &[SetupResults],
+    setup: Setup,
+    variant: Variant,
+    concurrency: usize,
+) -> Option<&Report> {
     setups
         .iter()
-        .find(|s| s.setup == setup)?
+        .find(|s| s.setup == setup && (setup == Setup::A || s.variant == Some(variant)))?
         .steps
         .iter()
         .find(|r| r.concurrency == Some(concurrency))
@@ -565,50 +770,64 @@ fn proxy_cpu(r: Option<&Report>) -> Option<f64> {
         .cpu_ms_per_join
 }
 
-/// B/A and C/A at each concurrency, where both figures exist.
-pub fn ratios(setups: &[SetupResults], concurrencies: &[usize]) -> Vec<Ratio> {
-    concurrencies
-        .iter()
-        .map(|&c| {
+fn fetches_per_join(r: Option<&Report>) -> Option<f64> {
+    r?.collateral?.fetches_per_join
+}
+
+/// B/A and C/A for each variant at each concurrency, where both figures exist.
+pub fn ratios(
+    setups: &[SetupResults],
+    concurrencies: &[usize],
+    variants: &[Variant],
+) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    for &c in concurrencies {
+        for &v in variants {
             let (a, b, cc) = (
-                step(setups, Setup::A, c),
-                step(setups, Setup::B, c),
-                step(setups, Setup::C, c),
+                step(setups, Setup::A, v, c),
+                step(setups, Setup::B, v, c),
+                step(setups, Setup::C, v, c),
             );
-            Ratio {
+            out.push(Ratio {
                 concurrency: c,
+                variant: Some(v),
                 b_over_a_cpu: div(cpu(b), cpu(a)),
                 b_over_a_throughput: div(throughput(b), throughput(a)),
                 b_proxy_over_a_cpu: div(proxy_cpu(b), cpu(a)),
                 c_over_a_cpu: div(cpu(cc), cpu(a)),
                 c_over_a_throughput: div(throughput(cc), throughput(a)),
-            }
-        })
-        .collect()
+            });
+        }
+    }
+    out
 }
 
 fn cell(v: Option<f64>, precision: usize) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.precision$}"))
 }
 
-/// The side-by-side table.
+/// The side-by-side table: one row per concurrency and variant (A, which attests nothing,
+/// repeated in each), with the collateral fetched per join in B and C.
 pub fn summary(results: &BenchResults) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>5} | {:>27} | {:>24} | {:>24} | {:>13} | {:>13} | {:>8}",
+        "{:>5} | {:<13} | {:>27} | {:>24} | {:>24} | {:>13} | {:>13} | {:>15} | {:>6}",
         "conc",
+        "variant",
         "ops/s       A      B      C",
         "cpu ms/op   A    B    C",
         "p99 ms      A    B    C",
         "B/A cpu  tput",
         "C/A cpu  tput",
+        "fetch/join B C",
         "errors"
     );
     for ratio in &results.ratios {
         let c = ratio.concurrency;
-        let r = |s| step(&results.setups, s, c);
+        let v = ratio.variant.unwrap_or(Variant::QemuVtpm);
+        let r = |s| step(&results.setups, s, v, c);
         let errors: u64 = [Setup::A, Setup::B, Setup::C]
             .into_iter()
             .filter_map(r)
@@ -616,8 +835,9 @@ pub fn summary(results: &BenchResults) -> String {
             .sum();
         let _ = writeln!(
             out,
-            "{:>5} | {:>9} {:>8} {:>8} | {:>8} {:>7} {:>7} | {:>8} {:>7} {:>7} | {:>6} {:>6} | {:>6} {:>6} | {:>8}",
+            "{:>5} | {:<13} | {:>9} {:>8} {:>8} | {:>8} {:>7} {:>7} | {:>8} {:>7} {:>7} | {:>6} {:>6} | {:>6} {:>6} | {:>7} {:>7} | {:>6}",
             c,
+            v.name(),
             cell(throughput(r(Setup::A)), 0),
             cell(throughput(r(Setup::B)), 0),
             cell(throughput(r(Setup::C)), 0),
@@ -631,7 +851,33 @@ pub fn summary(results: &BenchResults) -> String {
             cell(ratio.b_over_a_throughput, 2),
             cell(ratio.c_over_a_cpu, 2),
             cell(ratio.c_over_a_throughput, 2),
+            cell(fetches_per_join(r(Setup::B)), 3),
+            cell(fetches_per_join(r(Setup::C)), 3),
             errors
+        );
+    }
+    // Where the collateral was fetched: at start and in the warm-up.
+    for s in &results.setups {
+        let Some(total) = s.collateral_since_start else {
+            continue;
+        };
+        let warm = s
+            .warmup
+            .as_ref()
+            .and_then(|w| w.collateral.map(|c| (c, w.succeeded)));
+        let _ = writeln!(
+            out,
+            "{}: attest-proxy fetched collateral {} times ({} failed) since it started; the warm-up: {} fetches for {} joins; every step after: {}",
+            series_label(s.setup, s.variant),
+            total.fetches_ok + total.fetches_failed,
+            total.fetches_failed,
+            warm.map_or(0, |(c, _)| c.counts.fetches_ok + c.counts.fetches_failed),
+            warm.map_or(0, |(_, n)| n),
+            s.steps
+                .iter()
+                .filter_map(|r| r.collateral)
+                .map(|c| c.counts.fetches_ok + c.counts.fetches_failed)
+                .sum::<u64>()
         );
     }
     out
@@ -682,10 +928,13 @@ mod tests {
         )
     }
 
-    fn setup(setup: Setup, steps: Vec<Report>) -> SetupResults {
+    fn setup(setup: Setup, variant: Option<Variant>, steps: Vec<Report>) -> SetupResults {
         SetupResults {
             setup,
+            variant,
             description: setup.description(),
+            warmup: None,
+            collateral_since_start: None,
             server_processes: vec![],
             steps,
         }
@@ -705,17 +954,39 @@ mod tests {
     fn ratios_compare_with_a_at_the_same_concurrency() {
         // A: 100 ops/s at 1 tick each (10 ms); B: 50 ops/s at 3 ticks (2 of them the proxy).
         let setups = vec![
-            setup(Setup::A, vec![report(16, 100, 0, 100)]),
-            setup(Setup::B, vec![report(16, 50, 100, 50)]),
+            setup(Setup::A, None, vec![report(16, 100, 0, 100)]),
+            setup(
+                Setup::B,
+                Some(Variant::QemuVtpm),
+                vec![report(16, 50, 100, 50)],
+            ),
+            // The SNP variant's B: 4 ticks, and 5 collateral fetches for its 50 joins.
+            setup(Setup::B, Some(Variant::AwsSevSnp), {
+                let mut r = report(16, 50, 100, 100);
+                r.collateral = Some(crate::collateral::CollateralUse::between(
+                    crate::collateral::CollateralCounts::default(),
+                    crate::collateral::CollateralCounts {
+                        fetches_ok: 5,
+                        ..Default::default()
+                    },
+                    50,
+                ));
+                vec![r]
+            }),
         ];
-        let ratios = ratios(&setups, &[16, 64]);
+        let variants = [Variant::QemuVtpm, Variant::AwsSevSnp];
+        let ratios = ratios(&setups, &[16, 64], &variants);
+        // One ratio per concurrency and variant, each against the one A.
+        assert_eq!(ratios.len(), 4);
+        assert_eq!(ratios[1].variant, Some(Variant::AwsSevSnp));
+        assert!((ratios[1].b_over_a_cpu.unwrap() - 4.0).abs() < 1e-9);
         let r = &ratios[0];
         assert!((r.b_over_a_cpu.unwrap() - 3.0).abs() < 1e-9);
         assert!((r.b_proxy_over_a_cpu.unwrap() - 2.0).abs() < 1e-9);
         assert!((r.b_over_a_throughput.unwrap() - 0.5).abs() < 1e-9);
         assert_eq!(r.c_over_a_cpu, None);
         // No step at 64: no ratio, and the table still prints.
-        assert_eq!(ratios[1].b_over_a_cpu, None);
+        assert_eq!(ratios[2].b_over_a_cpu, None);
         let results = BenchResults {
             machine: Machine::current(),
             config: BenchConfig {
@@ -726,6 +997,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 retry: None,
                 key_type: KeyType::EcdsaP256,
+                variants: variants.to_vec(),
                 out_dir: PathBuf::from("x"),
             },
             setups,
@@ -733,17 +1005,30 @@ mod tests {
         };
         let table = summary(&results);
         assert!(table.contains("3.00"), "{table}");
+        let snp_row = table.lines().find(|l| l.contains("aws-sev-snp")).unwrap();
+        assert!(
+            snp_row.contains("4.00") && snp_row.contains("0.100"),
+            "{table}"
+        );
         let json = serde_json::to_value(&results).unwrap();
         assert_eq!(json["ratios"][0]["b_over_a_cpu"], 3.0);
         assert_eq!(json["config"]["step"], 1.0);
         assert_eq!(json["config"]["key_type"], "ecdsa-p256");
+        assert_eq!(json["config"]["variants"][1], "aws-sev-snp");
+        assert_eq!(json["setups"][2]["variant"], "aws-sev-snp");
+        assert_eq!(json["setups"][0]["variant"], serde_json::Value::Null);
+        assert_eq!(
+            json["setups"][2]["steps"][0]["collateral"]["fetches_per_join"],
+            0.1
+        );
         assert_eq!(json["machine"]["load_average"].as_array().unwrap().len(), 3);
 
-        // The plot: A and B at concurrency 16 in each of the three panels, nothing at 64.
+        // The plot: A and both Bs at concurrency 16 in each of the three panels, nothing at 64.
         let svg = crate::plot::svg(&results);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
-        assert_eq!(svg.matches("<title>").count(), 6, "{svg}");
-        assert_eq!(svg.matches("<title>A at concurrency 16").count(), 3);
+        assert_eq!(svg.matches("<title>").count(), 9, "{svg}");
+        assert_eq!(svg.matches("<title>A: mutual TLS").count(), 3);
+        assert_eq!(svg.matches("(aws-sev-snp) at concurrency 16").count(), 3);
         assert!(!svg.contains("concurrency 64:"));
     }
 }

@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod collateral;
 pub mod mtls;
 pub mod node;
 pub mod plot;
@@ -27,6 +28,6 @@ pub mod report;
 pub mod run;
 pub mod trivial;
 
-pub use node::{SoftAttestation, Target};
+pub use node::{NodeAttestation, SoftAttestation, Target};
 pub use report::Report;
 pub use run::{LoadConfig, Mode, Stop};

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use attestation::Variant;
+use attestation::snp::Product;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use loadgen::bench::{self, BenchConfig, Setup};
 use loadgen::mtls::{self, ClientCa};
@@ -14,6 +16,7 @@ use loadgen::procstat::Watched;
 use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
 use node_client::Backoff;
 use soft_issuer::KeyType;
+use soft_issuer::snp::SimulatedAmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -110,9 +113,20 @@ struct RunArgs {
     retry: bool,
     #[command(flatten)]
     retry_args: RetryArgs,
-    /// The simulated nodes' attestation key.
+    /// The simulated nodes' attestation key (qemu-vtpm).
     #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
     ak: Ak,
+    /// The nodes' attestation variant: qemu-vtpm (software keys), or aws-sev-snp / azure-sev-snp
+    /// on simulated AMD hardware (needs --simulated-amd).
+    #[arg(long, default_value = "qemu-vtpm", value_parser = parse_variant)]
+    variant: Variant,
+    /// With an SNP variant: the simulated AMD whose ARK the service trusts, as `local-cluster
+    /// --variant ...` wrote it (`<snp-dir>/simulated-amd.pem`).
+    #[arg(long)]
+    simulated_amd: Option<PathBuf>,
+    /// attest-proxy's admin endpoint: report the SEV-SNP collateral it fetched per join.
+    #[arg(long)]
+    proxy_admin: Option<SocketAddr>,
     /// A PCR value the nodes quote, INDEX=HEX (repeatable). Default: the test harness's boot
     /// measurements (PCRs 4, 9, 11, 12), which local-cluster's default policy enforces (start
     /// it with `--trust-any-ak`: these nodes' keys are software keys, not its swtpm's).
@@ -194,12 +208,20 @@ struct BenchArgs {
     no_retry: bool,
     #[command(flatten)]
     retry_args: RetryArgs,
-    /// The simulated nodes' attestation key.
+    /// The simulated nodes' attestation key (qemu-vtpm).
     #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
     ak: Ak,
+    /// The attestation variants B and C run for (A attests nothing and runs once).
+    #[arg(long = "variant", value_delimiter = ',', value_parser = parse_variant,
+          default_values = ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp"])]
+    variants: Vec<Variant>,
     /// Where results.json, results.svg and the processes' logs go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+}
+
+fn parse_variant(text: &str) -> Result<Variant, String> {
+    text.parse::<Variant>().map_err(|e| e.to_string())
 }
 
 fn parse_pcr(text: &str) -> Result<(u32, [u8; 32]), String> {
@@ -232,13 +254,27 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
             addr: args.addr,
             ca: Arc::new(ClientCa::load(cert, key)?),
         },
+        _ if args.variant != Variant::QemuVtpm => {
+            let path = args
+                .simulated_amd
+                .as_ref()
+                .with_context(|| format!("{} nodes need --simulated-amd", args.variant))?;
+            let pem = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let amd = SimulatedAmd::from_certificates_pem(Product::Milan, &pem)?;
+            Target::Atls {
+                addr: args.addr,
+                attestation: bench::node_attestation(args.variant, args.ak.into(), Some(&amd))?,
+            }
+        }
         _ => Target::Atls {
             addr: args.addr,
             attestation: if args.pcrs.is_empty() {
                 SoftAttestation::matching_harness_policy(args.ak.into())?
             } else {
                 SoftAttestation::new(args.ak.into(), args.pcrs.clone())?
-            },
+            }
+            .into(),
         },
     };
     let mode = match (args.rate, args.count, args.duration) {
@@ -274,8 +310,10 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
         pid: std::process::id(),
         server_side: false,
     });
-    let label = match target {
-        Target::Atls { addr, .. } => format!("joins via aTLS at {addr}"),
+    let label = match &target {
+        Target::Atls { addr, attestation } => {
+            format!("{} joins via aTLS at {addr}", attestation.variant())
+        }
         Target::Mtls { addr, .. } => format!("mutual TLS calls at {addr}"),
     };
     let config = LoadConfig {
@@ -295,6 +333,7 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
         } else {
             0
         }),
+        collateral_metrics: args.proxy_admin,
     };
     let report = loadgen::run::run(Arc::new(target), &config, &watched).await?;
     let json = serde_json::to_string_pretty(&report)?;
@@ -343,6 +382,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         timeout: args.timeout,
         retry: (!args.no_retry).then(|| args.retry_args.backoff(bench::RETRY)),
         key_type: args.ak.into(),
+        variants: args.variants,
         out_dir: args.out,
     };
     let out = config.out_dir.clone();

@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use attestation::{Issuer, Variant};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use node_client::keys::{self, SshHostKey};
 use proto::join::IssueJoinTicketRequest;
@@ -16,6 +17,7 @@ use proto::join::api_client::ApiClient;
 use rand::Rng as _;
 use soft_issuer::{KeyType, SoftIssuer, SoftIssuerError};
 use testsupport::harness::{BOOT_MEASUREMENTS, extended_once};
+use testsupport::snp::SnpMachines;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpSocket, TcpStream};
 use tonic::Code;
@@ -32,6 +34,8 @@ pub enum NodeError {
     Attestation(#[from] SoftIssuerError),
     #[error("cannot make the node's client certificate")]
     Mtls(#[from] MtlsError),
+    #[error("cannot make the node's simulated SEV-SNP machine or report: {0:#}")]
+    Snp(anyhow::Error),
 }
 
 /// How simulated nodes attest: soft-issuer documents (qemu-vtpm, the exact TPM format, signed
@@ -79,13 +83,48 @@ impl SoftAttestation {
     }
 }
 
+/// How the simulated nodes of one attestation variant attest.
+#[derive(Clone, Debug)]
+pub enum NodeAttestation {
+    /// qemu-vtpm: software-key vTPM documents.
+    Soft(SoftAttestation),
+    /// An SEV-SNP variant: vTPM documents whose key a report from simulated AMD hardware vouches
+    /// for (see `testsupport::snp::SnpMachines` for how each variant's machines are made).
+    Snp(Arc<SnpMachines>),
+}
+
+impl NodeAttestation {
+    /// The attestation variant the nodes' documents are for.
+    pub fn variant(&self) -> Variant {
+        match self {
+            NodeAttestation::Soft(_) => Variant::QemuVtpm,
+            NodeAttestation::Snp(machines) => machines.variant(),
+        }
+    }
+
+    /// One node's document issuer: a new attestation key (or the shared RSA key) and, for SNP,
+    /// a report from the next simulated machine.
+    fn issuer(&self) -> Result<Arc<dyn Issuer>, NodeError> {
+        Ok(match self {
+            NodeAttestation::Soft(soft) => Arc::new(soft.issuer()?),
+            NodeAttestation::Snp(machines) => Arc::new(machines.node().map_err(NodeError::Snp)?),
+        })
+    }
+}
+
+impl From<SoftAttestation> for NodeAttestation {
+    fn from(soft: SoftAttestation) -> Self {
+        NodeAttestation::Soft(soft)
+    }
+}
+
 /// What the simulated nodes dial, and how they prove who they are.
 #[derive(Clone, Debug)]
 pub enum Target {
     /// aTLS with attestation: attest-proxy (setups B and C).
     Atls {
         addr: SocketAddr,
-        attestation: SoftAttestation,
+        attestation: NodeAttestation,
     },
     /// Plain mutual TLS with CA-signed client certificates (setup A).
     Mtls { addr: SocketAddr, ca: Arc<ClientCa> },
@@ -113,7 +152,7 @@ impl Target {
         };
         let credential = match self {
             Target::Atls { attestation, .. } => {
-                Credential::Atls(atls::Connector::new(Arc::new(attestation.issuer()?)))
+                Credential::Atls(atls::Connector::new(attestation.issuer()?))
             }
             Target::Mtls { ca, .. } => {
                 Credential::Mtls(tokio_rustls::TlsConnector::from(ca.client_config(name)?))

@@ -1,10 +1,10 @@
-//! The benchmark's picture: grouped bars of A, B and C per concurrency, for throughput, server CPU
-//! per operation and p99 latency. Plain SVG written by hand; a plotting crate would bring a font
+//! The benchmark's picture: grouped bars of A, and of B and C for each variant, per concurrency,
+//! for throughput, server CPU per operation and p99 latency. Plain SVG written by hand; a plotting crate would bring a font
 //! stack and far more code than three bar charts need.
 
 use std::fmt::Write as _;
 
-use crate::bench::{BenchResults, Setup};
+use crate::bench::{BenchResults, SetupResults};
 use crate::report::Report;
 
 const PANEL_W: f64 = 400.0;
@@ -13,11 +13,23 @@ const LEFT: f64 = 64.0;
 const RIGHT: f64 = 12.0;
 const TOP: f64 = 56.0;
 const BOTTOM: f64 = 44.0;
-const COLORS: [(Setup, &str); 3] = [
-    (Setup::A, "#4e79a7"),
-    (Setup::B, "#f28e2b"),
-    (Setup::C, "#59a14f"),
+/// One colour per series (a setup for one variant), in the order the benchmark ran them.
+const COLORS: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#ffbe7d", "#e15759", "#59a14f", "#8cd17d", "#b6992d", "#76b7b2",
+    "#b07aa1", "#9c755f",
 ];
+
+fn color(series: usize) -> &'static str {
+    COLORS[series % COLORS.len()]
+}
+
+/// A series' legend: its setup, and the variant for B and C.
+fn legend(s: &SetupResults) -> String {
+    match s.variant {
+        Some(v) => format!("{} ({v})", s.setup.short()),
+        None => s.setup.short().to_owned(),
+    }
+}
 
 /// One panel: a title and a figure taken from each report.
 struct Panel {
@@ -77,7 +89,8 @@ fn escape(text: &str) -> String {
 pub fn svg(results: &BenchResults) -> String {
     let concurrencies = &results.config.concurrencies;
     let width = PANEL_W * PANELS.len() as f64;
-    let height = PANEL_H + 40.0;
+    let legend_height = 14.0 * results.setups.len().div_ceil(3).max(1) as f64;
+    let height = PANEL_H + 26.0 + legend_height;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -97,41 +110,39 @@ pub fn svg(results: &BenchResults) -> String {
         escape(&title)
     );
     // Legend.
-    let mut x = width / 2.0 - 480.0;
-    for (setup, color) in COLORS {
-        if results.setups.iter().any(|s| s.setup == setup) {
-            let _ = writeln!(
-                out,
-                r#"<rect x="{x}" y="30" width="10" height="10" fill="{color}"/><text x="{}" y="39">{}</text>"#,
-                x + 14.0,
-                escape(setup.short())
-            );
-            x += 330.0;
-        }
+    let series = &results.setups;
+    let columns = series.len().clamp(1, 3);
+    let legend_rows = series.len().div_ceil(columns);
+    for (i, s) in series.iter().enumerate() {
+        let x = width / 2.0 - 600.0 + (i % columns) as f64 * 400.0;
+        let y = 30.0 + (i / columns) as f64 * 14.0;
+        let _ = writeln!(
+            out,
+            r#"<rect x="{x}" y="{y}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+            color(i),
+            x + 14.0,
+            y + 9.0,
+            escape(&legend(s))
+        );
     }
     for (i, panel) in PANELS.iter().enumerate() {
         let x0 = i as f64 * PANEL_W;
-        let y0 = 40.0;
+        let y0 = 26.0 + 14.0 * legend_rows as f64;
         let plot_w = PANEL_W - LEFT - RIGHT;
         let plot_h = PANEL_H - TOP - BOTTOM;
         let bottom = y0 + TOP + plot_h;
-        let values: Vec<(usize, Setup, &str, f64)> = concurrencies
+        // (concurrency index, series index, value)
+        let values: Vec<(usize, usize, f64)> = concurrencies
             .iter()
             .enumerate()
             .flat_map(|(ci, &c)| {
-                COLORS.iter().filter_map(move |&(setup, color)| {
-                    let report = results
-                        .setups
-                        .iter()
-                        .find(|s| s.setup == setup)?
-                        .steps
-                        .iter()
-                        .find(|r| r.concurrency == Some(c))?;
-                    Some((ci, setup, color, (panel.value)(report)?))
+                series.iter().enumerate().filter_map(move |(si, s)| {
+                    let report = s.steps.iter().find(|r| r.concurrency == Some(c))?;
+                    Some((ci, si, (panel.value)(report)?))
                 })
             })
             .collect();
-        let max = values.iter().map(|v| v.3).fold(0.0, f64::max);
+        let max = values.iter().map(|v| v.2).fold(0.0, f64::max);
         let (axis_max, step) = axis(max);
         let y = |v: f64| bottom - v / axis_max * plot_h;
         let _ = writeln!(
@@ -166,7 +177,7 @@ pub fn svg(results: &BenchResults) -> String {
         );
         // Bars: one group per concurrency, one bar per setup.
         let group_w = plot_w / concurrencies.len().max(1) as f64;
-        let bar_w = (group_w - 12.0) / COLORS.len() as f64;
+        let bar_w = (group_w - 12.0) / series.len().max(1) as f64;
         for (ci, c) in concurrencies.iter().enumerate() {
             let gx = x0 + LEFT + ci as f64 * group_w;
             let _ = writeln!(
@@ -176,15 +187,16 @@ pub fn svg(results: &BenchResults) -> String {
                 bottom + 16.0
             );
         }
-        for (ci, setup, color, v) in &values {
-            let slot = COLORS.iter().position(|(s, _)| s == setup).unwrap_or(0);
-            let bx = x0 + LEFT + *ci as f64 * group_w + 6.0 + slot as f64 * bar_w;
+        for (ci, si, v) in &values {
+            let bx = x0 + LEFT + *ci as f64 * group_w + 6.0 + *si as f64 * bar_w;
             let by = y(*v);
             let _ = writeln!(
                 out,
-                r#"<rect x="{bx:.1}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{setup:?} at concurrency {}: {}</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
+                r#"<rect x="{bx:.1}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} at concurrency {}: {}</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
                 bar_w - 1.0,
                 bottom - by,
+                color(*si),
+                escape(&legend(&series[*si])),
                 concurrencies[*ci],
                 label(*v),
                 bx + bar_w / 2.0,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::collateral::CollateralUse;
 use crate::procstat::{self, Sample, Watched};
 
 /// Why one attempt at a join failed, reduced to what a report groups by.
@@ -238,6 +239,9 @@ pub struct Report {
     pub processes: Vec<ProcessCost>,
     /// Summed over the server-side processes, per successful join.
     pub server_cpu_ms_per_join: Option<f64>,
+    /// The SEV-SNP collateral the run looked up and fetched (attest-proxy's metrics), when
+    /// asked for.
+    pub collateral: Option<CollateralUse>,
 }
 
 impl Report {
@@ -291,6 +295,7 @@ impl Report {
             } else {
                 None
             },
+            collateral: None,
         }
     }
 }
@@ -313,6 +318,19 @@ impl fmt::Display for Report {
             "  latency    p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (mean {:.2} ms)",
             l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms, l.mean_ms
         )?;
+        if let Some(c) = &self.collateral {
+            writeln!(
+                f,
+                "  collateral {} fetched, {} fetches failed, {} cache hits ({} stale), {} unavailable: {} fetches per join",
+                c.counts.fetches_ok,
+                c.counts.fetches_failed,
+                c.counts.hits_fresh + c.counts.hits_stale,
+                c.counts.hits_stale,
+                c.counts.unavailable,
+                c.fetches_per_join
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
+            )?;
+        }
         for (title, errors) in [("errors", &self.errors), ("retried", &self.retried_errors)] {
             for (i, e) in errors.iter().enumerate() {
                 let head = if i == 0 { title } else { "" };

@@ -9,6 +9,7 @@ use node_client::{Backoff, ClientError};
 use rand::Rng as _;
 use tokio::time::Instant;
 
+use crate::collateral::CollateralUse;
 use crate::node::{Node, NodeError, Target, loopback_source, node_ip};
 use crate::procstat::{self, ProcError, Watched};
 use crate::report::{Failure, Outcome, ProcessReadings, Report};
@@ -22,6 +23,8 @@ pub enum RunError {
     Proc(#[from] ProcError),
     #[error("a load task failed")]
     Task(#[from] tokio::task::JoinError),
+    #[error("cannot read attest-proxy's collateral metrics")]
+    Metrics(#[from] crate::collateral::MetricsError),
 }
 
 /// When a closed-loop run ends.
@@ -99,6 +102,9 @@ pub struct LoadConfig {
     /// Either way each join still does its full handshake (a fresh certificate key and
     /// attestation document) inside the measured time.
     pub pregenerate: u64,
+    /// attest-proxy's admin endpoint, to report how much SEV-SNP collateral the run fetched
+    /// ([`crate::collateral`]); `None` for variants without collateral.
+    pub collateral_metrics: Option<std::net::SocketAddr>,
 }
 
 /// Node names (`<prefix>-<index>`) and addresses of one run, and the nodes made ahead of it.
@@ -185,6 +191,10 @@ pub async fn run(
         let (target, namer, count) = (target.clone(), namer.clone(), config.pregenerate);
         tokio::task::spawn_blocking(move || namer.pregenerate(&target, count)).await??;
     }
+    let collateral_before = match config.collateral_metrics {
+        Some(admin) => Some(crate::collateral::read(admin).await?),
+        None => None,
+    };
     let before = procstat::sample(watched)?;
     let start = Instant::now();
     let outcomes = match config.mode {
@@ -214,7 +224,7 @@ pub async fn run(
         Mode::Closed { concurrency, .. } => Some(concurrency),
         Mode::Open { .. } => None,
     };
-    Ok(Report::new(
+    let mut report = Report::new(
         &config.label,
         &config.mode.describe(),
         concurrency,
@@ -226,7 +236,12 @@ pub async fn run(
             after,
             ticks_per_second: ticks,
         },
-    ))
+    );
+    if let (Some(admin), Some(before)) = (config.collateral_metrics, collateral_before) {
+        let after = crate::collateral::read(admin).await?;
+        report.collateral = Some(CollateralUse::between(before, after, report.succeeded));
+    }
+    Ok(report)
 }
 
 async fn closed(

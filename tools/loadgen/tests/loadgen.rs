@@ -38,6 +38,7 @@ fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
         spread_sources: true,
         // Half made ahead, half on the way: both paths are exercised.
         pregenerate: count / 2,
+        collateral_metrics: None,
     }
 }
 
@@ -59,7 +60,9 @@ async fn full_joins_through_the_whole_system_are_counted() {
     .collect();
     let target = Arc::new(Target::Atls {
         addr: system.proxy_addr,
-        attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256).unwrap(),
+        attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
+            .unwrap()
+            .into(),
     });
 
     let report = loadgen::run::run(target, &config("C", 4, 12), &watched)
@@ -98,7 +101,9 @@ async fn full_joins_through_the_whole_system_are_counted() {
     // Nodes whose measurements miss the policy are refused, and the report says why.
     let wrong = Arc::new(Target::Atls {
         addr: system.proxy_addr,
-        attestation: SoftAttestation::new(KeyType::Rsa2048, vec![(4, [0xee; 32])]).unwrap(),
+        attestation: SoftAttestation::new(KeyType::Rsa2048, vec![(4, [0xee; 32])])
+            .unwrap()
+            .into(),
     });
     let report = loadgen::run::run(wrong, &config("wrong PCRs", 2, 3), &watched)
         .await

@@ -82,7 +82,9 @@ impl Storm {
     fn start(system: &System) -> Self {
         let target = Arc::new(Target::Atls {
             addr: system.proxy_addr,
-            attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256).unwrap(),
+            attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
+                .unwrap()
+                .into(),
         });
         let prefix = loadgen::run::random_prefix();
         let next = Arc::new(AtomicU64::new(0));
@@ -512,7 +514,9 @@ async fn sigterm_lets_joins_in_flight_finish_and_refuses_new_ones_cleanly() {
     storm.successes_since(Instant::now(), 3, &system).await;
     let target = Target::Atls {
         addr: system.proxy_addr,
-        attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256).unwrap(),
+        attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
+            .unwrap()
+            .into(),
     };
     let mut outages = Vec::new();
     for (round, service) in [

@@ -6,6 +6,17 @@
 //! each certificate is valid at the verification time, the ARK is one the configuration
 //! trusts, the product is the same along the chain, and AMD's extensions (TCB, hwID, product
 //! name, CSP) are read.
+//!
+//! A chain is verified once per certificate, not per join: whether an issuer's key signed a
+//! certificate (or a CRL) depends on nothing but the two DER encodings, so a signature that
+//! verified is remembered by their digests ([`SignatureMemo`]), and the next join with the same
+//! ARK, ASK and VCEK (or ASVK and VLEK) spends no RSA verification on them. Everything that
+//! depends on the moment or on AMD's current CRL (validity periods, the trusted ARK, the CRL's
+//! freshness, revocation) is checked on every join.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use x509_parser::certificate::X509Certificate;
 use x509_parser::der_parser::oid::Oid;
@@ -122,9 +133,102 @@ fn product_of_ca(cn: &str) -> Option<Product> {
     Product::from_name(name)
 }
 
+/// Signatures that verified, by the digests of what was signed and of the issuer's certificate.
+///
+/// Bounded: two generations of at most [`SignatureMemo::GENERATION`] entries each; when the
+/// current one is full it becomes the previous one and the oldest is dropped, so pairs in use
+/// stay (a hit in the previous generation is carried over) and a flood of new chips costs at
+/// most a re-verification later. Only successes are remembered: a signature that failed is
+/// checked again, and fails again, every time.
+#[derive(Debug, Default)]
+pub struct SignatureMemo {
+    generations: Mutex<Generations>,
+    verified: AtomicU64,
+    hits: AtomicU64,
+}
+
+/// The current and the previous generation of remembered pairs.
+type Generations = (HashSet<[u8; 64]>, HashSet<[u8; 64]>);
+
+/// The memo every chain and CRL verification in this process shares.
+pub(crate) static SIGNATURES: std::sync::LazyLock<SignatureMemo> =
+    std::sync::LazyLock::new(SignatureMemo::default);
+
+impl SignatureMemo {
+    /// Entries per generation: far more intermediates and chips than a cluster's nodes run on,
+    /// at 64 bytes each.
+    pub const GENERATION: usize = 8192;
+
+    fn key(signed_der: &[u8], issuer_der: &[u8]) -> [u8; 64] {
+        let mut key = [0u8; 64];
+        key[..32].copy_from_slice(ring::digest::digest(&ring::digest::SHA256, signed_der).as_ref());
+        key[32..].copy_from_slice(ring::digest::digest(&ring::digest::SHA256, issuer_der).as_ref());
+        key
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generations> {
+        self.generations.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `verify` unless the certificate or CRL `signed_der` is already known to be signed by
+    /// the key of the certificate `issuer_der`; remembers it if it verifies.
+    pub fn check<E>(
+        &self,
+        signed_der: &[u8],
+        issuer_der: &[u8],
+        verify: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
+        let key = Self::key(signed_der, issuer_der);
+        {
+            let mut generations = self.lock();
+            let (current, previous) = &mut *generations;
+            if current.contains(&key) {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            if previous.remove(&key) {
+                current.insert(key);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        // Verified without the lock held: joins on other threads go on meanwhile.
+        verify()?;
+        self.verified.fetch_add(1, Ordering::Relaxed);
+        let mut generations = self.lock();
+        if generations.0.len() >= Self::GENERATION {
+            generations.1 = std::mem::take(&mut generations.0);
+        }
+        generations.0.insert(key);
+        Ok(())
+    }
+
+    /// Signatures verified so far (each a real verification).
+    pub fn verified(&self) -> u64 {
+        self.verified.load(Ordering::Relaxed)
+    }
+
+    /// Checks answered from the memo so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+}
+
 /// Verifies `leaf` ← `intermediate` ← `ark` at `at` (seconds since the epoch), with `ark` one
-/// of `trusted` (compared by DER), and returns what the leaf says.
+/// of `trusted` (compared by DER), and returns what the leaf says. Each signature is verified
+/// once per process ([`SignatureMemo`]); everything else on every call.
 pub fn verify_chain(
+    leaf: &Cert,
+    intermediate: &Cert,
+    ark: &Cert,
+    trusted: &[Cert],
+    at: i64,
+) -> Result<LeafFacts, SnpError> {
+    verify_chain_in(&SIGNATURES, leaf, intermediate, ark, trusted, at)
+}
+
+fn verify_chain_in(
+    memo: &SignatureMemo,
     leaf: &Cert,
     intermediate: &Cert,
     ark: &Cert,
@@ -168,10 +272,18 @@ pub fn verify_chain(
         )));
     }
 
-    for (name, subject, issuer) in [
-        ("ARK", &ark_c, &ark_c),
-        ("intermediate", &int_c, &ark_c),
-        ("signer", &leaf_c, &int_c),
+    for (name, (subject, subject_der), (issuer, issuer_der)) in [
+        ("ARK", (&ark_c, ark.der()), (&ark_c, ark.der())),
+        (
+            "intermediate",
+            (&int_c, intermediate.der()),
+            (&ark_c, ark.der()),
+        ),
+        (
+            "signer",
+            (&leaf_c, leaf.der()),
+            (&int_c, intermediate.der()),
+        ),
     ] {
         if subject.issuer().as_raw() != issuer.subject().as_raw() {
             return Err(SnpError::Chain(format!(
@@ -185,12 +297,14 @@ pub fn verify_chain(
                 not_after: subject.validity().not_after.to_string(),
             });
         }
-        verify_pss(
-            &subject.signature_algorithm,
-            subject.tbs_certificate.as_ref(),
-            subject.signature_value.data.as_ref(),
-            issuer,
-        )
+        memo.check(subject_der, issuer_der, || {
+            verify_pss(
+                &subject.signature_algorithm,
+                subject.tbs_certificate.as_ref(),
+                subject.signature_value.data.as_ref(),
+                issuer,
+            )
+        })
         .map_err(|reason| SnpError::ChainSignature {
             which: name,
             reason,
@@ -370,4 +484,91 @@ pub fn verify_report_signature(
     ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P384_SHA384_FIXED, key)
         .verify(signed, signature_fixed)
         .map_err(|_| SnpError::ReportSignature)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const TURIN_VCEK: &[u8] = include_bytes!("../../testdata/snp/turin-vcek/vcek.der");
+    const TURIN_CHAIN: &[u8] = include_bytes!("../../testdata/snp/amd-roots/turin-ask-ark.pem");
+    /// 2026-11-25, inside every validity period of the Turin chain.
+    const AT: i64 = 1_795_564_800;
+
+    fn chain() -> (Cert, Cert, Cert) {
+        let mut chain = certs_from_pem(TURIN_CHAIN).unwrap().into_iter();
+        let (ask, ark) = (chain.next().unwrap(), chain.next().unwrap());
+        (Cert::from_der(TURIN_VCEK.to_vec()).unwrap(), ask, ark)
+    }
+
+    #[test]
+    fn a_chain_is_verified_once_and_a_tampered_or_expired_one_still_fails() {
+        let memo = SignatureMemo::default();
+        let (vcek, ask, ark) = chain();
+        let trusted = [ark.clone()];
+        let first = verify_chain_in(&memo, &vcek, &ask, &ark, &trusted, AT).unwrap();
+        assert_eq!((memo.verified(), memo.hits()), (3, 0));
+        // The same chain again: no signature verified, the same facts.
+        let again = verify_chain_in(&memo, &vcek, &ask, &ark, &trusted, AT).unwrap();
+        assert_eq!(again, first);
+        assert_eq!((memo.verified(), memo.hits()), (3, 3));
+
+        // A VCEK whose signature was altered is another certificate: verified, and refused.
+        let mut der = TURIN_VCEK.to_vec();
+        let last = der.len() - 1;
+        der[last] ^= 1;
+        let tampered = Cert::from_der(der).unwrap();
+        let err = verify_chain_in(&memo, &tampered, &ask, &ark, &trusted, AT).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SnpError::ChainSignature {
+                    which: "signer",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // ... and stays refused: failures are not remembered.
+        assert!(verify_chain_in(&memo, &tampered, &ask, &ark, &trusted, AT).is_err());
+        assert_eq!(memo.verified(), 3);
+
+        // What depends on time is checked every time: the remembered chain, long after.
+        let later = AT + 100 * 365 * 86_400;
+        let err = verify_chain_in(&memo, &vcek, &ask, &ark, &trusted, later).unwrap_err();
+        assert!(matches!(err, SnpError::Expired { .. }), "{err}");
+        // And so is the trusted root.
+        let err = verify_chain_in(&memo, &vcek, &ask, &ark, &[], AT).unwrap_err();
+        assert!(matches!(err, SnpError::UntrustedRoot(_)), "{err}");
+    }
+
+    #[test]
+    fn the_memo_keeps_two_generations_and_drops_the_oldest() {
+        let memo = SignatureMemo::default();
+        let ok = || Ok::<(), ()>(());
+        let n = SignatureMemo::GENERATION;
+        for i in 0..=n {
+            memo.check(&i.to_le_bytes(), b"issuer", ok).unwrap();
+        }
+        // The first generation became the previous one; its entries still hit.
+        assert_eq!(memo.verified(), n as u64 + 1);
+        memo.check(&0usize.to_le_bytes(), b"issuer", ok).unwrap();
+        assert_eq!(memo.hits(), 1);
+        // The same object under another issuer is another pair.
+        memo.check(&0usize.to_le_bytes(), b"other", ok).unwrap();
+        assert_eq!(memo.verified(), n as u64 + 2);
+        // Two more full generations push the first one out.
+        for i in n + 1..3 * n + 2 {
+            memo.check(&i.to_le_bytes(), b"issuer", ok).unwrap();
+        }
+        let before = memo.verified();
+        memo.check(&1usize.to_le_bytes(), b"issuer", ok).unwrap();
+        assert_eq!(memo.verified(), before + 1);
+        assert!(
+            memo.check(&7usize.to_le_bytes(), b"new", || Err(()))
+                .is_err()
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! AMD's certificate revocation list for one product (KDS `/vcek/v1/{product}/crl`), signed by
 //! that product's ARK.
 //!
-//! x509-parser parses it and ring verifies its signature; checked here: the issuer is the ARK
+//! x509-parser parses it and ring verifies its signature (once per CRL and ARK, see
+//! [`super::certs::SignatureMemo`]); checked on every call here: the issuer is the ARK
 //! the chain ends in, the signature is AMD's RSA-PSS, the list is current at the verification
 //! time (thisUpdate ≤ time < nextUpdate + the staleness the caller allows, so a list past that is
 //! refused rather than trusted), and
@@ -79,13 +80,17 @@ impl Crl {
                 ark.common_name()
             )));
         }
-        verify_pss(
-            &crl.signature_algorithm,
-            crl.tbs_cert_list.as_ref(),
-            crl.signature_value.data.as_ref(),
-            &ark_parsed,
-        )
-        .map_err(|reason| SnpError::Crl(format!("its signature: {reason}")))?;
+        // The signature depends on the two encodings alone: verified once per CRL and ARK.
+        super::certs::SIGNATURES
+            .check(&self.der, ark.der(), || {
+                verify_pss(
+                    &crl.signature_algorithm,
+                    crl.tbs_cert_list.as_ref(),
+                    crl.signature_value.data.as_ref(),
+                    &ark_parsed,
+                )
+            })
+            .map_err(|reason| SnpError::Crl(format!("its signature: {reason}")))?;
         let time = ASN1Time::from_timestamp(at)
             .map_err(|e| SnpError::Crl(format!("verification time {at}: {e}")))?;
         let next = crl.next_update().unwrap_or(time);

@@ -3,14 +3,26 @@
 //! Starts swtpm, the key service, the Kubernetes API stand-in, token-issuer, join-core and
 //! attest-proxy, then joins and rejoins a node attesting with the swtpm. With `--serve` it keeps
 //! serving in the foreground, so any aTLS client (a Constellation node, say) can join.
+//!
+//! With `--variant aws-sev-snp` or `azure-sev-snp` it also simulates AMD: a simulated ARK the
+//! attestation config trusts as `amdRootKey`, and a KDS stand-in (in this process) that
+//! attest-proxy fetches AMD's CRL and chains from into a collateral directory. The demo node then
+//! runs on a simulated SNP machine; `loadgen run --variant ... --simulated-amd
+//! <snp-dir>/simulated-amd.pem` sends more.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use anyhow::{Context, ensure};
+use attestation::Variant;
 use clap::Parser;
 use node_client::{keys, ticket};
-use testsupport::harness::{Options, System};
+use soft_issuer::snp::SimulatedAmd;
+use testsupport::harness::{Options, System, Uids, own_uid};
+use testsupport::snp::{SnpMachines, SnpSite};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,17 +48,85 @@ struct Args {
     /// keys. Development only: anyone who reaches the proxy can then forge a quote.
     #[arg(long)]
     trust_any_ak: bool,
+    /// The attestation variant attest-proxy serves: qemu-vtpm, or aws-sev-snp / azure-sev-snp on
+    /// simulated AMD hardware (a KDS stand-in in this process).
+    #[arg(long, default_value = "qemu-vtpm")]
+    variant: Variant,
+    /// With an SNP variant: where the KDS stand-in's CA, the simulated AMD's certificates
+    /// (`simulated-amd.pem`), the attestation config and the collateral directory go; a new
+    /// temporary directory if unset (kept with --serve).
+    #[arg(long)]
+    snp_dir: Option<PathBuf>,
+    /// With an SNP variant: how long a join waits for collateral not cached yet.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    collateral_wait: Duration,
+}
+
+/// An SNP variant's simulated AMD and KDS stand-in, and where its files are.
+struct Snp {
+    site: SnpSite,
+    machines: SnpMachines,
+    /// Removed at exit unless kept.
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn simulate_amd(args: &Args) -> anyhow::Result<Option<Snp>> {
+    if args.variant == Variant::QemuVtpm {
+        return Ok(None);
+    }
+    let amd = Arc::new(SimulatedAmd::new(attestation::snp::Product::Milan)?);
+    let machines = SnpMachines::new(args.variant, &amd, 4)?;
+    let (dir, temp) = match &args.snp_dir {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("joinservice-snp-")
+                .tempdir()?;
+            let path = temp.path().to_owned();
+            let temp = if args.serve {
+                let _ = temp.keep();
+                None
+            } else {
+                Some(temp)
+            };
+            (path, temp)
+        }
+    };
+    // As root the harness runs attest-proxy as the pod's uid, which writes the collateral.
+    let proxy_uid = (own_uid()? == 0).then_some(Uids::POD.proxy);
+    let site = SnpSite::start(amd, &dir, Duration::from_secs(7 * 86_400), proxy_uid).await?;
+    machines.publish_vceks(&site.kds, site.amd.product());
+    println!(
+        "simulated AMD SEV-SNP ({}): KDS stand-in at {}, files in {}",
+        args.variant,
+        site.kds.url(),
+        dir.display()
+    );
+    Ok(Some(Snp {
+        site,
+        machines,
+        _dir: temp,
+    }))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text);
+    let snp = simulate_amd(&args).await?;
     let options = Options {
         proxy_listen: args.listen,
-        attestation_config: args.attestation_config,
+        attestation_config: args
+            .attestation_config
+            .clone()
+            .or_else(|| snp.as_ref().map(|s| s.site.attestation_config_path())),
         keep_dir: args.serve,
         trust_any_ak: args.trust_any_ak,
+        variant: Some(args.variant),
+        proxy_args: snp
+            .as_ref()
+            .map(|s| s.site.proxy_args(args.collateral_wait))
+            .unwrap_or_default(),
         ..Options::default()
     };
     let system = System::start(options).await?;
@@ -55,9 +135,17 @@ async fn main() -> anyhow::Result<()> {
         system.proxy_addr,
         system.paths.root.display()
     );
+    println!("attest-proxy admin endpoint on {}", system.admin.proxy);
 
     if !args.no_demo {
-        if let Err(error) = demo(&system).await {
+        let (issuer, how): (Arc<dyn attestation::Issuer>, String) = match &snp {
+            Some(snp) => (
+                Arc::new(snp.machines.node()?),
+                format!("simulated SEV-SNP machine, {}", args.variant),
+            ),
+            None => (system.issuer()?, "swtpm, qemu-vtpm".to_owned()),
+        };
+        if let Err(error) = demo(&system, issuer, &how).await {
             eprintln!("{}", system.logs());
             return Err(error);
         }
@@ -74,12 +162,16 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn demo(system: &System) -> anyhow::Result<()> {
+async fn demo(
+    system: &System,
+    issuer: Arc<dyn attestation::Issuer>,
+    how: &str,
+) -> anyhow::Result<()> {
     let out = system.paths.root.join("node");
     let disk_uuid = "7c6a1b0e-5b1f-4d2e-9a3c-2f8d4e6b1a90";
     let kubelet = keys::kubelet_request("worker-local", &["10.0.0.7".parse()?])?;
     let ssh = keys::SshHostKey::generate()?;
-    let client = system.client(system.issuer()?)?;
+    let client = system.client(issuer)?;
     let joined = client
         .join(proto::join::IssueJoinTicketRequest {
             disk_uuid: disk_uuid.to_owned(),
@@ -96,7 +188,7 @@ async fn demo(system: &System) -> anyhow::Result<()> {
         ssh_host_public_line: &ssh.public_line(),
     };
     ticket::write_join(&out, &joined, &node_keys)?;
-    println!("node worker-local joined (attested with swtpm, qemu-vtpm):");
+    println!("node worker-local joined (attested with {how}):");
     println!("{}", ticket::summary(&joined));
     println!("  ticket written to   {}", out.display());
 
