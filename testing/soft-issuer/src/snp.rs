@@ -114,6 +114,19 @@ fn extension(suffix: &str, value: Vec<u8>) -> Result<Extension, SimulationError>
 impl SimulatedAmd {
     /// The simulated roots of `product`: an ARK, and the ASK and ASVK it certified.
     pub fn new(product: Product) -> Result<SimulatedAmd, SimulationError> {
+        SimulatedAmd::with_keys(product, [ARK_KEY, ASK_KEY, ASVK_KEY])
+    }
+
+    /// Roots with AMD's names that [`SimulatedAmd::new`]'s ARK did not make: the same test keys
+    /// in other roles (ring cannot generate RSA keys), so its ARK is another key. A config that
+    /// trusts `new`'s ARK must refuse everything this one signs.
+    pub fn impostor(product: Product) -> Result<SimulatedAmd, SimulationError> {
+        SimulatedAmd::with_keys(product, [ASVK_KEY, ARK_KEY, ASK_KEY])
+    }
+
+    /// `keys`: the ARK's, the ASK's and the ASVK's PKCS#8 RSA keys.
+    fn with_keys(product: Product, keys: [&[u8]; 3]) -> Result<SimulatedAmd, SimulationError> {
+        let [ark_key, ask_key, asvk_key] = keys;
         // AMD's own Milan ARK, read only for its signature algorithm identifier (RSASSA-PSS
         // with SHA-384, MGF1-SHA-384, a 48-byte salt), so ours is byte for byte AMD's.
         let trust = Trust::builtin();
@@ -124,17 +137,17 @@ impl SimulatedAmd {
         let mut amd = SimulatedAmd {
             product,
             ark: Ca {
-                key: rsa_key(ARK_KEY)?,
+                key: rsa_key(ark_key)?,
                 name: amd_name(&format!("ARK-{product}"))?,
                 cert_der: Vec::new(),
             },
             ask: Ca {
-                key: rsa_key(ASK_KEY)?,
+                key: rsa_key(ask_key)?,
                 name: amd_name(&format!("SEV-{product}"))?,
                 cert_der: Vec::new(),
             },
             asvk: Ca {
-                key: rsa_key(ASVK_KEY)?,
+                key: rsa_key(asvk_key)?,
                 name: amd_name(&format!("SEV-VLEK-{product}"))?,
                 cert_der: Vec::new(),
             },
@@ -297,12 +310,22 @@ impl SimulatedAmd {
 
     /// A cloud provider's VLEK for `tcb`, certified by the ASVK.
     pub fn vlek(&self, csp: &str, tcb: Tcb) -> Result<SimulatedSigner, SimulationError> {
+        self.vlek_with_serial(csp, tcb, 0)
+    }
+
+    /// [`SimulatedAmd::vlek`] with a serial of its own, so that a test can revoke it.
+    pub fn vlek_with_serial(
+        &self,
+        csp: &str,
+        tcb: Tcb,
+        serial: u8,
+    ) -> Result<SimulatedSigner, SimulationError> {
         let csp = Ia5String::new(csp)?.to_der()?;
         self.signer(
             SigningKey::Vlek,
             [0; 64],
             tcb,
-            0,
+            serial,
             vec![extension("5", csp)?],
         )
     }

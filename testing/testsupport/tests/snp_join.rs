@@ -37,6 +37,9 @@ const MIN: Tcb = Tcb {
     microcode: 115,
 };
 
+/// The serial of the VCEKs and VLEKs the simulated AMD's CRL revokes.
+const REVOKED: u8 = 0x66;
+
 fn ak(key: KeyType) -> SoftIssuer {
     SoftIssuer::new(key)
         .unwrap()
@@ -63,7 +66,10 @@ async fn setup() -> Setup {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    kds.put_crl("Milan", amd.crl(&[], now - 3600, now + 7 * 86_400).unwrap());
+    kds.put_crl(
+        "Milan",
+        amd.crl(&[REVOKED], now - 3600, now + 7 * 86_400).unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -172,10 +178,27 @@ fn gcp_node(
     fields: ReportFields,
     report_data: GcpReportData,
 ) -> Arc<SnpDocumentIssuer> {
+    gcp_node_on(
+        s,
+        name,
+        (s.vcek.clone(), &s.amd.vcek_chain_pem()),
+        fields,
+        report_data,
+    )
+}
+
+/// [`gcp_node`] on the chip `vcek` certified by `chain`.
+fn gcp_node_on(
+    s: &Setup,
+    name: &str,
+    (vcek, chain): (Arc<SimulatedSigner>, &str),
+    fields: ReportFields,
+    report_data: GcpReportData,
+) -> Arc<SnpDocumentIssuer> {
     let node = SnpDocumentIssuer::gcp(
         ak(KeyType::EcdsaP256),
-        s.vcek.clone(),
-        &s.amd.vcek_chain_pem(),
+        vcek,
+        chain,
         fields,
         Some(gce_instance(name)),
         report_data,
@@ -200,6 +223,56 @@ fn node(s: &Setup, variant: Variant, fields: ReportFields, n: u32) -> Arc<SnpDoc
         Variant::AwsSevSnp => aws_node(s, fields),
         Variant::AzureSevSnp => azure_node(s, fields),
         _ => gcp_node(s, &format!("gcp-{n}"), fields, GcpReportData::Bound),
+    }
+}
+
+/// A well-made node of `variant` whose report is signed under `amd`'s roots by a VLEK (aws) or
+/// VCEK (azure, gcp) of `serial`.
+fn signed_under(
+    s: &Setup,
+    variant: Variant,
+    amd: &SimulatedAmd,
+    serial: u8,
+    n: u32,
+) -> Arc<SnpDocumentIssuer> {
+    let fields = ReportFields::default();
+    match variant {
+        Variant::AwsSevSnp => {
+            let vlek = amd
+                .vlek_with_serial("cc-eu-west-1.aws.example", MIN, serial)
+                .unwrap();
+            Arc::new(
+                SnpDocumentIssuer::aws(
+                    ak(KeyType::EcdsaP256),
+                    &vlek,
+                    &amd.vlek_chain_pem(),
+                    fields,
+                )
+                .unwrap(),
+            )
+        }
+        Variant::AzureSevSnp => {
+            let vcek = amd.chip([0x42; 64], MIN, serial).unwrap();
+            Arc::new(
+                SnpDocumentIssuer::azure(
+                    ak(KeyType::Rsa2048),
+                    &vcek,
+                    &amd.vcek_chain_pem(),
+                    fields,
+                )
+                .unwrap(),
+            )
+        }
+        _ => gcp_node_on(
+            s,
+            &format!("gcp-{n}"),
+            (
+                Arc::new(amd.chip([0x17; 64], MIN, serial).unwrap()),
+                &amd.vcek_chain_pem(),
+            ),
+            fields,
+            GcpReportData::Bound,
+        ),
     }
 }
 
@@ -240,7 +313,9 @@ fn unvouched(s: &Setup, variant: Variant) -> Arc<SnpDocumentIssuer> {
     }
 }
 
-/// Joins, rejoins, and the refusals every SNP variant shares, each named in the node's error.
+/// Joins, rejoins, and the refusals every SNP variant shares, each named in the node's error:
+/// DEBUG, VMPL, launch TCB, a report bound to something else, an AK not vouched for, a revoked
+/// signer, a root the config does not trust.
 async fn joins_and_shared_refusals(variant: Variant) -> (Setup, System) {
     let s = setup().await;
     let system = start(&s, variant).await;
@@ -262,7 +337,8 @@ async fn joins_and_shared_refusals(variant: Variant) -> (Setup, System) {
         f(&mut fields);
         fields
     };
-    let refused: [(Arc<SnpDocumentIssuer>, &str); 5] = [
+    let impostor = SimulatedAmd::impostor(Product::Milan).unwrap();
+    let refused: [(Arc<SnpDocumentIssuer>, &str); 7] = [
         (
             node(&s, variant, with(|f| f.policy = 0x30000 | 1 << 19), 2),
             "DEBUG",
@@ -284,6 +360,15 @@ async fn joins_and_shared_refusals(variant: Variant) -> (Setup, System) {
         (
             unvouched(&s, variant),
             "does not vouch for the attestation key",
+        ),
+        (
+            signed_under(&s, variant, &s.amd, REVOKED, 5),
+            "is revoked by AMD's CRL",
+        ),
+        // AMD's names, another root key: the configured ARK did not sign this ASK or ASVK.
+        (
+            signed_under(&s, variant, &impostor, 0, 6),
+            "AMD certificate chain",
         ),
     ];
     for (i, (node, needle)) in refused.into_iter().enumerate() {
