@@ -282,7 +282,7 @@ fn intel() -> &'static attestation::tdx::Collateral {
     static INTEL: OnceLock<attestation::tdx::Collateral> = OnceLock::new();
     INTEL.get_or_init(|| {
         attestation::tdx::Collateral::from_dcap_json(include_bytes!(
-            "../../lib/attestation/testdata/tdx/uptodate-collateral.json"
+            "../../lib/attestation/testdata/tdx/dcap-qvl-uptodate/collateral.json"
         ))
         .expect("the dcap-qvl collateral")
     })
@@ -332,7 +332,7 @@ pub fn azure_tdx_instance_info(data: &[u8]) {
 /// Intel collateral as the verifier reads it (dcap-qvl's JSON, and PCS's TCB info and QE
 /// identity bodies), then used to verify the real quote.
 pub fn tdx_collateral(data: &[u8]) {
-    let quote = include_bytes!("../../lib/attestation/testdata/tdx/uptodate-quote.bin");
+    let quote = include_bytes!("../../lib/attestation/testdata/tdx/dcap-qvl-uptodate/quote.bin");
     let Ok(quote) = attestation::tdx::TdQuote::parse(quote) else {
         return;
     };

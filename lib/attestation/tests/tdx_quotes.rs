@@ -1,4 +1,4 @@
-//! The TDX verifier on real quotes and Intel collateral (`../shared/testdata/tdx`).
+//! The TDX verifier on real quotes and Intel collateral (`testdata/tdx`, copied from the shared test data).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -13,7 +13,7 @@ use attestation::vtpm::{Pcrs, Quote, verify_quote as verify_tpm_quote};
 use base64::Engine as _;
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/tdx")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/tdx")
 }
 
 fn read(path: &str) -> Vec<u8> {

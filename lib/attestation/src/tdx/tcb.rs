@@ -106,7 +106,7 @@ mod tests {
 
     fn read(path: &str) -> Vec<u8> {
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/testdata/tdx");
+            .join("testdata/tdx");
         std::fs::read(dir.join(path)).unwrap()
     }
 
