@@ -105,8 +105,7 @@ mod tests {
     use crate::tdx::{Trust, verify_quote};
 
     fn read(path: &str) -> Vec<u8> {
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("testdata/tdx");
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/tdx");
         std::fs::read(dir.join(path)).unwrap()
     }
 
