@@ -201,10 +201,27 @@ impl Policy {
     /// per measurement in ascending index order, `"<index>:<lowercase hex>:<enforce|warn>\n"`.
     /// It does not depend on JSON formatting, key order or the hex/base64 spelling.
     pub fn digest(&self) -> String {
+        self.digest_with("")
+    }
+
+    /// The digest of a variant's whole config: SHA-256 (lowercase hex) of [`Policy::canonical`]
+    /// followed by `more`, the variant's own canonical lines.
+    pub(crate) fn digest_with(&self, more: &str) -> String {
+        let canonical = self.canonical() + more;
         hex::encode(ring::digest::digest(
             &ring::digest::SHA256,
-            self.canonical().as_bytes(),
+            canonical.as_bytes(),
         ))
+    }
+
+    /// [`Policy::from_attestation_config`] for a hardware variant's validator: a policy that
+    /// enforces no measurement is refused.
+    pub(crate) fn enforcing_from_attestation_config(json: &[u8]) -> Result<Policy, PolicyError> {
+        let policy = Policy::from_attestation_config(json)?;
+        if !policy.enforces_any() {
+            return Err(PolicyError::NothingEnforced);
+        }
+        Ok(policy)
     }
 
     /// The text [`Policy::digest`] hashes; a variant whose config holds more than measurements

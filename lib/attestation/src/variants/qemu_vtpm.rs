@@ -121,11 +121,7 @@ impl QemuVtpmConfig {
     /// key trust too: the measurement lines followed by `ak:<hex>` per trusted key digest in
     /// ascending order, or `ak:any`.
     pub fn digest(&self) -> String {
-        let canonical = self.policy.canonical() + &self.ak_trust.canonical();
-        hex::encode(ring::digest::digest(
-            &ring::digest::SHA256,
-            canonical.as_bytes(),
-        ))
+        self.policy.digest_with(&self.ak_trust.canonical())
     }
 }
 

@@ -99,16 +99,9 @@ impl SevSnpValidator {
         json: &[u8],
         collateral: Arc<dyn SnpCollateral>,
     ) -> Result<(SevSnpValidator, String), crate::PolicyError> {
-        let policy = Policy::from_attestation_config(json)?;
-        if !policy.enforces_any() {
-            return Err(crate::PolicyError::NothingEnforced);
-        }
+        let policy = Policy::enforcing_from_attestation_config(json)?;
         let snp = SnpConfig::from_attestation_config(json)?;
-        let canonical = policy.canonical() + &snp.canonical();
-        let digest = hex::encode(ring::digest::digest(
-            &ring::digest::SHA256,
-            canonical.as_bytes(),
-        ));
+        let digest = policy.digest_with(&snp.canonical());
         Ok((
             SevSnpValidator::new(binding, policy, snp, collateral),
             digest,

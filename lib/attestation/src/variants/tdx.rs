@@ -142,16 +142,9 @@ impl TdxValidator {
         json: &[u8],
         collateral: Arc<dyn TdxCollateral>,
     ) -> Result<(TdxValidator, String), crate::PolicyError> {
-        let policy = Policy::from_attestation_config(json)?;
-        if !policy.enforces_any() {
-            return Err(crate::PolicyError::NothingEnforced);
-        }
+        let policy = Policy::enforcing_from_attestation_config(json)?;
         let tdx = TdxConfig::from_attestation_config(json)?;
-        let canonical = policy.canonical() + &tdx.canonical();
-        let digest = hex::encode(ring::digest::digest(
-            &ring::digest::SHA256,
-            canonical.as_bytes(),
-        ));
+        let digest = policy.digest_with(&tdx.canonical());
         Ok((TdxValidator::new(kind, policy, tdx, collateral), digest))
     }
 
