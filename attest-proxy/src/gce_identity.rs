@@ -23,9 +23,7 @@ use std::time::{Duration, SystemTime};
 use attestation::snp::{GceIdentity, GceKeyError, InstanceRef};
 use collateral::{Cache, FetchError, FetchFuture, Fetched, Source};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use proto::gceidentity::GetSigningKeyRequest;
 use proto::gceidentity::gce_identity_client::GceIdentityClient;
@@ -171,37 +169,33 @@ pub fn register_metrics(registry: &mut Registry, cache: Cache) {
 
 impl Collector for GceCacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::collateral_metrics::{counter, labelled_counters};
         let stats = self.0.stats();
         let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        let mut lookups = encoder.encode_descriptor(
+        labelled_counters(
+            &mut encoder,
             "gce_identity_lookups",
             "Instances' keys asked of gce-identity (and so of the GCE API), by result; \
              an instance the API does not know is an ok lookup",
-            None,
-            MetricType::Counter,
+            "result",
+            &[
+                ("ok", load(&stats.fetch_ok)),
+                ("failed", load(&stats.fetch_failed)),
+            ],
         )?;
-        for (result, value) in [
-            ("ok", load(&stats.fetch_ok)),
-            ("failed", load(&stats.fetch_failed)),
-        ] {
-            ConstCounter::new(value).encode(lookups.encode_family(&[("result", result)])?)?;
-        }
         // An answer served while its refresh is due counts too: the node did not wait for it.
-        ConstCounter::new(load(&stats.hits) + load(&stats.stale_hits)).encode(
-            encoder.encode_descriptor(
-                "gce_identity_hits",
-                "Instances' keys answered from the cache",
-                None,
-                MetricType::Counter,
-            )?,
+        counter(
+            &mut encoder,
+            "gce_identity_hits",
+            "Instances' keys answered from the cache",
+            load(&stats.hits) + load(&stats.stale_hits),
         )?;
-        ConstCounter::new(load(&stats.unavailable)).encode(encoder.encode_descriptor(
+        counter(
+            &mut encoder,
             "gce_identity_unavailable",
             "Joins whose instance's key could not be had in time: answered Unavailable",
-            None,
-            MetricType::Counter,
-        )?)?;
-        Ok(())
+            load(&stats.unavailable),
+        )
     }
 }
 
