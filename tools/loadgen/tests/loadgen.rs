@@ -44,22 +44,37 @@ fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
     }
 }
 
+/// The bootstrap token Secrets joins created: one per node that joined.
+fn bootstrap_tokens(system: &System) -> usize {
+    system
+        .kube
+        .secrets("kube-system")
+        .into_iter()
+        .filter(|s| s.name.starts_with("bootstrap-token-"))
+        .count()
+}
+
+/// The service's processes, watched for CPU and memory under these names.
+fn server_side(processes: &[(&str, &testsupport::process::Process)]) -> Vec<Watched> {
+    processes
+        .iter()
+        .map(|(name, p)| Watched {
+            name: (*name).to_owned(),
+            pid: p.id(),
+            server_side: true,
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_joins_through_the_whole_system_are_counted() {
     let system = System::start(soft_keys()).await.unwrap();
-    let watched: Vec<Watched> = [
+    let watched = server_side(&[
         ("attest-proxy", &system.proxy),
         ("join-core", &system.join_core),
         ("token-issuer", &system.token_issuer),
         ("keyservice", &system.keyservice),
-    ]
-    .into_iter()
-    .map(|(name, p)| Watched {
-        name: name.to_owned(),
-        pid: p.id(),
-        server_side: true,
-    })
-    .collect();
+    ]);
     let target = Arc::new(Target::Atls {
         addr: system.proxy_addr,
         attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
@@ -92,13 +107,7 @@ async fn full_joins_through_the_whole_system_are_counted() {
     }
     assert!(report.server_cpu_ms_per_join.unwrap() > 0.0, "{report}");
     // Each join really went through: one bootstrap token Secret per node.
-    let tokens = system
-        .kube
-        .secrets("kube-system")
-        .into_iter()
-        .filter(|s| s.name.starts_with("bootstrap-token-"))
-        .count();
-    assert_eq!(tokens, 12, "{report}");
+    assert_eq!(bootstrap_tokens(&system), 12, "{report}");
 
     // Nodes whose measurements miss the policy are refused, and the report says why.
     let wrong = Arc::new(Target::Atls {
@@ -165,17 +174,10 @@ async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
     });
     let mut load = config("C gcp-sev-snp", 3, NODES);
     load.collateral_metrics = Some(system.admin.proxy);
-    let watched: Vec<Watched> = [
+    let watched = server_side(&[
         ("attest-proxy", &system.proxy),
         ("gce-identity", system.gce_identity.as_ref().unwrap()),
-    ]
-    .into_iter()
-    .map(|(name, p)| Watched {
-        name: name.to_owned(),
-        pid: p.id(),
-        server_side: true,
-    })
-    .collect();
+    ]);
 
     let report = loadgen::run::run(target, &load, &watched).await.unwrap();
     assert_eq!(
@@ -196,13 +198,7 @@ async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
         report.to_string().contains("1.0000 lookups per join"),
         "{report}"
     );
-    let tokens = system
-        .kube
-        .secrets("kube-system")
-        .into_iter()
-        .filter(|s| s.name.starts_with("bootstrap-token-"))
-        .count();
-    assert_eq!(tokens as u64, NODES, "{report}");
+    assert_eq!(bootstrap_tokens(&system) as u64, NODES, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
