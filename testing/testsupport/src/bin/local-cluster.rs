@@ -9,6 +9,12 @@
 //! attest-proxy fetches AMD's CRL and chains from into a collateral directory. The demo node then
 //! runs on a simulated SNP machine; `loadgen run --variant ... --simulated-amd
 //! <snp-dir>/simulated-amd.pem` sends more.
+//!
+//! With `--variant gcp-sev-snp` it also stands in for Google: a GCE stand-in (metadata server and
+//! Compute API, in this process) that the gce-identity process asks which key each instance has.
+//! Each simulated node's instance is registered there before it joins; `loadgen run --variant
+//! gcp-sev-snp --gce-standin <address>` registers its nodes' through the stand-in's control
+//! endpoint, whose address local-cluster prints and writes to `<snp-dir>/gce-standin-control`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,7 +28,7 @@ use clap::Parser;
 use node_client::{keys, ticket};
 use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::{Options, System, Uids, own_uid};
-use testsupport::snp::{SnpMachines, SnpSite};
+use testsupport::snp::{GceSite, SnpMachines, SnpSite};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -48,12 +54,14 @@ struct Args {
     /// keys. Development only: anyone who reaches the proxy can then forge a quote.
     #[arg(long)]
     trust_any_ak: bool,
-    /// The attestation variant attest-proxy serves: qemu-vtpm, or aws-sev-snp / azure-sev-snp on
-    /// simulated AMD hardware (a KDS stand-in in this process).
+    /// The attestation variant attest-proxy serves: qemu-vtpm, or aws-sev-snp / azure-sev-snp /
+    /// gcp-sev-snp on simulated AMD hardware (a KDS stand-in in this process; for gcp-sev-snp
+    /// also a GCE stand-in, and the gce-identity process asking it).
     #[arg(long, default_value = "qemu-vtpm")]
     variant: Variant,
     /// With an SNP variant: where the KDS stand-in's CA, the simulated AMD's certificates
-    /// (`simulated-amd.pem`), the attestation config and the collateral directory go; a new
+    /// (`simulated-amd.pem`), the attestation config and the collateral directory go (and for
+    /// gcp-sev-snp the GCE stand-in's CA and control address, `gce-standin-control`); a new
     /// temporary directory if unset (kept with --serve).
     #[arg(long)]
     snp_dir: Option<PathBuf>,
@@ -62,9 +70,11 @@ struct Args {
     collateral_wait: Duration,
 }
 
-/// An SNP variant's simulated AMD and KDS stand-in, and where its files are.
+/// An SNP variant's simulated AMD and KDS stand-in (and GCE stand-in), and where its files are.
 struct Snp {
     site: SnpSite,
+    /// gcp-sev-snp's GCE stand-in.
+    gce: Option<GceSite>,
     machines: SnpMachines,
     /// Removed at exit unless kept.
     _dir: Option<tempfile::TempDir>,
@@ -102,8 +112,22 @@ async fn simulate_amd(args: &Args) -> anyhow::Result<Option<Snp>> {
         site.kds.url(),
         dir.display()
     );
+    let (gce, machines) = if args.variant == Variant::GcpSevSnp {
+        let gce = GceSite::start(&dir).await?;
+        println!(
+            "GCE stand-in: metadata server at {}, Compute API at {}, instances registered at {}",
+            gce.standin.metadata_url(),
+            gce.standin.compute_url(),
+            gce.standin.control_addr()
+        );
+        let machines = machines.register_instances_with(gce.registry());
+        (Some(gce), machines)
+    } else {
+        (None, machines)
+    };
     Ok(Some(Snp {
         site,
+        gce,
         machines,
         _dir: temp,
     }))
@@ -127,6 +151,10 @@ async fn main() -> anyhow::Result<()> {
             .as_ref()
             .map(|s| s.site.proxy_args(args.collateral_wait))
             .unwrap_or_default(),
+        gce: snp
+            .as_ref()
+            .and_then(|s| s.gce.as_ref())
+            .map(|gce| gce.endpoints(Vec::new())),
         ..Options::default()
     };
     let system = System::start(options).await?;
