@@ -283,17 +283,44 @@ pub fn swtpm_ak_trust(swtpm: &Swtpm) -> anyhow::Result<AkTrust> {
     Ok(AkTrust::keys(keys.iter().map(Vec::as_slice)))
 }
 
+/// The harness's boot measurements, as PCR values a simulated node's vTPM quotes.
+pub fn boot_pcrs() -> Vec<(u32, [u8; 32])> {
+    BOOT_MEASUREMENTS
+        .iter()
+        .map(|&(index, byte)| (index, extended_once(&[byte; 32])))
+        .collect()
+}
+
+/// The harness's boot measurements as an attestation config's `measurements`, all enforced.
+pub fn boot_measurements() -> serde_json::Map<String, serde_json::Value> {
+    boot_pcrs()
+        .into_iter()
+        .map(|(index, value)| {
+            (
+                index.to_string(),
+                serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
+            )
+        })
+        .collect()
+}
+
+/// Writes `files` (name, contents) into `dir`, readable by every uid, and lets every uid
+/// traverse `dir`: the public files of a simulated site that processes of other uids read.
+pub fn write_public_files(dir: &Path, files: &[(&str, String)]) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    for (name, contents) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(())
+}
+
 /// A Constellation attestation config for qemu-vtpm that trusts `ak_trust`'s keys and enforces
 /// exactly the harness's boot measurements, plus `extra` entries (index, expected, warn_only).
 pub fn attestation_config(ak_trust: &AkTrust, extra: &[(u32, [u8; 32], bool)]) -> String {
-    let mut measurements = serde_json::Map::new();
-    for (index, byte) in BOOT_MEASUREMENTS {
-        let value = extended_once(&[byte; 32]);
-        measurements.insert(
-            index.to_string(),
-            serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
-        );
-    }
+    let mut measurements = boot_measurements();
     for (index, expected, warn_only) in extra {
         measurements.insert(
             index.to_string(),

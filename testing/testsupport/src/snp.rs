@@ -6,7 +6,6 @@
 //! `local-cluster --variant aws-sev-snp` and the load generator's benchmark set it up through
 //! [`SnpSite::start`]; the SNP storm tests too.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +15,7 @@ use attestation::snp::{Product, Tcb};
 use kds_standin::KdsStandin;
 use soft_issuer::snp::SimulatedAmd;
 
-use crate::harness::{BOOT_MEASUREMENTS, extended_once};
+use crate::harness::{boot_measurements, boot_pcrs, write_public_files};
 
 /// The TCB of every simulated chip and VLEK, and the minimum the configs written here enforce.
 pub const TCB: Tcb = Tcb {
@@ -34,15 +33,8 @@ pub const AMD_CERTIFICATES: &str = "simulated-amd.pem";
 /// A Constellation attestation config for an SNP variant: the harness's boot measurements
 /// enforced, [`TCB`] as the minimum TCB, and `amd`'s ARK as the only trusted root.
 pub fn attestation_config(amd: &SimulatedAmd) -> String {
-    let mut measurements = serde_json::Map::new();
-    for (index, byte) in BOOT_MEASUREMENTS {
-        measurements.insert(
-            index.to_string(),
-            serde_json::json!({"expected": hex::encode(extended_once(&[byte; 32])), "warnOnly": false}),
-        );
-    }
     serde_json::json!({
-        "measurements": measurements,
+        "measurements": boot_measurements(),
         "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
         "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
         "amdRootKey": amd.ark_pem(),
@@ -101,18 +93,14 @@ impl SnpSite {
             amd.crl(&[], now - 3600, now + crl_valid_for.as_secs())?,
         );
         std::fs::create_dir_all(dir.join("collateral"))?;
-        // Every uid traverses the directory and reads the public files in it.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-        for (name, contents) in [
-            ("kds-ca.pem", kds.ca_pem().to_owned()),
-            (AMD_CERTIFICATES, amd.certificates_pem()),
-            ("attestationConfig", attestation_config(&amd)),
-        ] {
-            let path = dir.join(name);
-            std::fs::write(&path, contents)
-                .with_context(|| format!("writing {}", path.display()))?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-        }
+        write_public_files(
+            dir,
+            &[
+                ("kds-ca.pem", kds.ca_pem().to_owned()),
+                (AMD_CERTIFICATES, amd.certificates_pem()),
+                ("attestationConfig", attestation_config(&amd)),
+            ],
+        )?;
         if let Some(uid) = proxy_uid {
             std::os::unix::fs::chown(dir.join("collateral"), Some(uid), None)
                 .context("giving the collateral directory to attest-proxy's uid")?;
@@ -165,7 +153,7 @@ impl SnpSite {
 ///   chip's VCEK from the KDS). Azure attestation keys are RSA, and ring makes no RSA keys, so
 ///   every node shares soft-issuer's one RSA key (each report still binds it).
 ///
-/// Every quote carries the harness's boot measurements ([`BOOT_MEASUREMENTS`]), as
+/// Every quote carries the harness's boot measurements ([`crate::harness::BOOT_MEASUREMENTS`]), as
 /// [`attestation_config`] expects.
 pub struct SnpMachines {
     variant: attestation::Variant,
@@ -192,14 +180,6 @@ impl std::fmt::Debug for SnpMachines {
             .field("with_certificates", &self.with_certificates)
             .finish_non_exhaustive()
     }
-}
-
-/// The harness's boot measurements, as PCR values a node quotes.
-fn boot_pcrs() -> Vec<(u32, [u8; 32])> {
-    BOOT_MEASUREMENTS
-        .iter()
-        .map(|&(index, byte)| (index, extended_once(&[byte; 32])))
-        .collect()
 }
 
 /// The `index`-th simulated chip's CHIP_ID.
