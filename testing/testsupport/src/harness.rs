@@ -304,17 +304,52 @@ pub fn boot_measurements() -> serde_json::Map<String, serde_json::Value> {
         .collect()
 }
 
-/// Writes `files` (name, contents) into `dir`, readable by every uid, and lets every uid
-/// traverse `dir`: the public files of a simulated site that processes of other uids read.
-pub fn write_public_files(dir: &Path, files: &[(&str, String)]) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-    for (name, contents) in files {
-        let path = dir.join(name);
-        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+/// The directory of a simulated hardware vendor's site (SEV-SNP's, TDX's): the public files
+/// attest-proxy reads (the stand-in's CA, the attestation config as `attestationConfig`) and the
+/// collateral directory it writes (`collateral/`).
+#[derive(Clone, Debug)]
+pub struct SiteDir(PathBuf);
+
+impl SiteDir {
+    /// Writes `files` (name, contents) into `dir`, readable by every uid, lets every uid
+    /// traverse `dir`, and makes `collateral/`, owned by `proxy_uid` when attest-proxy runs as
+    /// another uid.
+    pub fn prepare(
+        dir: &Path,
+        files: &[(&str, String)],
+        proxy_uid: Option<u32>,
+    ) -> anyhow::Result<SiteDir> {
+        use std::os::unix::fs::PermissionsExt;
+        let site = SiteDir(dir.to_owned());
+        std::fs::create_dir_all(site.collateral_dir())?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        for (name, contents) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, contents)
+                .with_context(|| format!("writing {}", path.display()))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+        }
+        if let Some(uid) = proxy_uid {
+            std::os::unix::fs::chown(site.collateral_dir(), Some(uid), None)
+                .context("giving the collateral directory to attest-proxy's uid")?;
+        }
+        Ok(site)
     }
-    Ok(())
+
+    /// A file of the site.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The attestation config written at start.
+    pub fn attestation_config_path(&self) -> PathBuf {
+        self.file("attestationConfig")
+    }
+
+    /// Where attest-proxy keeps fetched collateral.
+    pub fn collateral_dir(&self) -> PathBuf {
+        self.file("collateral")
+    }
 }
 
 /// A Constellation attestation config for qemu-vtpm that trusts `ak_trust`'s keys and enforces

@@ -15,7 +15,7 @@ use attestation::snp::{Product, Tcb};
 use kds_standin::KdsStandin;
 use soft_issuer::snp::SimulatedAmd;
 
-use crate::harness::{boot_measurements, boot_pcrs, write_public_files};
+use crate::harness::{SiteDir, boot_measurements, boot_pcrs};
 
 /// The TCB of every simulated chip and VLEK, and the minimum the configs written here enforce.
 pub const TCB: Tcb = Tcb {
@@ -63,7 +63,7 @@ pub fn vcek_path(product: Product, hw_id: &[u8], tcb: &Tcb) -> String {
 pub struct SnpSite {
     pub amd: Arc<SimulatedAmd>,
     pub kds: KdsStandin,
-    dir: PathBuf,
+    dir: SiteDir,
 }
 
 impl SnpSite {
@@ -92,34 +92,26 @@ impl SnpSite {
             product,
             amd.crl(&[], now - 3600, now + crl_valid_for.as_secs())?,
         );
-        std::fs::create_dir_all(dir.join("collateral"))?;
-        write_public_files(
+        let dir = SiteDir::prepare(
             dir,
             &[
                 ("kds-ca.pem", kds.ca_pem().to_owned()),
                 (AMD_CERTIFICATES, amd.certificates_pem()),
                 ("attestationConfig", attestation_config(&amd)),
             ],
+            proxy_uid,
         )?;
-        if let Some(uid) = proxy_uid {
-            std::os::unix::fs::chown(dir.join("collateral"), Some(uid), None)
-                .context("giving the collateral directory to attest-proxy's uid")?;
-        }
-        Ok(SnpSite {
-            amd,
-            kds,
-            dir: dir.to_owned(),
-        })
+        Ok(SnpSite { amd, kds, dir })
     }
 
     /// The attestation config written at start.
     pub fn attestation_config_path(&self) -> PathBuf {
-        self.dir.join("attestationConfig")
+        self.dir.attestation_config_path()
     }
 
     /// Where attest-proxy keeps fetched collateral.
     pub fn collateral_dir(&self) -> PathBuf {
-        self.dir.join("collateral")
+        self.dir.collateral_dir()
     }
 
     /// attest-proxy's collateral flags: the stand-in's URL and CA, the collateral directory, and
@@ -130,7 +122,7 @@ impl SnpSite {
             "--kds-url".to_owned(),
             self.kds.url().to_owned(),
             "--kds-ca-file".to_owned(),
-            path(self.dir.join("kds-ca.pem")),
+            path(self.dir.file("kds-ca.pem")),
             "--collateral-dir".to_owned(),
             path(self.collateral_dir()),
             "--collateral-wait".to_owned(),

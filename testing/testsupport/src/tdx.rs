@@ -16,7 +16,7 @@ use attestation::Variant;
 use pcs_standin::{PckCa, PcsStandin, SimulatedIntel};
 use soft_issuer::tdx::{MRTD, PckSpec, RTMRS, ReportData, TdFields, TdxDocumentIssuer, TdxMachine};
 
-use crate::harness::{boot_measurements, boot_pcrs, write_public_files};
+use crate::harness::{SiteDir, boot_measurements, boot_pcrs};
 
 /// The file (in the site's directory) holding the simulated Intel's root, PEM.
 pub const INTEL_ROOT: &str = "simulated-intel-root.pem";
@@ -52,7 +52,7 @@ pub struct TdxSite {
     pub intel: Arc<SimulatedIntel>,
     pub pcs: PcsStandin,
     fmspcs: Vec<String>,
-    dir: PathBuf,
+    dir: SiteDir,
     /// When the served collateral was issued and when it runs out.
     window: (SystemTime, SystemTime),
 }
@@ -79,24 +79,20 @@ impl TdxSite {
         let window = (now - Duration::from_secs(3600), now + valid_for);
         let names: Vec<&str> = fmspcs.iter().map(String::as_str).collect();
         pcs.serve_intel(&intel, &names, window.0, window.1)?;
-        std::fs::create_dir_all(dir.join("collateral"))?;
-        write_public_files(
+        let dir = SiteDir::prepare(
             dir,
             &[
                 ("pcs-ca.pem", pcs.ca_pem().to_owned()),
                 (INTEL_ROOT, intel.root_pem()),
                 ("attestationConfig", attestation_config(variant, &intel)?),
             ],
+            proxy_uid,
         )?;
-        if let Some(uid) = proxy_uid {
-            std::os::unix::fs::chown(dir.join("collateral"), Some(uid), None)
-                .context("giving the collateral directory to attest-proxy's uid")?;
-        }
         Ok(TdxSite {
             intel,
             pcs,
             fmspcs: fmspcs.to_vec(),
-            dir: dir.to_owned(),
+            dir,
             window,
         })
     }
@@ -114,12 +110,12 @@ impl TdxSite {
 
     /// The attestation config written at start.
     pub fn attestation_config_path(&self) -> PathBuf {
-        self.dir.join("attestationConfig")
+        self.dir.attestation_config_path()
     }
 
     /// Where attest-proxy keeps fetched collateral.
     pub fn collateral_dir(&self) -> PathBuf {
-        self.dir.join("collateral")
+        self.dir.collateral_dir()
     }
 
     /// attest-proxy's collateral flags: the stand-in's URL and CA, where the root CRL is, the
@@ -131,7 +127,7 @@ impl TdxSite {
             "--pcs-url".to_owned(),
             self.pcs.url().to_owned(),
             "--pcs-ca-file".to_owned(),
-            path(self.dir.join("pcs-ca.pem")),
+            path(self.dir.file("pcs-ca.pem")),
             "--intel-root-crl-url".to_owned(),
             self.pcs.root_crl_url(),
         ];
