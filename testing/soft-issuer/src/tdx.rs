@@ -420,7 +420,8 @@ impl TdxMachine {
         if td.version == QuoteVersion::V5 {
             // Body descriptor: type 3 (TDX 1.5 TD report) and its size.
             quote.extend_from_slice(&3u16.to_le_bytes());
-            let size = u32::try_from(body.len()).map_err(|_| TdxSimulationError::TooLong(0))?;
+            let size =
+                u32::try_from(body.len()).map_err(|_| TdxSimulationError::TooLong(body.len()))?;
             quote.extend_from_slice(&size.to_le_bytes());
         }
         quote.extend_from_slice(&body);
