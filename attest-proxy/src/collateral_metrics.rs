@@ -1,6 +1,8 @@
-//! The SEV-SNP collateral cache's metrics, read from the cache at each scrape:
-//! `collateral_fetches_total{result}`, `collateral_hits_total{freshness}`,
-//! `collateral_unavailable_total` (joins told to retry) and `collateral_oldest_crl_age_seconds`.
+//! The collateral cache's metrics (AMD's KDS for the SEV-SNP variants, Intel's PCS for TDX),
+//! read from the cache at each scrape: `collateral_fetches_total{result}`,
+//! `collateral_hits_total{freshness}`, `collateral_unavailable_total` (joins told to retry) and
+//! `collateral_oldest_crl_age_seconds`. The names are the same for both vendors (a proxy serves
+//! one variant), so one dashboard and one alert fit every cluster.
 
 use std::sync::atomic::Ordering;
 
@@ -12,20 +14,36 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 #[derive(Debug)]
-struct CacheCollector(collateral::Cache);
+struct CacheCollector {
+    cache: collateral::Cache,
+    /// "AMD KDS" or "Intel PCS", for the help texts.
+    vendor: &'static str,
+}
 
-/// Registers the cache's metrics.
-pub fn register(registry: &mut Registry, cache: collateral::Cache) {
-    registry.register_collector(Box::new(CacheCollector(cache)));
+/// Registers the metrics of `cache`, which fetches from `vendor`.
+pub fn register(registry: &mut Registry, cache: collateral::Cache, vendor: &'static str) {
+    registry.register_collector(Box::new(CacheCollector { cache, vendor }));
+}
+
+/// Where each vendor's CRLs sit in its cache (`crl/{product}`; `pckcrl/{ca}` and `rootcrl`).
+fn crl_prefixes(vendor: &str) -> &'static [&'static str] {
+    if vendor == "Intel PCS" {
+        &["pckcrl/", "rootcrl"]
+    } else {
+        &["crl/"]
+    }
 }
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let stats = self.0.stats();
+        let stats = self.cache.stats();
         let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         let mut fetches = encoder.encode_descriptor(
             "collateral_fetches",
-            "Fetches of attestation collateral from the KDS, by result",
+            &format!(
+                "Fetches of attestation collateral from the {}, by result",
+                self.vendor
+            ),
             None,
             MetricType::Counter,
         )?;
@@ -53,14 +71,18 @@ impl Collector for CacheCollector {
             None,
             MetricType::Counter,
         )?)?;
-        let oldest = self
-            .0
-            .oldest("crl/")
+        let oldest = crl_prefixes(self.vendor)
+            .iter()
+            .filter_map(|prefix| self.cache.oldest(prefix))
+            .max()
             .map(|age| i64::try_from(age.as_secs()).unwrap_or(i64::MAX))
             .unwrap_or(0);
         ConstGauge::new(oldest).encode(encoder.encode_descriptor(
             "collateral_oldest_crl_age_seconds",
-            "Age of the oldest cached AMD CRL (0 while none is cached)",
+            &format!(
+                "Age of the oldest cached CRL from the {} (0 while none is cached)",
+                self.vendor
+            ),
             None,
             MetricType::Gauge,
         )?)?;

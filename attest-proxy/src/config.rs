@@ -54,13 +54,34 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_KDS_CA_FILE")]
     pub kds_ca_file: Option<PathBuf>,
 
+    /// Intel's Provisioning Certification Service (API v4), where TDX collateral comes from (TCB
+    /// info per FMSPC, the TD QE identity, the PCK CRLs), or an operator's caching proxy (a PCCS)
+    /// at the same paths. Used only by the TDX variants.
+    #[arg(long, env = "ATTEST_PROXY_PCS_URL", default_value = collateral::pcs::INTEL_PCS)]
+    pub pcs_url: String,
+
+    /// Extra CA certificates (PEM) to trust for `--pcs-url` and `--intel-root-crl-url`, beside
+    /// the system's roots.
+    #[arg(long, env = "ATTEST_PROXY_PCS_CA_FILE")]
+    pub pcs_ca_file: Option<PathBuf>,
+
+    /// Where the Intel SGX Root CA's CRL is fetched (Intel serves it apart from the PCS). Used
+    /// only by the TDX variants.
+    #[arg(long, env = "ATTEST_PROXY_INTEL_ROOT_CRL_URL", default_value = collateral::pcs::INTEL_ROOT_CA_CRL)]
+    pub intel_root_crl_url: String,
+
+    /// TDX: a platform model (FMSPC, 12 hex digits) whose TCB info is fetched at start, so its
+    /// first nodes find it cached; repeatable. Others are fetched at their first join.
+    #[arg(long = "tdx-fmspc", env = "ATTEST_PROXY_TDX_FMSPCS", value_delimiter = ',', value_parser = fmspc)]
+    pub tdx_fmspcs: Vec<String>,
+
     /// Where fetched collateral is kept (a volume), so a restarted proxy verifies without asking
-    /// AMD; in memory only when unset.
+    /// AMD or Intel; in memory only when unset.
     #[arg(long, env = "ATTEST_PROXY_COLLATERAL_DIR")]
     pub collateral_dir: Option<PathBuf>,
 
-    /// How long collateral is still used past its expiry (a CRL's nextUpdate) while the KDS
-    /// cannot be reached; beyond it, joins are answered `Unavailable`.
+    /// How long collateral is still used past its expiry (a CRL's nextUpdate) while the KDS or
+    /// PCS cannot be reached; beyond it, joins are answered `Unavailable`.
     #[arg(long, env = "ATTEST_PROXY_COLLATERAL_MAX_STALE", default_value = "24h", value_parser = humantime::parse_duration)]
     pub collateral_max_stale: Duration,
 
@@ -196,6 +217,12 @@ fn at_least_one(text: &str) -> Result<usize, String> {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("{text:?} is not a count of 1 or more")),
     }
+}
+
+fn fmspc(text: &str) -> Result<String, String> {
+    collateral::pcs::tcb_info_key(text)
+        .map(|_| text.to_ascii_lowercase())
+        .map_err(|e| e.to_string())
 }
 
 fn non_negative_rate(text: &str) -> Result<f64, String> {

@@ -71,9 +71,13 @@ pub enum Error {
     /// The measurement policy could not be loaded.
     #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// The SEV-SNP collateral source could not be set up.
-    #[error("cannot set up the SEV-SNP collateral source")]
-    Collateral(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The collateral source (AMD's KDS or Intel's PCS, and the cache) could not be set up.
+    #[error("cannot set up the {vendor} collateral source")]
+    Collateral {
+        vendor: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The gcp-sev-snp key source could not be set up.
     #[error("cannot set up the GCE identity source: {0}")]
     GceIdentity(String),
@@ -112,18 +116,27 @@ pub struct Proxy {
 impl Proxy {
     /// Loads the policy, prepares aTLS and binds the listening socket.
     pub async fn bind(config: Config) -> Result<Self, Error> {
-        let collateral = snp_collateral(&config)?;
+        let snp = snp_collateral(&config)?;
+        let tdx = tdx_collateral(&config)?;
         let gce = gce_identity::build(&config)?;
-        let policy = policy::Current::load(
-            config.variant,
-            &config.attestation_config,
-            collateral.clone().map(|c| policy::Hardware {
-                collateral: Arc::new(c),
+        let hardware = match (&snp, &tdx) {
+            (Some(snp), _) => Some(policy::Hardware::Amd {
+                collateral: Arc::new(snp.clone()),
                 gce: gce
                     .clone()
                     .map(|g| g as Arc<dyn attestation::snp::GceIdentity>),
             }),
-        )?;
+            (None, Some(tdx)) => Some(policy::Hardware::Intel {
+                collateral: Arc::new(tdx.clone()),
+            }),
+            (None, None) => None,
+        };
+        // The one vendor cache the variant uses, for metrics and the readiness note.
+        let collateral = snp
+            .as_ref()
+            .map(|c| (c.cache().clone(), "AMD KDS"))
+            .or_else(|| tdx.as_ref().map(|c| (c.cache().clone(), "Intel PCS")));
+        let policy = policy::Current::load(config.variant, &config.attestation_config, hardware)?;
         tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
         let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
         let metrics = metrics::Metrics::register(admin_endpoint.registry());
@@ -155,8 +168,8 @@ impl Proxy {
             addr: config.listen,
             source,
         })?;
-        if let Some(collateral) = &collateral {
-            collateral_metrics::register(admin_endpoint.registry(), collateral.cache().clone());
+        if let Some((cache, vendor)) = &collateral {
+            collateral_metrics::register(admin_endpoint.registry(), cache.clone(), vendor);
         }
         let admin = match config.admin_listen {
             Some(addr) => Some(
@@ -269,7 +282,7 @@ fn admin(
     mut admin: plumbing::admin::Admin,
     shared: &connection::Shared,
     config: &Config,
-    collateral: Option<&collateral::kds::KdsCollateral>,
+    collateral: Option<&(collateral::Cache, &'static str)>,
 ) -> plumbing::admin::Admin {
     shared.policy.register_metrics(admin.registry());
     let policy = shared.policy.clone();
@@ -292,12 +305,13 @@ fn admin(
         })
         .note("attestation-keys", move || policy.trust_any_ak_note())
         .note("collateral", {
-            let cache = collateral.map(|c| c.cache().clone());
+            let collateral = collateral.cloned();
             move || {
-                let stale = cache.as_ref()?.stale_keys();
+                let (cache, vendor) = collateral.as_ref()?;
+                let stale = cache.stale_keys();
                 (!stale.is_empty()).then(|| {
                     format!(
-                        "serving stale collateral while the KDS cannot refresh it: {}",
+                        "serving stale collateral while the {vendor} cannot refresh it: {}",
                         stale.join(", ")
                     )
                 })
@@ -323,7 +337,7 @@ fn snp_collateral(config: &Config) -> Result<Option<collateral::kds::KdsCollater
         config.kds_ca_file.as_deref(),
         std::time::Duration::from_secs(10),
     )
-    .map_err(|e| Error::Collateral(Box::new(e)))?;
+    .map_err(|e| amd_setup(Box::new(e)))?;
     let cache = collateral::Cache::new(
         Arc::new(source),
         collateral::CacheConfig {
@@ -335,10 +349,61 @@ fn snp_collateral(config: &Config) -> Result<Option<collateral::kds::KdsCollater
         },
         tokio::runtime::Handle::current(),
     )
-    .map_err(|e| Error::Collateral(Box::new(e)))?;
+    .map_err(|e| amd_setup(Box::new(e)))?;
     let collateral = KdsCollateral::new(cache, config.collateral_max_stale);
     collateral.warm(&[Product::Milan, Product::Genoa, Product::Turin]);
     tracing::info!(kds = %config.kds_url, dir = ?config.collateral_dir, "SEV-SNP collateral from the KDS, cached");
+    Ok(Some(collateral))
+}
+
+fn amd_setup(source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+    Error::Collateral {
+        vendor: "AMD KDS",
+        source,
+    }
+}
+
+/// Keys of the PCS cache a node names (the FMSPC its PCK certificate carries): bounds what a
+/// crowd of made-up platforms can make the cache hold. Intel knows a few hundred FMSPCs.
+const PCS_MAX_ENTRIES: usize = 4096;
+
+/// The TDX variants' collateral: a cache in front of Intel's PCS (or `--pcs-url`), started
+/// fetching what every platform shares and the TCB info of each `--tdx-fmspc`, so the first
+/// joins find them; `None` for the variants that need none. It shares `--collateral-dir` with
+/// the SNP cache: a proxy serves one variant, and the cache's files are named by key.
+fn tdx_collateral(config: &Config) -> Result<Option<collateral::pcs::PcsCollateral>, Error> {
+    use attestation::Variant;
+    use collateral::pcs::{PcsCollateral, PcsSource};
+    if !matches!(config.variant, Variant::QemuTdx | Variant::AzureTdx) {
+        return Ok(None);
+    }
+    let setup = |source: Box<dyn std::error::Error + Send + Sync>| Error::Collateral {
+        vendor: "Intel PCS",
+        source,
+    };
+    let source = PcsSource::new(
+        &config.pcs_url,
+        &config.intel_root_crl_url,
+        config.pcs_ca_file.as_deref(),
+        std::time::Duration::from_secs(10),
+    )
+    .map_err(|e| setup(Box::new(e)))?;
+    let cache = collateral::Cache::new(
+        Arc::new(source),
+        collateral::CacheConfig {
+            dir: config.collateral_dir.clone(),
+            max_stale: config.collateral_max_stale,
+            wait: config.collateral_wait,
+            backoff: std::time::Duration::from_secs(10),
+            max_entries: Some(PCS_MAX_ENTRIES),
+        },
+        tokio::runtime::Handle::current(),
+    )
+    .map_err(|e| setup(Box::new(e)))?;
+    let collateral = PcsCollateral::new(cache, config.collateral_max_stale);
+    let fmspcs: Vec<&str> = config.tdx_fmspcs.iter().map(String::as_str).collect();
+    collateral.warm(&fmspcs).map_err(|e| setup(Box::new(e)))?;
+    tracing::info!(pcs = %config.pcs_url, root_crl = %config.intel_root_crl_url, fmspcs = ?config.tdx_fmspcs, dir = ?config.collateral_dir, "TDX collateral from Intel's PCS, cached");
     Ok(Some(collateral))
 }
 

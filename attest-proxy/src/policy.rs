@@ -20,7 +20,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use attestation::snp::{GceIdentity, SnpCollateral};
+use attestation::tdx::TdxCollateral;
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
+use attestation::variants::tdx::{TdxKind, TdxValidator};
 use attestation::{Validator, Variant};
 use plumbing::shutdown::Shutdown;
 use prometheus_client::metrics::counter::Counter;
@@ -48,23 +50,23 @@ pub enum PolicyError {
         #[source]
         source: attestation::policy::PolicyError,
     },
-    /// The variant is verified by the attestation crate, but this proxy has no source of its
-    /// collateral yet.
-    #[error(
-        "attestation variant {0} is not served yet: its verifier exists, but attest-proxy has no Intel PCS collateral source"
-    )]
-    NotServedYet(Variant),
     /// No validator exists for the configured variant.
     #[error("attestation variant {0} is not supported by this build")]
     Unsupported(Variant),
 }
 
-/// Where the hardware variants get what documents leave out: AMD collateral (every SNP
-/// variant) and, for gcp-sev-snp, the key the GCE API vouches for.
+/// Where the hardware variants get what documents leave out, per vendor. Kept across reloads:
+/// a new policy gets a new validator over the same caches.
 #[derive(Clone, Debug)]
-pub struct Hardware {
-    pub collateral: Arc<dyn SnpCollateral>,
-    pub gce: Option<Arc<dyn GceIdentity>>,
+pub enum Hardware {
+    /// The SEV-SNP variants: AMD collateral and, for gcp-sev-snp, the key the GCE API vouches
+    /// for.
+    Amd {
+        collateral: Arc<dyn SnpCollateral>,
+        gce: Option<Arc<dyn GceIdentity>>,
+    },
+    /// The TDX variants: Intel collateral.
+    Intel { collateral: Arc<dyn TdxCollateral> },
 }
 
 /// A validator together with the digest of the policy it enforces.
@@ -79,7 +81,8 @@ pub struct Active {
 
 /// Builds the validator for `variant` from attestation config bytes read from `path`. A config
 /// that trusts no attestation key or enforces no measurement is invalid, at start as on reload.
-/// The SNP variants take their collateral (and gcp-sev-snp its GCE keys) from `hardware`.
+/// The SNP variants take their collateral (and gcp-sev-snp its GCE keys) from `hardware`, the
+/// TDX variants theirs.
 fn build(
     variant: Variant,
     path: &Path,
@@ -107,15 +110,14 @@ fn build(
                 Variant::AzureSevSnp => Binding::Azure,
                 _ => Binding::Gcp,
             };
-            let hardware = hardware.ok_or(PolicyError::Unsupported(variant))?;
+            let Some(Hardware::Amd { collateral, gce }) = hardware else {
+                return Err(PolicyError::Unsupported(variant));
+            };
             let (mut validator, digest) =
-                SevSnpValidator::from_attestation_config(binding, raw, hardware.collateral.clone())
+                SevSnpValidator::from_attestation_config(binding, raw, collateral.clone())
                     .map_err(invalid)?;
             if binding == Binding::Gcp {
-                let gce = hardware
-                    .gce
-                    .clone()
-                    .ok_or(PolicyError::Unsupported(variant))?;
+                let gce = gce.clone().ok_or(PolicyError::Unsupported(variant))?;
                 validator = validator.with_gce_identity(gce);
             }
             Ok(Active {
@@ -124,7 +126,23 @@ fn build(
                 validator: Arc::new(validator),
             })
         }
-        Variant::QemuTdx | Variant::AzureTdx => Err(PolicyError::NotServedYet(variant)),
+        Variant::QemuTdx | Variant::AzureTdx => {
+            let kind = match variant {
+                Variant::QemuTdx => TdxKind::Qemu,
+                _ => TdxKind::Azure,
+            };
+            let Some(Hardware::Intel { collateral }) = hardware else {
+                return Err(PolicyError::Unsupported(variant));
+            };
+            let (validator, digest) =
+                TdxValidator::from_attestation_config(kind, raw, collateral.clone())
+                    .map_err(invalid)?;
+            Ok(Active {
+                digest,
+                trust_any_ak: false,
+                validator: Arc::new(validator),
+            })
+        }
         other => Err(PolicyError::Unsupported(other)),
     }
 }
@@ -199,7 +217,7 @@ impl PolicyStatus {
 #[derive(Debug)]
 pub struct Current {
     variant: Variant,
-    /// Where the SNP variants get collateral; `None` for the others.
+    /// Where the hardware variants get collateral; `None` for the others.
     hardware: Option<Hardware>,
     path: PathBuf,
     active: RwLock<Arc<Active>>,
@@ -581,10 +599,91 @@ mod tests {
             Current::load(Variant::GcpSevSnp, &path, None),
             Err(PolicyError::Unsupported(Variant::GcpSevSnp))
         ));
+        // A hardware variant without its vendor's collateral source is not served.
         for tdx in [Variant::QemuTdx, Variant::AzureTdx] {
-            let error = Current::load(tdx, &path, None).unwrap_err();
-            assert!(matches!(error, PolicyError::NotServedYet(v) if v == tdx));
-            assert!(error.to_string().contains("not served yet"), "{error}");
+            assert!(matches!(
+                Current::load(tdx, &path, None),
+                Err(PolicyError::Unsupported(v)) if v == tdx
+            ));
+        }
+    }
+
+    fn intel() -> Hardware {
+        Hardware::Intel {
+            collateral: Arc::new(attestation::tdx::StaticCollateral::new()),
+        }
+    }
+
+    /// MRTD (index 0) enforced, 48 bytes as TDX measures, and the TCB statuses accepted.
+    fn tdx_config(byte: u8, statuses: &str) -> String {
+        format!(
+            r#"{{"measurements": {{"0": {{"expected": "{}"}}}}, "acceptedTcbStatuses": [{statuses}]}}"#,
+            hex::encode([byte; 48])
+        )
+    }
+
+    #[test]
+    fn tdx_variants_load_a_valid_config_and_reload_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        for (variant, name) in [
+            (Variant::QemuTdx, "qemu-tdx"),
+            (Variant::AzureTdx, "azure-tdx"),
+        ] {
+            std::fs::write(&path, tdx_config(1, r#""UpToDate""#)).unwrap();
+            let current = Current::load(variant, &path, Some(intel())).unwrap();
+            let first = current.get();
+            assert_eq!(first.validator.variant(), variant);
+            assert_eq!(first.digest.len(), 64);
+            // The accepted statuses are part of what the digest covers.
+            std::fs::write(&path, tdx_config(1, r#""UpToDate", "SWHardeningNeeded""#)).unwrap();
+            let Reload::Applied { digest } = current.reload() else {
+                panic!("{name}: a valid change must be applied")
+            };
+            assert_ne!(digest, first.digest, "{name}");
+            // A broken file keeps the policy in force, over the same collateral source.
+            std::fs::write(&path, tdx_config(1, r#""Sometimes""#)).unwrap();
+            let Reload::Refused { reason } = current.reload() else {
+                panic!("{name}: an invalid change must be refused")
+            };
+            assert!(
+                reason.contains(&format!("not a valid {name} policy")),
+                "{reason}"
+            );
+            assert_eq!(current.get().digest, digest);
+            // The SNP variants' collateral does not serve TDX.
+            assert!(matches!(
+                Current::load(variant, &path, None),
+                Err(PolicyError::Unsupported(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn tdx_variants_refuse_an_invalid_config_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        for (contents, reason) in [
+            (
+                format!(
+                    r#"{{"measurements": {{"0": {{"expected": "{}", "warnOnly": true}}}}}}"#,
+                    hex::encode([1u8; 48])
+                ),
+                "enforces no measurement",
+            ),
+            (tdx_config(1, r#""Sometimes""#), "Sometimes"),
+            (
+                tdx_config(1, r#""UpToDate""#).replace('}', r#", "intelRootKey": "not PEM"}"#),
+                "intelRootKey",
+            ),
+        ] {
+            std::fs::write(&path, &contents).unwrap();
+            for variant in [Variant::QemuTdx, Variant::AzureTdx] {
+                let error = Current::load(variant, &path, Some(intel())).unwrap_err();
+                assert!(matches!(error, PolicyError::Invalid { .. }), "{error}");
+                let chain = status::chain(&error);
+                assert!(chain.contains(reason), "{contents}: {chain}");
+            }
         }
     }
 

@@ -332,6 +332,7 @@ fn tdx_check_name(error: &crate::tdx::TdxError) -> &'static str {
             "tdx_collateral"
         }
         E::NotCurrent { .. } => "tdx_collateral_not_current",
+        E::UnknownPlatform(_) => "tdx_platform_unknown",
         E::NoTcbLevel(_) | E::TdxModule(_) | E::TcbRevoked => "tdx_tcb",
         E::Debug | E::Attributes(_) => "tdx_attributes",
         E::Other(_) => "tdx_other",

@@ -535,16 +535,49 @@ fn a_qemu_tdx_document_must_bind_the_connection() {
         .unwrap_err();
     assert!(matches!(error, attestation::Error::Binding(_)), "{error}");
     // No collateral for the platform: retry later, not a refusal.
-    let empty = validator.with_collateral(Arc::new(StaticCollateral::new()));
+    let empty = validator
+        .clone()
+        .with_collateral(Arc::new(StaticCollateral::new()));
     assert!(
         empty
             .validate(document.to_string().as_bytes(), b"nonce")
             .unwrap_err()
             .is_unavailable()
     );
+    // Intel does not know the platform: a refusal, named as such, not a retry.
+    let unknown = validator.with_collateral(Arc::new(UnknownToIntel));
+    let error = unknown
+        .validate(document.to_string().as_bytes(), b"nonce")
+        .unwrap_err();
+    assert!(!error.is_unavailable(), "{error}");
+    assert!(
+        matches!(&error, attestation::Error::Tdx(TdxError::UnknownPlatform(m)) if m.contains("b0c06f000000")),
+        "{error}"
+    );
+    assert_eq!(
+        attestation::audit::check_name(&error),
+        "tdx_platform_unknown"
+    );
     // Not the document's shape.
     assert!(matches!(
         empty.validate(b"{\"RawQuote\": 5}", b"nonce").unwrap_err(),
         attestation::Error::Malformed(_)
     ));
+}
+
+/// A source to which Intel answered that it knows no such FMSPC.
+#[derive(Debug)]
+struct UnknownToIntel;
+
+impl attestation::tdx::TdxCollateral for UnknownToIntel {
+    fn collateral(
+        &self,
+        fmspc: [u8; 6],
+        _ca: attestation::tdx::PckCa,
+    ) -> Result<std::sync::Arc<Collateral>, attestation::tdx::TdxCollateralError> {
+        Err(attestation::tdx::TdxCollateralError::UnknownPlatform {
+            fmspc: hex::encode(fmspc),
+            reason: "HTTP 404".to_owned(),
+        })
+    }
 }

@@ -21,14 +21,23 @@
 //! ([`PcsSource::with_not_found_recheck`]), so a storm of nodes of an unknown platform asks
 //! Intel once, and the verifier gets [`PcsError::NotFound`]: a refusal, not a retry.
 //!
+//! [`PcsCollateral`] answers the TDX verifier ([`attestation::tdx::TdxCollateral`]): it assembles
+//! one [`Collateral`] per FMSPC and PCK CA from the cached items and keeps it until one of them is
+//! refreshed. Nothing cached and Intel not answering in time is
+//! [`TdxCollateralError::Unavailable`] (the node retries); Intel's 404 for the FMSPC is
+//! [`TdxCollateralError::UnknownPlatform`] (the node is refused).
+//!
 //! The source checks only that what it fetched parses: the JSON's shape and dates, the
 //! signature's hex length, the CRL's DER and dates, the chain's PEM certificates. It verifies no
 //! signature: the verifier checks the chains, the signatures and the validity windows, as it
 //! does for what a node sends.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use attestation::tdx::collateral::{CollateralError, PcsResponses};
+use attestation::tdx::{Collateral, PckCa as TdxPckCa, TdxCollateral, TdxCollateralError};
 use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::FromDer;
 
@@ -491,13 +500,56 @@ impl Source for PcsSource {
 pub struct PcsCollateral {
     cache: Cache,
     max_stale: Duration,
+    assembled: Assembled,
+}
+
+/// At most this many platforms' assembled collateral is kept. Only platforms Intel knows are
+/// assembled (a few hundred FMSPCs exist), so the bound only guards against the unforeseen.
+const MAX_ASSEMBLED: usize = 1024;
+
+/// The verifier's [`Collateral`] per FMSPC and PCK CA, with the cached items it was built from.
+/// Parsing the JSON and CRLs costs far more than a join's lookup, and a storm of one platform's
+/// nodes needs the same result thousands of times: it is rebuilt only when the cache holds an
+/// item with other bytes (a refresh that brought something new). A refetched item is a new
+/// allocation, so the common case costs a pointer comparison per item.
+#[derive(Clone, Default)]
+struct Assembled(Arc<Mutex<HashMap<Platform, Built>>>);
+
+/// An FMSPC and the CA that issued its PCK certificates.
+type Platform = ([u8; 6], TdxPckCa);
+
+struct Built {
+    from: Vec<Arc<Vec<u8>>>,
+    collateral: Result<Arc<Collateral>, TdxCollateralError>,
+}
+
+impl std::fmt::Debug for Assembled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let platforms = self.0.lock().map(|m| m.len()).unwrap_or_default();
+        f.debug_struct("Assembled")
+            .field("platforms", &platforms)
+            .finish()
+    }
+}
+
+impl From<TdxPckCa> for PckCa {
+    fn from(ca: TdxPckCa) -> PckCa {
+        match ca {
+            TdxPckCa::Platform => PckCa::Platform,
+            TdxPckCa::Processor => PckCa::Processor,
+        }
+    }
 }
 
 impl PcsCollateral {
     /// `max_stale` must be the cache's: an item is served that long past its `nextUpdate`, so
     /// the verifier must accept it that long.
     pub fn new(cache: Cache, max_stale: Duration) -> Self {
-        PcsCollateral { cache, max_stale }
+        PcsCollateral {
+            cache,
+            max_stale,
+            assembled: Assembled::default(),
+        }
     }
 
     pub fn cache(&self) -> &Cache {
@@ -548,19 +600,119 @@ impl PcsCollateral {
     }
 
     fn get(&self, key: &str) -> Result<PcsItem, PcsError> {
-        let bytes: Arc<Vec<u8>> = self.cache.get(key)?;
-        let malformed = |reason: String| PcsError::Malformed {
-            key: key.to_owned(),
-            reason,
-        };
-        match decode(&bytes).map_err(malformed)? {
-            (FOUND, issuer_chain, body) => Ok(PcsItem { body, issuer_chain }),
-            (NOT_FOUND, _, reason) => Err(PcsError::NotFound {
-                key: key.to_owned(),
-                reason: String::from_utf8_lossy(&reason).into_owned(),
-            }),
-            (kind, _, _) => Err(malformed(format!("unknown kind {kind}"))),
+        decode_item(key, &self.cache.get(key)?)
+    }
+
+    /// The verifier's collateral for `fmspc` and `ca`, from the cached items: the same `Arc`
+    /// while none of them changed.
+    fn assemble(
+        &self,
+        fmspc: [u8; 6],
+        ca: TdxPckCa,
+    ) -> Result<Arc<Collateral>, TdxCollateralError> {
+        let fmspc_hex = hex::encode(fmspc);
+        let unavailable = |e: PcsError| TdxCollateralError::from(CollateralError(e.to_string()));
+        // The items every platform shares first: when those cannot be had, Intel's 404 for the
+        // FMSPC would be no sure sign of an unknown platform (a wrong --pcs-url answers 404 to
+        // everything).
+        let keys = [
+            QE_IDENTITY_KEY.to_owned(),
+            pck_crl_key(ca.into()),
+            ROOT_CA_CRL_KEY.to_owned(),
+            tcb_info_key(&fmspc_hex).map_err(unavailable)?,
+        ];
+        let mut from = Vec::with_capacity(keys.len());
+        for key in &keys {
+            from.push(self.cache.get(key).map_err(|e| unavailable(e.into()))?);
         }
+        let [qe, pck_crl, root_crl, tcb] = [0, 1, 2, 3].map(|i| (keys[i].as_str(), &from[i]));
+        for (key, bytes) in [qe, pck_crl, root_crl] {
+            if bytes.strip_prefix(MAGIC).and_then(|rest| rest.first()) == Some(&NOT_FOUND) {
+                decode_item(key, bytes).map_err(unavailable)?;
+            }
+        }
+        // Intel's 404 is a small record: cheap to read, and not kept here (the FMSPC is the
+        // node's to name, so such entries would be the node's to multiply).
+        let tcb = match decode_item(tcb.0, tcb.1) {
+            Err(PcsError::NotFound { reason, .. }) => {
+                return Err(TdxCollateralError::UnknownPlatform {
+                    fmspc: fmspc_hex,
+                    reason,
+                });
+            }
+            other => other.map_err(unavailable)?,
+        };
+        let mut memo = self.assembled.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(built) = memo.get_mut(&(fmspc, ca)) {
+            if built.from.iter().zip(&from).all(|(a, b)| Arc::ptr_eq(a, b)) {
+                return built.collateral.clone();
+            }
+            // Refetched, but Intel served the same bytes: nothing to parse again.
+            if built.from.iter().zip(&from).all(|(a, b)| a == b) {
+                built.from = from;
+                return built.collateral.clone();
+            }
+        }
+        let collateral = (|| {
+            let qe = decode_item(qe.0, qe.1)?;
+            let pck_crl = decode_item(pck_crl.0, pck_crl.1)?;
+            let root_crl = decode_item(root_crl.0, root_crl.1)?;
+            Ok::<_, PcsError>(Collateral::from_pcs(PcsResponses {
+                tcb_info: &tcb.body,
+                tcb_info_issuer_chain: &tcb.issuer_chain,
+                qe_identity: &qe.body,
+                qe_identity_issuer_chain: &qe.issuer_chain,
+                pck_crl: &pck_crl.body,
+                pck_crl_issuer_chain: &pck_crl.issuer_chain,
+                root_ca_crl: &root_crl.body,
+            }))
+        })()
+        .map_err(unavailable)?
+        .map(Arc::new)
+        .map_err(|e| {
+            // Intel served what parses item by item but not as a whole: nothing the node did.
+            tracing::warn!(fmspc = %fmspc_hex, %ca, error = %e, "Intel's collateral does not assemble");
+            TdxCollateralError::from(CollateralError(format!(
+                "Intel's collateral for FMSPC {fmspc_hex} ({ca} CA) does not assemble: {e}"
+            )))
+        });
+        if memo.len() >= MAX_ASSEMBLED && !memo.contains_key(&(fmspc, ca)) {
+            memo.clear();
+        }
+        memo.insert(
+            (fmspc, ca),
+            Built {
+                from,
+                collateral: collateral.clone(),
+            },
+        );
+        collateral
+    }
+}
+
+impl TdxCollateral for PcsCollateral {
+    fn collateral(
+        &self,
+        fmspc: [u8; 6],
+        ca: TdxPckCa,
+    ) -> Result<Arc<Collateral>, TdxCollateralError> {
+        self.assemble(fmspc, ca)
+    }
+}
+
+/// Reads a cached item: what was served, or Intel's 404 for it.
+fn decode_item(key: &str, bytes: &[u8]) -> Result<PcsItem, PcsError> {
+    let malformed = |reason: String| PcsError::Malformed {
+        key: key.to_owned(),
+        reason,
+    };
+    match decode(bytes).map_err(malformed)? {
+        (FOUND, issuer_chain, body) => Ok(PcsItem { body, issuer_chain }),
+        (NOT_FOUND, _, reason) => Err(PcsError::NotFound {
+            key: key.to_owned(),
+            reason: String::from_utf8_lossy(&reason).into_owned(),
+        }),
+        (kind, _, _) => Err(malformed(format!("unknown kind {kind}"))),
     }
 }
 

@@ -346,11 +346,25 @@ impl Collateral {
     }
 }
 
+/// Why a source gives no collateral for a platform. The two cases call for opposite answers: a
+/// source that cannot deliver now is the service's trouble (the node retries), while Intel
+/// itself saying it knows no such platform is final (the node is refused).
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TdxCollateralError {
+    /// Nothing usable at hand and the source did not deliver in time: the node should retry.
+    #[error(transparent)]
+    Unavailable(#[from] CollateralError),
+    /// Intel has no TCB info for the FMSPC the quote's PCK certificate names (PCS answered 404):
+    /// the platform is unknown to Intel, and asking again will not change that.
+    #[error("Intel knows no platform with FMSPC {fmspc}: {reason}")]
+    UnknownPlatform { fmspc: String, reason: String },
+}
+
 /// A source of Intel collateral. Implementations must not block for long: the verifier calls
 /// them on its verification threads, so a slow source is answered from cache or refused.
 pub trait TdxCollateral: Send + Sync + fmt::Debug {
     /// The collateral for quotes whose PCK certificate has `fmspc` and was issued by `ca`.
-    fn collateral(&self, fmspc: [u8; 6], ca: PckCa) -> Result<Arc<Collateral>, CollateralError>;
+    fn collateral(&self, fmspc: [u8; 6], ca: PckCa) -> Result<Arc<Collateral>, TdxCollateralError>;
 }
 
 /// Collateral held in memory: given up front, never fetched.
@@ -373,12 +387,13 @@ impl StaticCollateral {
 }
 
 impl TdxCollateral for StaticCollateral {
-    fn collateral(&self, fmspc: [u8; 6], ca: PckCa) -> Result<Arc<Collateral>, CollateralError> {
+    fn collateral(&self, fmspc: [u8; 6], ca: PckCa) -> Result<Arc<Collateral>, TdxCollateralError> {
         self.items.get(&(fmspc, ca)).cloned().ok_or_else(|| {
             CollateralError(format!(
                 "no Intel collateral for FMSPC {} ({ca} CA)",
                 hex::encode(fmspc)
             ))
+            .into()
         })
     }
 }

@@ -32,7 +32,7 @@ pub mod config;
 pub mod quote;
 mod tcb;
 
-pub use collateral::{Collateral, PckCa, StaticCollateral, TdxCollateral};
+pub use collateral::{Collateral, PckCa, StaticCollateral, TdxCollateral, TdxCollateralError};
 pub use config::{TdxConfig, TdxConfigError, TdxPolicyError};
 pub use quote::{TdQuote, TdReport};
 
@@ -67,6 +67,9 @@ pub enum TdxError {
     UntrustedRoot(String),
     #[error("Intel collateral: {0}")]
     Collateral(String),
+    /// Intel has no TCB info for the platform (FMSPC) of the quote's PCK certificate.
+    #[error("{0}")]
+    UnknownPlatform(String),
     #[error("Intel collateral is not current at the verification time {at}: {reason}")]
     NotCurrent { at: i64, reason: String },
     #[error("the TCB info's signature does not verify with the TCB signing certificate")]

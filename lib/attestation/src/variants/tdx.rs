@@ -19,7 +19,9 @@ use subtle::ConstantTimeEq;
 
 use crate::policy::Policy;
 use crate::snp::instance_info::check_azure_binding;
-use crate::tdx::{TdQuote, TdxCollateral, TdxConfig, VerifiedQuote, verify_quote};
+use crate::tdx::{
+    TdQuote, TdxCollateral, TdxCollateralError, TdxConfig, TdxError, VerifiedQuote, verify_quote,
+};
 use crate::variants::sev_snp::{Clock, system_clock};
 use crate::vtpm::{compare_pcrs, make_extra_data, verify_document};
 use crate::{Error, Validator, Variant, Verified, tpm};
@@ -165,11 +167,18 @@ impl TdxValidator {
     }
 
     /// Verifies `quote` with Intel's collateral for its platform and applies the TDX config.
+    /// Collateral that cannot be had now is `CollateralUnavailable` (the node retries); a
+    /// platform Intel does not know is a refusal.
     pub fn verify_hardware(&self, quote: &TdQuote) -> Result<(VerifiedQuote, Vec<String>), Error> {
         let collateral = self
             .collateral
             .collateral(quote.fmspc(), quote.pck_ca())
-            .map_err(|e| Error::CollateralUnavailable(e.to_string()))?;
+            .map_err(|e| match e {
+                TdxCollateralError::Unavailable(e) => Error::CollateralUnavailable(e.to_string()),
+                unknown @ TdxCollateralError::UnknownPlatform { .. } => {
+                    Error::Tdx(TdxError::UnknownPlatform(unknown.to_string()))
+                }
+            })?;
         let verified = verify_quote(quote, &collateral, &self.tdx.trust, (self.clock)())?;
         let notes = self.tdx.check(&verified)?;
         Ok((verified, notes))
