@@ -14,11 +14,13 @@ use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair as _};
 use time::format_description::well_known::Rfc3339;
 use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
-use x509_cert::der::asn1::{BitString, OctetString};
+use x509_cert::der::asn1::{BitString, OctetString, Uint};
 use x509_cert::der::oid::{AssociatedOid, ObjectIdentifier};
 use x509_cert::der::{Any, Encode};
 use x509_cert::ext::Extension;
-use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
+use x509_cert::ext::pkix::{
+    AuthorityKeyIdentifier, BasicConstraints, CrlNumber, KeyUsage, KeyUsages,
+};
 use x509_cert::name::Name;
 use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
@@ -37,6 +39,16 @@ pub const PCE_SVN: u16 = 13;
 /// The TEE TCB SVNs of that level (byte 1 is zero, so Intel's rule compares all sixteen bytes
 /// rather than looking the module up in `tdxModuleIdentities`).
 pub const TDX_TCB_SVNS: [u8; 16] = [5, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// The SVNs of the second, lower level [`SimulatedIntel::tcb_info_json`] writes, OutOfDate with
+/// advisory [`OUT_OF_DATE_ADVISORY`]: a machine whose PCK or TD report falls short of the
+/// UpToDate level but meets these is OutOfDate (below these too, no level matches at all).
+pub const OUT_OF_DATE_SGX_TCB_SVNS: [u8; 16] = [1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+/// The PCE SVN of the OutOfDate level.
+pub const OUT_OF_DATE_PCE_SVN: u16 = 11;
+/// The TEE TCB SVNs of the OutOfDate level.
+pub const OUT_OF_DATE_TDX_TCB_SVNS: [u8; 16] = [3, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// The advisory the OutOfDate level names, as Intel names the fixes a platform lacks.
+pub const OUT_OF_DATE_ADVISORY: &str = "INTEL-SA-00837";
 /// The ISV SVN of the TD QE that [`SimulatedIntel::qe_identity_json`] calls UpToDate.
 pub const QE_ISVSVN: u16 = 4;
 /// The TD QE's MRSIGNER as Intel publishes it (the simulated QE identity names the real one).
@@ -127,6 +139,13 @@ fn asn1_time(at: SystemTime) -> Result<Time, SimulationError> {
 
 fn secs(secs: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// A key identifier as RFC 5280 §4.2.1.2 method 1 makes it: SHA-1 of the public key bits.
+fn key_id(point: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, point)
+        .as_ref()
+        .to_vec()
 }
 
 /// A positive INTEGER serial from a number.
@@ -423,9 +442,11 @@ impl SimulatedIntel {
         self.sign_json("enclaveIdentity", inner)
     }
 
-    /// A TDX TCB info (version 3) for `fmspc` valid from `issued` to `next_update`, with one
-    /// platform TCB level ([`SGX_TCB_SVNS`], [`PCE_SVN`], [`TDX_TCB_SVNS`]) and one TDX module
-    /// identity (`TDX_01`, ISV SVN 2), both UpToDate.
+    /// A TDX TCB info (version 3) for `fmspc` valid from `issued` to `next_update`, with two
+    /// platform TCB levels, as Intel lists a platform's history: UpToDate ([`SGX_TCB_SVNS`],
+    /// [`PCE_SVN`], [`TDX_TCB_SVNS`]) and below it OutOfDate ([`OUT_OF_DATE_SGX_TCB_SVNS`],
+    /// [`OUT_OF_DATE_PCE_SVN`], [`OUT_OF_DATE_TDX_TCB_SVNS`], advisory
+    /// [`OUT_OF_DATE_ADVISORY`]), and one TDX module identity (`TDX_01`, ISV SVN 2), UpToDate.
     pub fn tcb_info_json(
         &self,
         fmspc: &str,
@@ -439,6 +460,11 @@ impl SimulatedIntel {
         };
         let zeros = "00".repeat(48);
         let tcb_date = intel_date(issued)?;
+        let old_date = intel_date(
+            issued
+                .checked_sub(Duration::from_secs(365 * 86_400))
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+        )?;
         Ok(serde_json::json!({
             "id": "TDX",
             "version": 3,
@@ -472,6 +498,15 @@ impl SimulatedIntel {
                 },
                 "tcbDate": tcb_date,
                 "tcbStatus": "UpToDate",
+            }, {
+                "tcb": {
+                    "sgxtcbcomponents": svns(&OUT_OF_DATE_SGX_TCB_SVNS),
+                    "pcesvn": OUT_OF_DATE_PCE_SVN,
+                    "tdxtcbcomponents": svns(&OUT_OF_DATE_TDX_TCB_SVNS),
+                },
+                "tcbDate": old_date,
+                "tcbStatus": "OutOfDate",
+                "advisoryIDs": [OUT_OF_DATE_ADVISORY],
             }],
         })
         .to_string())
@@ -529,7 +564,21 @@ impl SimulatedIntel {
             this_update: asn1_time(this_update)?,
             next_update: Some(asn1_time(next_update)?),
             revoked_certificates: (!revoked.is_empty()).then_some(revoked),
-            crl_extensions: None,
+            // RFC 5280 requires both, as Intel's CRLs carry them, and webpki (which dcap-qvl
+            // checks CRLs with) refuses a CRL without extensions.
+            crl_extensions: Some(vec![
+                extension(&CrlNumber(Uint::new(&[1])?), false)?,
+                extension(
+                    &AuthorityKeyIdentifier {
+                        key_identifier: Some(OctetString::new(key_id(
+                            issuer.key.public_key().as_ref(),
+                        ))?),
+                        authority_cert_issuer: None,
+                        authority_cert_serial_number: None,
+                    },
+                    false,
+                )?,
+            ]),
         };
         let sig = self.sign_der(issuer, &tbs.to_der()?)?;
         Ok(CertificateList {

@@ -8,6 +8,10 @@
 //! simulated node can match (or deliberately miss) a measurement policy. Issuing costs one
 //! signature, so thousands of simulated nodes fit on one machine without a TPM.
 //!
+//! [`snp`] and [`tdx`] simulate the hardware of the SEV-SNP and TDX variants (AMD's and
+//! Intel's certificate chains, signed reports and quotes, the variants' documents), trusted
+//! only where a test's attestation config names the simulated root.
+//!
 //! **Not part of the service.** Such a document proves nothing: whoever holds the key can quote
 //! any PCR values. The qemu-vtpm variant trusts the attestation key as presented, so the
 //! validator accepts these documents; that is what makes them useful for load tests, and why
@@ -18,6 +22,7 @@
 
 mod marshal;
 pub mod snp;
+pub mod tdx;
 pub mod tsm;
 
 use std::collections::BTreeMap;

@@ -620,6 +620,24 @@ pub fn azure_runtime_data(n: &[u8], e: &[u8]) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Azure's HCL runtime data naming `ak` (RSA, as Azure's vTPM keys are) as `keys[0]`: what an
+/// Azure CVM's hardware report binds, on SEV-SNP and TDX alike.
+pub fn azure_runtime_data_for(ak: &crate::SoftIssuer) -> Result<Vec<u8>, SimulationError> {
+    let public = attestation::tpm::Public::parse(ak.ak_public())
+        .map_err(|e| SimulationError::Key(e.to_string()))?;
+    let attestation::tpm::PublicKey::Rsa {
+        exponent, modulus, ..
+    } = &public.key
+    else {
+        return Err(SimulationError::Key(
+            "Azure's runtime data names an RSA attestation key".to_owned(),
+        ));
+    };
+    let e = if *exponent == 0 { 65537u32 } else { *exponent }.to_be_bytes();
+    let first = e.iter().position(|&b| b != 0).unwrap_or(e.len());
+    Ok(azure_runtime_data(modulus, &e[first..]))
+}
+
 /// What a gcp-sev-snp node puts into REPORT_DATA, given the connection's extraData.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GcpReportData {
@@ -699,19 +717,7 @@ impl SnpDocumentIssuer {
         chain_pem: &str,
         mut fields: ReportFields,
     ) -> Result<Self, SimulationError> {
-        let public = attestation::tpm::Public::parse(ak.ak_public())
-            .map_err(|e| SimulationError::Key(e.to_string()))?;
-        let attestation::tpm::PublicKey::Rsa {
-            exponent, modulus, ..
-        } = &public.key
-        else {
-            return Err(SimulationError::Key(
-                "azure-sev-snp needs an RSA attestation key".to_owned(),
-            ));
-        };
-        let e = if *exponent == 0 { 65537u32 } else { *exponent }.to_be_bytes();
-        let first = e.iter().position(|&b| b != 0).unwrap_or(e.len());
-        let runtime = azure_runtime_data(modulus, &e[first..]);
+        let runtime = azure_runtime_data_for(&ak)?;
         fields.report_data[..32]
             .copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &runtime).as_ref());
         let report = vcek.report(&fields)?;

@@ -315,17 +315,79 @@ pub fn swtpm_ak_trust(swtpm: &Swtpm) -> anyhow::Result<AkTrust> {
     Ok(AkTrust::keys(keys.iter().map(Vec::as_slice)))
 }
 
+/// The harness's boot measurements, as PCR values a simulated node's vTPM quotes.
+pub fn boot_pcrs() -> Vec<(u32, [u8; 32])> {
+    BOOT_MEASUREMENTS
+        .iter()
+        .map(|&(index, byte)| (index, extended_once(&[byte; 32])))
+        .collect()
+}
+
+/// The harness's boot measurements as an attestation config's `measurements`, all enforced.
+pub fn boot_measurements() -> serde_json::Map<String, serde_json::Value> {
+    boot_pcrs()
+        .into_iter()
+        .map(|(index, value)| {
+            (
+                index.to_string(),
+                serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
+            )
+        })
+        .collect()
+}
+
+/// The directory of a simulated hardware vendor's site (SEV-SNP's, TDX's): the public files
+/// attest-proxy reads (the stand-in's CA, the attestation config as `attestationConfig`) and the
+/// collateral directory it writes (`collateral/`).
+#[derive(Clone, Debug)]
+pub struct SiteDir(PathBuf);
+
+impl SiteDir {
+    /// Writes `files` (name, contents) into `dir`, readable by every uid, lets every uid
+    /// traverse `dir`, and makes `collateral/`, owned by `proxy_uid` when attest-proxy runs as
+    /// another uid.
+    pub fn prepare(
+        dir: &Path,
+        files: &[(&str, String)],
+        proxy_uid: Option<u32>,
+    ) -> anyhow::Result<SiteDir> {
+        use std::os::unix::fs::PermissionsExt;
+        let site = SiteDir(dir.to_owned());
+        std::fs::create_dir_all(site.collateral_dir())?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        for (name, contents) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, contents)
+                .with_context(|| format!("writing {}", path.display()))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+        }
+        if let Some(uid) = proxy_uid {
+            std::os::unix::fs::chown(site.collateral_dir(), Some(uid), None)
+                .context("giving the collateral directory to attest-proxy's uid")?;
+        }
+        Ok(site)
+    }
+
+    /// A file of the site.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The attestation config written at start.
+    pub fn attestation_config_path(&self) -> PathBuf {
+        self.file("attestationConfig")
+    }
+
+    /// Where attest-proxy keeps fetched collateral.
+    pub fn collateral_dir(&self) -> PathBuf {
+        self.file("collateral")
+    }
+}
+
 /// A Constellation attestation config for qemu-vtpm that trusts `ak_trust`'s keys and enforces
 /// exactly the harness's boot measurements, plus `extra` entries (index, expected, warn_only).
 pub fn attestation_config(ak_trust: &AkTrust, extra: &[(u32, [u8; 32], bool)]) -> String {
-    let mut measurements = serde_json::Map::new();
-    for (index, byte) in BOOT_MEASUREMENTS {
-        let value = extended_once(&[byte; 32]);
-        measurements.insert(
-            index.to_string(),
-            serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
-        );
-    }
+    let mut measurements = boot_measurements();
     for (index, expected, warn_only) in extra {
         measurements.insert(
             index.to_string(),

@@ -22,7 +22,7 @@ use gce_standin::GceStandin;
 use kds_standin::KdsStandin;
 use soft_issuer::snp::{SimulatedAmd, SimulatedSigner};
 
-use crate::harness::{BOOT_MEASUREMENTS, GceEndpoints, extended_once};
+use crate::harness::{GceEndpoints, SiteDir, boot_measurements, boot_pcrs};
 
 /// The TCB of every simulated chip and VLEK, and the minimum the configs written here enforce.
 pub const TCB: Tcb = Tcb {
@@ -40,15 +40,8 @@ pub const AMD_CERTIFICATES: &str = "simulated-amd.pem";
 /// A Constellation attestation config for an SNP variant: the harness's boot measurements
 /// enforced, [`TCB`] as the minimum TCB, and `amd`'s ARK as the only trusted root.
 pub fn attestation_config(amd: &SimulatedAmd) -> String {
-    let mut measurements = serde_json::Map::new();
-    for (index, byte) in BOOT_MEASUREMENTS {
-        measurements.insert(
-            index.to_string(),
-            serde_json::json!({"expected": hex::encode(extended_once(&[byte; 32])), "warnOnly": false}),
-        );
-    }
     serde_json::json!({
-        "measurements": measurements,
+        "measurements": boot_measurements(),
         "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
         "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
         "amdRootKey": amd.ark_pem(),
@@ -77,7 +70,7 @@ pub fn vcek_path(product: Product, hw_id: &[u8], tcb: &Tcb) -> String {
 pub struct SnpSite {
     pub amd: Arc<SimulatedAmd>,
     pub kds: KdsStandin,
-    dir: PathBuf,
+    dir: SiteDir,
 }
 
 impl SnpSite {
@@ -106,38 +99,26 @@ impl SnpSite {
             product,
             amd.crl(&[], now - 3600, now + crl_valid_for.as_secs())?,
         );
-        std::fs::create_dir_all(dir.join("collateral"))?;
-        // Every uid traverses the directory and reads the public files in it.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-        for (name, contents) in [
-            ("kds-ca.pem", kds.ca_pem().to_owned()),
-            (AMD_CERTIFICATES, amd.certificates_pem()),
-            ("attestationConfig", attestation_config(&amd)),
-        ] {
-            let path = dir.join(name);
-            std::fs::write(&path, contents)
-                .with_context(|| format!("writing {}", path.display()))?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-        }
-        if let Some(uid) = proxy_uid {
-            std::os::unix::fs::chown(dir.join("collateral"), Some(uid), None)
-                .context("giving the collateral directory to attest-proxy's uid")?;
-        }
-        Ok(SnpSite {
-            amd,
-            kds,
-            dir: dir.to_owned(),
-        })
+        let dir = SiteDir::prepare(
+            dir,
+            &[
+                ("kds-ca.pem", kds.ca_pem().to_owned()),
+                (AMD_CERTIFICATES, amd.certificates_pem()),
+                ("attestationConfig", attestation_config(&amd)),
+            ],
+            proxy_uid,
+        )?;
+        Ok(SnpSite { amd, kds, dir })
     }
 
     /// The attestation config written at start.
     pub fn attestation_config_path(&self) -> PathBuf {
-        self.dir.join("attestationConfig")
+        self.dir.attestation_config_path()
     }
 
     /// Where attest-proxy keeps fetched collateral.
     pub fn collateral_dir(&self) -> PathBuf {
-        self.dir.join("collateral")
+        self.dir.collateral_dir()
     }
 
     /// attest-proxy's collateral flags: the stand-in's URL and CA, the collateral directory, and
@@ -148,7 +129,7 @@ impl SnpSite {
             "--kds-url".to_owned(),
             self.kds.url().to_owned(),
             "--kds-ca-file".to_owned(),
-            path(self.dir.join("kds-ca.pem")),
+            path(self.dir.file("kds-ca.pem")),
             "--collateral-dir".to_owned(),
             path(self.collateral_dir()),
             "--collateral-wait".to_owned(),
@@ -269,7 +250,7 @@ impl GceRegistry {
 ///   registered with the GCE stand-in as the instance's key when the node is made
 ///   ([`SnpMachines::register_instances_with`]); its reports hold each connection's extraData.
 ///
-/// Every quote carries the harness's boot measurements ([`BOOT_MEASUREMENTS`]), as
+/// Every quote carries the harness's boot measurements ([`crate::harness::BOOT_MEASUREMENTS`]), as
 /// [`attestation_config`] expects.
 pub struct SnpMachines {
     variant: attestation::Variant,
@@ -303,14 +284,6 @@ impl std::fmt::Debug for SnpMachines {
             .field("with_certificates", &self.with_certificates)
             .finish_non_exhaustive()
     }
-}
-
-/// The harness's boot measurements, as PCR values a node quotes.
-fn boot_pcrs() -> Vec<(u32, [u8; 32])> {
-    BOOT_MEASUREMENTS
-        .iter()
-        .map(|&(index, byte)| (index, extended_once(&[byte; 32])))
-        .collect()
 }
 
 /// The `index`-th simulated chip's CHIP_ID.

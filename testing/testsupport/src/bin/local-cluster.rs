@@ -15,6 +15,11 @@
 //! Each simulated node's instance is registered there before it joins; `loadgen run --variant
 //! gcp-sev-snp --gce-standin <address>` registers its nodes' through the stand-in's control
 //! endpoint, whose address local-cluster prints and writes to `<snp-dir>/gce-standin-control`.
+//!
+//! With `--variant qemu-tdx` or `azure-tdx` it simulates Intel: a simulated Intel SGX root the
+//! attestation config trusts as `intelRootKey`, and a PCS stand-in (in this process) that
+//! attest-proxy fetches TCB info, QE identity and CRLs from into a collateral directory. The
+//! demo node then runs in a TD on a simulated TDX machine.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,6 +34,7 @@ use node_client::{keys, ticket};
 use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::{Options, System, Uids, own_uid};
 use testsupport::snp::{GceSite, SnpMachines, SnpSite};
+use testsupport::tdx::{TdxMachines, TdxSite};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,9 +60,10 @@ struct Args {
     /// keys. Development only: anyone who reaches the proxy can then forge a quote.
     #[arg(long)]
     trust_any_ak: bool,
-    /// The attestation variant attest-proxy serves: qemu-vtpm, or aws-sev-snp / azure-sev-snp /
+    /// The attestation variant attest-proxy serves: qemu-vtpm, aws-sev-snp / azure-sev-snp /
     /// gcp-sev-snp on simulated AMD hardware (a KDS stand-in in this process; for gcp-sev-snp
-    /// also a GCE stand-in, and the gce-identity process asking it).
+    /// also a GCE stand-in, and the gce-identity process asking it), or qemu-tdx / azure-tdx on
+    /// simulated Intel hardware (a PCS stand-in in this process).
     #[arg(long, default_value = "qemu-vtpm")]
     variant: Variant,
     /// With an SNP variant: where the KDS stand-in's CA, the simulated AMD's certificates
@@ -65,43 +72,127 @@ struct Args {
     /// temporary directory if unset (kept with --serve).
     #[arg(long)]
     snp_dir: Option<PathBuf>,
-    /// With an SNP variant: how long a join waits for collateral not cached yet.
+    /// With a TDX variant: where the PCS stand-in's CA, the simulated Intel root
+    /// (`simulated-intel-root.pem`), the attestation config and the collateral directory go; a
+    /// new temporary directory if unset (kept with --serve).
+    #[arg(long)]
+    tdx_dir: Option<PathBuf>,
+    /// With an SNP or TDX variant: how long a join waits for collateral not cached yet.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     collateral_wait: Duration,
 }
 
-/// An SNP variant's simulated AMD and KDS stand-in (and GCE stand-in), and where its files are.
-struct Snp {
-    site: SnpSite,
-    /// gcp-sev-snp's GCE stand-in.
-    gce: Option<GceSite>,
-    machines: SnpMachines,
+/// The simulated hardware a variant's nodes run on: its site (the simulated vendor and its
+/// collateral service) and its machines, and where the site's files are.
+enum Hardware {
+    Snp {
+        site: SnpSite,
+        /// gcp-sev-snp's GCE stand-in.
+        gce: Option<GceSite>,
+        machines: SnpMachines,
+    },
+    Tdx {
+        site: TdxSite,
+        machines: TdxMachines,
+    },
+}
+
+struct Simulated {
+    hardware: Hardware,
     /// Removed at exit unless kept.
     _dir: Option<tempfile::TempDir>,
 }
 
-async fn simulate_amd(args: &Args) -> anyhow::Result<Option<Snp>> {
-    if args.variant == Variant::QemuVtpm {
-        return Ok(None);
+impl Simulated {
+    fn attestation_config_path(&self) -> PathBuf {
+        match &self.hardware {
+            Hardware::Snp { site, .. } => site.attestation_config_path(),
+            Hardware::Tdx { site, .. } => site.attestation_config_path(),
+        }
     }
+
+    fn proxy_args(&self, collateral_wait: Duration) -> Vec<String> {
+        match &self.hardware {
+            Hardware::Snp { site, .. } => site.proxy_args(collateral_wait),
+            Hardware::Tdx { site, .. } => site.proxy_args(collateral_wait),
+        }
+    }
+
+    /// gcp-sev-snp: where gce-identity finds Google (the GCE stand-in).
+    fn gce(&self) -> Option<testsupport::harness::GceEndpoints> {
+        match &self.hardware {
+            Hardware::Snp { gce: Some(gce), .. } => Some(gce.endpoints(Vec::new())),
+            _ => None,
+        }
+    }
+
+    fn node(&self) -> anyhow::Result<(Arc<dyn attestation::Issuer>, &'static str)> {
+        Ok(match &self.hardware {
+            Hardware::Snp { machines, .. } => {
+                (Arc::new(machines.node()?), "simulated SEV-SNP machine")
+            }
+            Hardware::Tdx { machines, .. } => (Arc::new(machines.node()?), "simulated TDX machine"),
+        })
+    }
+}
+
+/// `dir`, or a new temporary directory named after `prefix` (kept with --serve).
+fn site_dir(
+    dir: Option<&PathBuf>,
+    prefix: &str,
+    keep: bool,
+) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    if let Some(dir) = dir {
+        return Ok((dir.clone(), None));
+    }
+    let temp = tempfile::Builder::new().prefix(prefix).tempdir()?;
+    let path = temp.path().to_owned();
+    if keep {
+        let _ = temp.keep();
+        return Ok((path, None));
+    }
+    Ok((path, Some(temp)))
+}
+
+async fn simulate_hardware(args: &Args) -> anyhow::Result<Option<Simulated>> {
+    match args.variant {
+        Variant::QemuVtpm => Ok(None),
+        Variant::QemuTdx | Variant::AzureTdx => simulate_intel(args).await.map(Some),
+        _ => simulate_amd(args).await.map(Some),
+    }
+}
+
+async fn simulate_intel(args: &Args) -> anyhow::Result<Simulated> {
+    let intel = Arc::new(pcs_standin::SimulatedIntel::new()?);
+    let machines = TdxMachines::new(args.variant, &intel, 4)?;
+    let (dir, temp) = site_dir(args.tdx_dir.as_ref(), "joinservice-tdx-", args.serve)?;
+    // As root the harness runs attest-proxy as the pod's uid, which writes the collateral.
+    let proxy_uid = (own_uid()? == 0).then_some(Uids::POD.proxy);
+    let site = TdxSite::start(
+        args.variant,
+        intel,
+        &machines.fmspcs(),
+        &dir,
+        Duration::from_secs(7 * 86_400),
+        proxy_uid,
+    )
+    .await?;
+    println!(
+        "simulated Intel TDX ({}): PCS stand-in at {}, files in {}",
+        args.variant,
+        site.pcs.url(),
+        dir.display()
+    );
+    Ok(Simulated {
+        hardware: Hardware::Tdx { site, machines },
+        _dir: temp,
+    })
+}
+
+async fn simulate_amd(args: &Args) -> anyhow::Result<Simulated> {
     let amd = Arc::new(SimulatedAmd::new(attestation::snp::Product::Milan)?);
     let machines = SnpMachines::new(args.variant, &amd, 4)?;
-    let (dir, temp) = match &args.snp_dir {
-        Some(dir) => (dir.clone(), None),
-        None => {
-            let temp = tempfile::Builder::new()
-                .prefix("joinservice-snp-")
-                .tempdir()?;
-            let path = temp.path().to_owned();
-            let temp = if args.serve {
-                let _ = temp.keep();
-                None
-            } else {
-                Some(temp)
-            };
-            (path, temp)
-        }
-    };
+    let (dir, temp) = site_dir(args.snp_dir.as_ref(), "joinservice-snp-", args.serve)?;
     // As root the harness runs attest-proxy as the pod's uid, which writes the collateral.
     let proxy_uid = (own_uid()? == 0).then_some(Uids::POD.proxy);
     let site = SnpSite::start(amd, &dir, Duration::from_secs(7 * 86_400), proxy_uid).await?;
@@ -125,36 +216,35 @@ async fn simulate_amd(args: &Args) -> anyhow::Result<Option<Snp>> {
     } else {
         (None, machines)
     };
-    Ok(Some(Snp {
-        site,
-        gce,
-        machines,
+    Ok(Simulated {
+        hardware: Hardware::Snp {
+            site,
+            gce,
+            machines,
+        },
         _dir: temp,
-    }))
+    })
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text);
-    let snp = simulate_amd(&args).await?;
+    let simulated = simulate_hardware(&args).await?;
     let options = Options {
         proxy_listen: args.listen,
         attestation_config: args
             .attestation_config
             .clone()
-            .or_else(|| snp.as_ref().map(|s| s.site.attestation_config_path())),
+            .or_else(|| simulated.as_ref().map(Simulated::attestation_config_path)),
         keep_dir: args.serve,
         trust_any_ak: args.trust_any_ak,
         variant: Some(args.variant),
-        proxy_args: snp
+        proxy_args: simulated
             .as_ref()
-            .map(|s| s.site.proxy_args(args.collateral_wait))
+            .map(|s| s.proxy_args(args.collateral_wait))
             .unwrap_or_default(),
-        gce: snp
-            .as_ref()
-            .and_then(|s| s.gce.as_ref())
-            .map(|gce| gce.endpoints(Vec::new())),
+        gce: simulated.as_ref().and_then(Simulated::gce),
         ..Options::default()
     };
     let system = System::start(options).await?;
@@ -166,11 +256,11 @@ async fn main() -> anyhow::Result<()> {
     println!("attest-proxy admin endpoint on {}", system.admin.proxy);
 
     if !args.no_demo {
-        let (issuer, how): (Arc<dyn attestation::Issuer>, String) = match &snp {
-            Some(snp) => (
-                Arc::new(snp.machines.node()?),
-                format!("simulated SEV-SNP machine, {}", args.variant),
-            ),
+        let (issuer, how): (Arc<dyn attestation::Issuer>, String) = match &simulated {
+            Some(simulated) => {
+                let (issuer, machine) = simulated.node()?;
+                (issuer, format!("{machine}, {}", args.variant))
+            }
             None => (system.issuer()?, "swtpm, qemu-vtpm".to_owned()),
         };
         if let Err(error) = demo(&system, issuer, &how).await {
