@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::http::HttpClient;
-use crate::{Cache, FetchError, FetchFuture, Fetched, Source};
+use crate::{Cache, FetchError, FetchFuture, Fetched, KeyClass, Source};
 use attestation::snp::{
     Cert, CollateralError, Crl, Product, SigningKey, SnpCollateral, Tcb, certs_from_pem,
 };
@@ -139,6 +139,16 @@ impl Source for KdsSource {
                 stale_after,
             })
         })
+    }
+
+    /// CRLs and chains are named by the service, per product; a VCEK by the chip ID and TCB the
+    /// node's report claims, which cannot be checked before the VCEK is had.
+    fn class(&self, key: &str) -> KeyClass {
+        if key.starts_with("crl/") || key.starts_with("chain/") {
+            KeyClass::Shared
+        } else {
+            KeyClass::NodeNamed
+        }
     }
 }
 

@@ -18,10 +18,22 @@
 //!   `Unavailable` (the node retries) rather than a refusal.
 //! - **Persisted.** With a directory (a volume), every fetched item is written there and read
 //!   back at start, so a restarted service verifies without asking the vendor.
-//! - **Bounded.** With [`CacheConfig::max_entries`], a new item first pushes out items no longer
-//!   servable, then the one fetched longest ago (for keys a node names, such as GCE instances).
+//! - **Bounded where a node chooses.** The source sorts its keys ([`Source::class`]): the few
+//!   every join needs and the service names itself ([`KeyClass::Shared`]: AMD's CRLs and chains,
+//!   Intel's QE identity and CRLs), and those a connecting node names before anything it sent is
+//!   verified ([`KeyClass::NodeNamed`]: a VCEK's chip ID and TCB, a TDX platform's FMSPC, a GCE
+//!   instance). Shared keys are few by construction and never counted, evicted or held back.
+//!   With [`CacheConfig::max_entries`], at most that many node-named items are kept, in memory
+//!   and in the directory (a new one first pushes out those no longer servable, then the one
+//!   fetched longest ago, and its files go with it), at most that many node-named keys back off,
+//!   and at most that many node-named fetches are in flight. So a node inventing names costs
+//!   bounded memory and disk and can never push out what every join needs.
 //! - **Polite.** A failed fetch is not retried for a back-off (the source's `Retry-After` when it
-//!   gives one).
+//!   gives one). A `Retry-After` from the source also holds back every node-named fetch that
+//!   source would start, for that long: a node inventing names cannot turn one vendor's 429 into
+//!   one more request per name. Shared keys are still refreshed when due, each with its own
+//!   back-off, so the vendor's rate limit is not spent on names a node made up while the items
+//!   every join needs fall stale.
 //!
 //! What the bytes mean is the caller's business: the source parses what it fetched far enough
 //! to say when it expires, and the verifier checks it as it checks everything else.
@@ -76,11 +88,30 @@ impl FetchError {
 /// A fetch in progress.
 pub type FetchFuture = Pin<Box<dyn Future<Output = Result<Fetched, FetchError>> + Send>>;
 
+/// Who chooses a key, and so how far the cache trusts the number of such keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyClass {
+    /// Named by the service itself and needed by every join (a CRL, a chain): a handful, never
+    /// evicted, counted against no bound, refreshed whatever node-named keys cost.
+    Shared,
+    /// Named by what a connecting node sent, before it is verified (a chip ID, an FMSPC, an
+    /// instance): as many as nodes care to invent, so bounded and held back source-wide when
+    /// the source asks for it.
+    NodeNamed,
+}
+
 /// Where collateral comes from.
 pub trait Source: Send + Sync + std::fmt::Debug {
     /// Fetches `key`. Called with the cache's lock held, so it must return at once: the work
     /// happens when the future runs, on the cache's runtime, and should carry its own timeout.
     fn fetch(&self, key: &str) -> FetchFuture;
+
+    /// Who names `key`. Anything the source does not know as one of its shared keys is
+    /// node-named: the safe side, as only such keys are bounded.
+    fn class(&self, key: &str) -> KeyClass {
+        let _ = key;
+        KeyClass::NodeNamed
+    }
 }
 
 /// The item cannot be had now: none cached (or only one stale past the bound) and the source
@@ -103,8 +134,9 @@ pub struct CacheConfig {
     pub wait: Duration,
     /// How long a failed fetch is not retried when the source gave no `Retry-After`.
     pub backoff: Duration,
-    /// At most this many items (and as many keys backing off) are kept; `None`: no bound (a
-    /// source whose keys the cache's owner names, such as AMD's products and chips).
+    /// At most this many node-named items are kept (and as many node-named keys back off, and
+    /// as many node-named fetches are in flight); shared keys are not counted. `None`: no bound,
+    /// only for tests and sources whose keys no node names.
     pub max_entries: Option<usize>,
 }
 
@@ -122,6 +154,7 @@ impl Default for CacheConfig {
 
 #[derive(Clone, Debug)]
 struct Entry {
+    class: KeyClass,
     bytes: Arc<Vec<u8>>,
     fetched_at: SystemTime,
     refresh_after: SystemTime,
@@ -129,18 +162,36 @@ struct Entry {
 }
 
 /// The outcome of the one fetch in flight for a key, for everyone waiting on it.
-#[derive(Default)]
 struct Flight {
+    class: KeyClass,
     done: Mutex<Option<Result<(), String>>>,
     cv: Condvar,
+}
+
+/// A key whose last fetch failed.
+struct Backoff {
+    class: KeyClass,
+    /// Not fetched again before then.
+    until: SystemTime,
+    reason: String,
 }
 
 #[derive(Default)]
 struct State {
     entries: HashMap<String, Entry>,
     flights: HashMap<String, Arc<Flight>>,
-    /// Keys whose last fetch failed: not before this time again.
-    not_before: HashMap<String, (SystemTime, String)>,
+    not_before: HashMap<String, Backoff>,
+    /// The source's last `Retry-After`: no node-named fetch starts before then.
+    hold: Option<(SystemTime, String)>,
+}
+
+impl State {
+    fn node_named_flights(&self) -> usize {
+        self.flights
+            .values()
+            .filter(|f| f.class == KeyClass::NodeNamed)
+            .count()
+    }
 }
 
 /// Counters for metrics.
@@ -152,6 +203,17 @@ pub struct Stats {
     pub fetch_ok: AtomicU64,
     pub fetch_failed: AtomicU64,
     pub unavailable: AtomicU64,
+}
+
+/// How much the cache holds now, by [`KeyClass`]: what the bounds are about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub shared: usize,
+    pub node_named: usize,
+    /// Node-named keys backing off after a failed fetch.
+    pub node_named_backing_off: usize,
+    /// Node-named fetches in flight.
+    pub node_named_in_flight: usize,
 }
 
 /// The cache. Cheap to clone; clones share everything.
@@ -210,7 +272,23 @@ impl Cache {
         let mut state = State::default();
         if let Some(dir) = &config.dir {
             std::fs::create_dir_all(dir)?;
-            state.entries = load(dir);
+            state.entries = load(dir, source.as_ref());
+            if let Some(max) = config.max_entries {
+                // A directory written before the bound (or under a larger one) is cut to it.
+                let mut named: Vec<(SystemTime, String)> = state
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| e.class == KeyClass::NodeNamed)
+                    .map(|(k, e)| (e.fetched_at, k.clone()))
+                    .collect();
+                if named.len() > max {
+                    named.sort();
+                    for (_, key) in &named[..named.len() - max] {
+                        state.entries.remove(key);
+                        forget(dir, key);
+                    }
+                }
+            }
         }
         Ok(Cache {
             inner: Arc::new(Inner {
@@ -246,21 +324,15 @@ impl Cache {
                     } else {
                         self.inner.stats.stale_hits.fetch_add(1, Ordering::Relaxed);
                     }
-                    self.start_fetch(&mut state, key, now);
+                    // Backing off or held: the item is served as it is meanwhile.
+                    let _ = self.start_fetch(&mut state, key, now);
                     return Ok(entry.bytes);
                 }
             }
             self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
             match self.start_fetch(&mut state, key, now) {
-                Some(flight) => flight,
-                None => {
-                    let reason = state
-                        .not_before
-                        .get(key)
-                        .map(|(_, reason)| format!("the last fetch failed ({reason}); backing off"))
-                        .unwrap_or_else(|| "no fetch possible".to_owned());
-                    return Err(self.unavailable(key, reason));
-                }
+                Ok(flight) => flight,
+                Err(reason) => return Err(self.unavailable(key, reason)),
             }
         };
         // Wait for the fetch without holding the state lock.
@@ -301,7 +373,7 @@ impl Cache {
             .get(key)
             .is_some_and(|e| now < e.refresh_after);
         if !fresh {
-            self.start_fetch(&mut state, key, now);
+            let _ = self.start_fetch(&mut state, key, now);
         }
     }
 
@@ -314,6 +386,23 @@ impl Cache {
             .filter(|(k, _)| k.starts_with(prefix))
             .filter_map(|(_, e)| now.duration_since(e.fetched_at).ok())
             .max()
+    }
+
+    /// How many items, back-offs and fetches the cache holds now.
+    pub fn counts(&self) -> Counts {
+        let state = self.lock();
+        let named = |class: &KeyClass| *class == KeyClass::NodeNamed;
+        let node_named = state.entries.values().filter(|e| named(&e.class)).count();
+        Counts {
+            shared: state.entries.len() - node_named,
+            node_named,
+            node_named_backing_off: state
+                .not_before
+                .values()
+                .filter(|b| named(&b.class))
+                .count(),
+            node_named_in_flight: state.node_named_flights(),
+        }
     }
 
     /// Keys whose items are served stale (past `stale_after`), for a readiness note.
@@ -342,35 +431,70 @@ impl Cache {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the fetch of `key` unless one is in flight (then returns that one) or the key is
-    /// backing off (then `None`).
-    fn start_fetch(&self, state: &mut State, key: &str, now: SystemTime) -> Option<Arc<Flight>> {
+    /// Starts the fetch of `key` unless one is in flight (then returns that one); says why not
+    /// when the key backs off, or it is node-named and the source asked for a pause or the
+    /// node-named fetches in flight are at the bound.
+    fn start_fetch(
+        &self,
+        state: &mut State,
+        key: &str,
+        now: SystemTime,
+    ) -> Result<Arc<Flight>, String> {
         if let Some(flight) = state.flights.get(key) {
-            return Some(flight.clone());
+            return Ok(flight.clone());
         }
-        if let Some((not_before, _)) = state.not_before.get(key) {
-            if now < *not_before {
-                return None;
+        if let Some(backoff) = state.not_before.get(key) {
+            if now < backoff.until {
+                return Err(format!(
+                    "the last fetch failed ({}); backing off",
+                    backoff.reason
+                ));
             }
         }
-        let flight = Arc::new(Flight::default());
+        let class = self.inner.source.class(key);
+        if class == KeyClass::NodeNamed {
+            if let Some((until, reason)) = &state.hold {
+                if now < *until {
+                    return Err(format!(
+                        "the source asked for a pause ({reason}); no key a node names is fetched until it ends"
+                    ));
+                }
+            }
+            if let Some(max) = self.inner.config.max_entries {
+                if state.node_named_flights() >= max {
+                    return Err(format!(
+                        "{max} fetches of keys nodes name are in flight already"
+                    ));
+                }
+            }
+        }
+        let flight = Arc::new(Flight {
+            class,
+            done: Mutex::new(None),
+            cv: Condvar::new(),
+        });
         state.flights.insert(key.to_owned(), flight.clone());
         let cache = self.clone();
         let key = key.to_owned();
         let fetch = self.inner.source.fetch(&key);
         self.inner.runtime.spawn(async move {
             let result = fetch.await;
-            cache.finish(&key, result);
+            cache.finish(&key, class, result);
         });
-        Some(flight)
+        Ok(flight)
     }
 
-    fn finish(&self, key: &str, result: Result<Fetched, FetchError>) {
+    fn finish(&self, key: &str, class: KeyClass, result: Result<Fetched, FetchError>) {
         let now = SystemTime::now();
+        let bounded = match class {
+            KeyClass::Shared => None,
+            KeyClass::NodeNamed => self.inner.config.max_entries,
+        };
         let outcome = match result {
             Ok(fetched) => {
                 self.inner.stats.fetch_ok.fetch_add(1, Ordering::Relaxed);
                 let entry = Entry {
+                    class,
                     bytes: Arc::new(fetched.bytes),
                     fetched_at: now,
                     refresh_after: fetched.refresh_after,
@@ -382,11 +506,18 @@ impl Cache {
                     }
                 }
                 let mut state = self.lock();
-                if let Some(max) = self.inner.config.max_entries {
-                    self.make_room(&mut state, key, max, now);
-                }
+                let evicted = match bounded {
+                    Some(max) => self.make_room(&mut state, key, max, now),
+                    None => Vec::new(),
+                };
                 state.entries.insert(key.to_owned(), entry);
                 state.not_before.remove(key);
+                drop(state);
+                if let Some(dir) = &self.inner.config.dir {
+                    for key in &evicted {
+                        forget(dir, key);
+                    }
+                }
                 Ok(())
             }
             Err(error) => {
@@ -397,25 +528,41 @@ impl Cache {
                 tracing::warn!(%key, reason = %error.reason, "collateral fetch failed");
                 let backoff = error.retry_after.unwrap_or(self.inner.config.backoff);
                 let mut state = self.lock();
-                if let Some(max) = self.inner.config.max_entries {
-                    if state.not_before.len() >= max {
-                        state.not_before.retain(|_, (until, _)| now < *until);
-                    }
-                    if state.not_before.len() >= max {
-                        // Still full of live back-offs: forget the one ending soonest.
-                        if let Some(first) = state
-                            .not_before
-                            .iter()
-                            .min_by_key(|(_, (until, _))| *until)
-                            .map(|(k, _)| k.clone())
-                        {
-                            state.not_before.remove(&first);
-                        }
+                if let Some(retry_after) = error.retry_after {
+                    // The source asked to be left alone: whatever key it answered, the keys
+                    // nodes name wait with it (shared keys keep their own back-off).
+                    let until = now + retry_after;
+                    if state.hold.as_ref().is_none_or(|(held, _)| *held < until) {
+                        state.hold = Some((until, error.reason.clone()));
                     }
                 }
-                state
-                    .not_before
-                    .insert(key.to_owned(), (now + backoff, error.reason.clone()));
+                if let Some(max) = bounded {
+                    let named = |b: &Backoff| b.class == KeyClass::NodeNamed;
+                    if state.not_before.values().filter(|b| named(b)).count() >= max {
+                        state.not_before.retain(|_, b| !named(b) || now < b.until);
+                    }
+                    while state.not_before.values().filter(|b| named(b)).count() >= max.max(1) {
+                        // Still full of live back-offs: forget the one ending soonest.
+                        let Some(first) = state
+                            .not_before
+                            .iter()
+                            .filter(|(_, b)| named(b))
+                            .min_by_key(|(_, b)| b.until)
+                            .map(|(k, _)| k.clone())
+                        else {
+                            break;
+                        };
+                        state.not_before.remove(&first);
+                    }
+                }
+                state.not_before.insert(
+                    key.to_owned(),
+                    Backoff {
+                        class,
+                        until: now + backoff,
+                        reason: error.reason.clone(),
+                    },
+                );
                 drop(state);
                 Err(error.reason)
             }
@@ -429,25 +576,39 @@ impl Cache {
 }
 
 impl Cache {
-    /// Makes room for `key` among at most `max` entries: first drop what can no longer be
-    /// served, then the item fetched longest ago.
-    fn make_room(&self, state: &mut State, key: &str, max: usize, now: SystemTime) {
-        if state.entries.contains_key(key) || state.entries.len() < max {
-            return;
+    /// Makes room for the node-named `key` among at most `max` node-named entries: first drop
+    /// those that can no longer be served, then the one fetched longest ago. Shared entries
+    /// are never touched. Returns the keys dropped, whose files are to go too.
+    fn make_room(&self, state: &mut State, key: &str, max: usize, now: SystemTime) -> Vec<String> {
+        let named = |e: &Entry| e.class == KeyClass::NodeNamed;
+        let count = |state: &State| state.entries.values().filter(|e| named(e)).count();
+        if state.entries.contains_key(key) || count(state) < max {
+            return Vec::new();
         }
         let max_stale = self.inner.config.max_stale;
-        state.entries.retain(|_, e| now < e.stale_after + max_stale);
-        while state.entries.len() >= max.max(1) {
+        let mut evicted: Vec<String> = state
+            .entries
+            .iter()
+            .filter(|(_, e)| named(e) && now >= e.stale_after + max_stale)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &evicted {
+            state.entries.remove(key);
+        }
+        while count(state) >= max.max(1) {
             let Some(oldest) = state
                 .entries
                 .iter()
+                .filter(|(_, e)| named(e))
                 .min_by_key(|(_, e)| e.fetched_at)
                 .map(|(k, _)| k.clone())
             else {
                 break;
             };
             state.entries.remove(&oldest);
+            evicted.push(oldest);
         }
+        evicted
     }
 }
 
@@ -471,7 +632,20 @@ fn persist(dir: &Path, key: &str, entry: &Entry) -> std::io::Result<()> {
     Ok(())
 }
 
-fn load(dir: &Path) -> HashMap<String, Entry> {
+/// Removes `key`'s files: pushed out of a bounded cache, it must not come back at the next start
+/// nor hold disk space a node could multiply.
+fn forget(dir: &Path, key: &str) {
+    let stem = file_stem(key);
+    for name in [format!("{stem}.json"), format!("{stem}.bin")] {
+        match std::fs::remove_file(dir.join(&name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!(%key, %error, "cannot remove evicted collateral"),
+        }
+    }
+}
+
+fn load(dir: &Path, source: &dyn Source) -> HashMap<String, Entry> {
     let mut entries = HashMap::new();
     let Ok(listing) = std::fs::read_dir(dir) else {
         return entries;
@@ -490,8 +664,9 @@ fn load(dir: &Path) -> HashMap<String, Entry> {
             }
             let bytes = std::fs::read(path.with_extension("bin")).map_err(|e| e.to_string())?;
             Ok((
-                meta.key,
+                meta.key.clone(),
                 Entry {
+                    class: source.class(&meta.key),
                     bytes: Arc::new(bytes),
                     fetched_at: time(meta.fetched_at),
                     refresh_after: time(meta.refresh_after),

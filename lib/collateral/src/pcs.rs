@@ -42,7 +42,7 @@ use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::FromDer;
 
 use crate::http::{HttpClient, SetupError};
-use crate::{Cache, FetchError, FetchFuture, Fetched, Source, Unavailable};
+use crate::{Cache, FetchError, FetchFuture, Fetched, KeyClass, Source, Unavailable};
 
 /// Intel's PCS.
 pub const INTEL_PCS: &str = "https://api.trustedservices.intel.com";
@@ -489,6 +489,17 @@ impl Source for PcsSource {
         let source = self.clone();
         let key = key.to_owned();
         Box::pin(async move { source.fetch_key(key).await })
+    }
+
+    /// What every TDX join needs is shared; the TCB info is named by the FMSPC of the quote's PCK
+    /// certificate (the verifier checks that certificate to Intel's root first, so only real
+    /// platforms are named, but a node chooses which).
+    fn class(&self, key: &str) -> KeyClass {
+        match key {
+            QE_IDENTITY_KEY | ROOT_CA_CRL_KEY => KeyClass::Shared,
+            "pckcrl/platform" | "pckcrl/processor" => KeyClass::Shared,
+            _ => KeyClass::NodeNamed,
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use collateral::{Cache, CacheConfig, FetchError, FetchFuture, Fetched, Source};
+use collateral::{Cache, CacheConfig, Counts, FetchError, FetchFuture, Fetched, KeyClass, Source};
 
 #[derive(Clone, Debug)]
 enum Mode {
@@ -59,6 +59,15 @@ impl Source for Fake {
                 Mode::Hang => futures::future::pending().await,
             }
         })
+    }
+
+    /// As a vendor source sorts its keys: `shared/...` is what every join needs.
+    fn class(&self, key: &str) -> KeyClass {
+        if key.starts_with("shared/") {
+            KeyClass::Shared
+        } else {
+            KeyClass::NodeNamed
+        }
     }
 }
 
@@ -231,6 +240,7 @@ fn a_bounded_cache_pushes_out_the_oldest_item() {
         source.clone(),
         CacheConfig {
             max_entries: Some(2),
+            backoff: HOUR,
             ..config()
         },
         rt.handle().clone(),
@@ -248,8 +258,9 @@ fn a_bounded_cache_pushes_out_the_oldest_item() {
     cache.get("a").unwrap();
     assert_eq!(source.fetches(), 4);
 
-    // Failed keys back off, and their number is bounded too.
-    source.set(Mode::Fail(Some(HOUR)));
+    // Failed keys back off, and their number is bounded too (no Retry-After: that would hold
+    // every key nodes name, see below).
+    source.set(Mode::Fail(None));
     for key in ["x", "y", "z"] {
         assert!(cache.get(key).is_err());
     }
@@ -259,4 +270,213 @@ fn a_bounded_cache_pushes_out_the_oldest_item() {
     assert_eq!(source.fetches(), 7);
     assert!(cache.get("x").is_err());
     assert_eq!(source.fetches(), 8);
+}
+
+/// Every join's items, fetched first; then a node invents chip IDs or FMSPCs.
+const SHARED: [&str; 3] = [
+    "shared/crl/Milan",
+    "shared/chain/vcek/Milan",
+    "shared/qe/identity",
+];
+
+fn files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).unwrap().count()
+}
+
+#[test]
+fn invented_keys_never_push_out_the_shared_items_and_stay_within_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(b"item", ZERO, HOUR, 2 * HOUR));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            dir: Some(dir.path().to_owned()),
+            max_entries: Some(4),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    for key in SHARED {
+        cache.get(key).unwrap();
+    }
+    for i in 0..40 {
+        std::thread::sleep(Duration::from_millis(2));
+        cache.get(&format!("vcek/Milan/{i:064x}")).unwrap();
+    }
+    assert_eq!(source.fetches(), 3 + 40);
+    // The shared items are still there: served without asking the source.
+    for key in SHARED {
+        assert_eq!(cache.get(key).unwrap().as_slice(), b"item");
+    }
+    assert_eq!(source.fetches(), 3 + 40);
+    let counts = cache.counts();
+    assert_eq!((counts.shared, counts.node_named), (3, 4), "{counts:?}");
+    // Two files per item, no more on disk than in memory.
+    assert_eq!(files(dir.path()), 2 * (3 + 4));
+    // The newest invented items are the ones kept.
+    cache.get(&format!("vcek/Milan/{:064x}", 39)).unwrap();
+    assert_eq!(source.fetches(), 3 + 40);
+
+    // The source fails now: invented keys fail and back off, within the bound, and the shared
+    // items are still served.
+    source.set(Mode::Fail(None));
+    for i in 100..140 {
+        assert!(cache.get(&format!("vcek/Milan/{i:064x}")).is_err());
+    }
+    for key in SHARED {
+        assert_eq!(cache.get(key).unwrap().as_slice(), b"item");
+    }
+    let counts = cache.counts();
+    assert_eq!(
+        counts,
+        Counts {
+            shared: 3,
+            node_named: 4,
+            node_named_backing_off: 4,
+            node_named_in_flight: 0,
+        }
+    );
+
+    // A restart reads back what the directory holds: the shared items and the bounded rest.
+    drop(cache);
+    let restarted = Cache::new(
+        source.clone(),
+        CacheConfig {
+            dir: Some(dir.path().to_owned()),
+            max_entries: Some(4),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    let before = source.fetches();
+    for key in SHARED {
+        assert_eq!(restarted.get(key).unwrap().as_slice(), b"item");
+    }
+    assert_eq!(source.fetches(), before);
+    assert_eq!(restarted.counts().node_named, 4);
+}
+
+#[test]
+fn shared_items_due_for_refresh_are_refreshed_while_invented_keys_churn() {
+    let rt = runtime();
+    // Due for a refresh at once, stale in an hour.
+    let source = Fake::new(Mode::Answer(b"v1", ZERO, ZERO, HOUR));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_entries: Some(2),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    cache.get("shared/crl/Milan").unwrap();
+    source.set(Mode::Answer(b"v2", ZERO, HOUR, 2 * HOUR));
+    for i in 0..20 {
+        cache.get(&format!("vcek/Milan/{i}")).unwrap();
+    }
+    // Served the old bytes while due, refreshed behind it, then the new ones from memory.
+    assert_eq!(cache.get("shared/crl/Milan").unwrap().as_slice(), b"v1");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(cache.get("shared/crl/Milan").unwrap().as_slice(), b"v2");
+    assert_eq!(source.fetches(), 1 + 20 + 1);
+}
+
+#[test]
+fn a_retry_after_on_an_invented_key_holds_every_invented_key_but_not_the_shared_ones() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Fail(Some(Duration::from_millis(400))));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_entries: Some(64),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    assert!(
+        cache
+            .get("vcek/Milan/0")
+            .unwrap_err()
+            .reason
+            .contains("429")
+    );
+    assert_eq!(source.fetches(), 1);
+    // The vendor would answer now, but it asked for 400 ms: no invented key reaches it.
+    source.set(Mode::Answer(b"item", ZERO, HOUR, HOUR));
+    for i in 1..50 {
+        let error = cache.get(&format!("vcek/Milan/{i}")).unwrap_err();
+        assert!(error.reason.contains("asked for a pause"), "{error}");
+    }
+    assert_eq!(source.fetches(), 1);
+    // What every join needs is still fetched.
+    assert_eq!(cache.get("shared/crl/Milan").unwrap().as_slice(), b"item");
+    assert_eq!(source.fetches(), 2);
+    // Once Retry-After has passed, keys nodes name are fetched again.
+    std::thread::sleep(Duration::from_millis(450));
+    assert_eq!(cache.get("vcek/Milan/1").unwrap().as_slice(), b"item");
+    assert_eq!(source.fetches(), 3);
+}
+
+#[test]
+fn node_named_fetches_in_flight_are_bounded() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Hang);
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_entries: Some(3),
+            wait: Duration::from_millis(10),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    for i in 0..10 {
+        assert!(cache.get(&format!("vcek/Milan/{i}")).is_err());
+    }
+    assert_eq!(source.fetches(), 3);
+    assert_eq!(cache.counts().node_named_in_flight, 3);
+    // A shared key is not held up by them.
+    assert!(cache.get("shared/crl/Milan").is_err());
+    assert_eq!(source.fetches(), 4);
+}
+
+#[test]
+fn a_directory_over_the_bound_is_cut_to_it_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(b"item", ZERO, HOUR, HOUR));
+    let unbounded = Cache::new(
+        source.clone(),
+        CacheConfig {
+            dir: Some(dir.path().to_owned()),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    unbounded.get("shared/crl/Milan").unwrap();
+    for i in 0..10 {
+        unbounded.get(&format!("vcek/Milan/{i}")).unwrap();
+    }
+    assert_eq!(files(dir.path()), 2 * 11);
+    drop(unbounded);
+    let bounded = Cache::new(
+        source.clone(),
+        CacheConfig {
+            dir: Some(dir.path().to_owned()),
+            max_entries: Some(3),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    assert_eq!(bounded.counts().shared, 1);
+    assert_eq!(bounded.counts().node_named, 3);
+    assert_eq!(files(dir.path()), 2 * 4);
 }
