@@ -581,3 +581,154 @@ impl attestation::tdx::TdxCollateral for UnknownToIntel {
         })
     }
 }
+
+/// A collateral source that counts the platforms it is asked for, as the PCS cache would see
+/// them.
+#[derive(Debug)]
+struct Counting {
+    inner: attestation::tdx::StaticCollateral,
+    asked: std::sync::Mutex<Vec<[u8; 6]>>,
+}
+
+impl attestation::tdx::TdxCollateral for Counting {
+    fn collateral(
+        &self,
+        fmspc: [u8; 6],
+        ca: attestation::tdx::PckCa,
+    ) -> Result<std::sync::Arc<Collateral>, attestation::tdx::TdxCollateralError> {
+        self.asked.lock().unwrap().push(fmspc);
+        self.inner.collateral(fmspc, ca)
+    }
+}
+
+/// The quote with the FMSPC in its PCK certificate (the first PEM block of its certification
+/// data) replaced: the certificate parses as before, its signature no longer covers it.
+fn with_fmspc_in_pck(quote: &[u8], from: [u8; 6], to: [u8; 6]) -> Vec<u8> {
+    let begin = b"-----BEGIN CERTIFICATE-----";
+    let end = b"-----END CERTIFICATE-----";
+    let find = |hay: &[u8], needle: &[u8], from: usize| {
+        hay[from..]
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .map(|p| p + from)
+            .unwrap()
+    };
+    let start = find(quote, begin, 0) + begin.len();
+    let stop = find(quote, end, start);
+    let body = &quote[start..stop];
+    let b64: Vec<u8> = body
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut der = engine.decode(&b64).unwrap();
+    let at: Vec<usize> = der
+        .windows(6)
+        .enumerate()
+        .filter(|(_, w)| *w == from)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "the FMSPC occurs once in the PCK certificate");
+    der[at[0]..at[0] + 6].copy_from_slice(&to);
+    let mut encoded = engine.encode(&der).into_bytes().into_iter();
+    assert_eq!(encoded.len(), b64.len());
+    // The same line breaks as before: same length, so nothing else in the quote moves.
+    let body: Vec<u8> = body
+        .iter()
+        .map(|b| {
+            if b.is_ascii_whitespace() {
+                *b
+            } else {
+                encoded.next().unwrap()
+            }
+        })
+        .collect();
+    [&quote[..start], &body, &quote[stop..]].concat()
+}
+
+/// The FMSPC is looked up at Intel only once the PCK certificate that names it verifies to the
+/// trusted root: a node cannot make the service ask Intel for platforms it made up.
+#[test]
+fn a_pck_certificate_not_signed_up_to_the_trusted_root_is_refused_before_any_lookup() {
+    use attestation::Validator;
+    use attestation::tdx::StaticCollateral;
+    use attestation::variants::tdx::{TdxKind, TdxValidator};
+    use std::sync::Arc;
+
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let document =
+        |quote: &[u8]| serde_json::json!({ "RawQuote": b64(quote), "UserData": b64(b"key hash") });
+    let real = read("dcap-qvl-uptodate/quote.bin");
+    let mrtd = hex::encode(uptodate_quote().td().mr_td);
+    let validator = |extra: serde_json::Value| {
+        let mut config = serde_json::json!({
+            "measurements": { "0": { "expected": mrtd, "warnOnly": false } }
+        });
+        if let serde_json::Value::Object(extra) = extra {
+            config.as_object_mut().unwrap().extend(extra);
+        }
+        let counting = Arc::new(Counting {
+            inner: StaticCollateral::new().with(uptodate()),
+            asked: Default::default(),
+        });
+        let (validator, _) = TdxValidator::from_attestation_config(
+            TdxKind::Qemu,
+            config.to_string().as_bytes(),
+            counting.clone(),
+        )
+        .unwrap();
+        (
+            validator.with_clock(Arc::new(|| UPTODATE_WINDOW.0)),
+            counting,
+        )
+    };
+
+    // The real quote: its platform is looked up, and the hardware verifies (the document then
+    // fails only for not being made for this nonce).
+    let (intel, counting) = validator(serde_json::json!({}));
+    let error = intel
+        .validate(document(&real).to_string().as_bytes(), b"nonce")
+        .unwrap_err();
+    assert!(matches!(error, attestation::Error::Binding(_)), "{error}");
+    assert_eq!(*counting.asked.lock().unwrap(), [uptodate_quote().fmspc()]);
+
+    // The same quote with another FMSPC written into its PCK certificate.
+    let made_up = [0xde, 0xad, 0xbe, 0xef, 0x00, 0x01];
+    let tampered = with_fmspc_in_pck(&real, uptodate_quote().fmspc(), made_up);
+    assert_eq!(TdQuote::parse(&tampered).unwrap().fmspc(), made_up);
+    let (intel, counting) = validator(serde_json::json!({}));
+    let error = intel
+        .validate(document(&tampered).to_string().as_bytes(), b"nonce")
+        .unwrap_err();
+    assert!(
+        matches!(&error, attestation::Error::Tdx(TdxError::Chain(m)) if m.contains("PCK certificate's signature")),
+        "{error}"
+    );
+    assert!(!error.is_unavailable());
+    assert!(counting.asked.lock().unwrap().is_empty());
+
+    // The real quote, but a configuration trusting another root: Intel's PCK CA is not under it.
+    let other = pem(&attestation_test_root());
+    let (elsewhere, counting) = validator(serde_json::json!({ "intelRootKey": other }));
+    let error = elsewhere
+        .validate(document(&real).to_string().as_bytes(), b"nonce")
+        .unwrap_err();
+    assert!(
+        matches!(&error, attestation::Error::Tdx(TdxError::Chain(m)) if m.contains("trusted root")),
+        "{error}"
+    );
+    assert!(counting.asked.lock().unwrap().is_empty());
+}
+
+#[test]
+fn the_real_quotes_pck_chains_verify_to_intels_root() {
+    let quotes = [
+        uptodate_quote(),
+        TdQuote::parse(&automata_quote_bytes()).unwrap(),
+        azure_quote(),
+    ];
+    for quote in quotes {
+        quote.verify_pck_signatures(&Trust::builtin()).unwrap();
+    }
+}

@@ -5,6 +5,10 @@
 //! - [`quote`] reads the quote before anything is trusted, to find the collateral it needs: the
 //!   header (version 4 or 5, ECDSA P-256 attestation key, TEE type TDX, Intel's QE vendor ID),
 //!   the TD report (TDX 1.0 and 1.5 bodies), and the PCK certificate's FMSPC and issuing CA;
+//!   [`TdQuote::verify_pck_signatures`] then checks the PCK certificate's signature by the PCK
+//!   CA the quote carries and that CA's by the trusted root (ring, through x509-parser), before
+//!   the collateral for the FMSPC is looked up: only platforms Intel certified are asked of
+//!   Intel's PCS, never one a node wrote into its quote;
 //! - the `dcap-qvl` crate (pinned, ring only) verifies, following Intel's QVL: the quote's
 //!   signature by the attestation key; the QE report's signature by the PCK; QE REPORT_DATA =
 //!   SHA-256(attestation key ‖ QE auth data); the PCK chain to the trusted root, with the root

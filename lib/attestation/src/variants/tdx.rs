@@ -167,9 +167,13 @@ impl TdxValidator {
     }
 
     /// Verifies `quote` with Intel's collateral for its platform and applies the TDX config.
-    /// Collateral that cannot be had now is `CollateralUnavailable` (the node retries); a
-    /// platform Intel does not know is a refusal.
+    /// The PCK certificate is checked to the trusted root first, so the platform asked for is
+    /// one Intel certified. Collateral that cannot be had now is `CollateralUnavailable` (the
+    /// node retries); a platform Intel does not know is a refusal.
     pub fn verify_hardware(&self, quote: &TdQuote) -> Result<(VerifiedQuote, Vec<String>), Error> {
+        // The FMSPC picks what is fetched from Intel: it must be Intel's (in a PCK certificate
+        // signed up to the trusted root) before it is looked up, not any a node writes.
+        quote.verify_pck_signatures(&self.tdx.trust)?;
         let collateral = self
             .collateral
             .collateral(quote.fmspc(), quote.pck_ca())
