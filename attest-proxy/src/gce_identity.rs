@@ -7,9 +7,11 @@
 //! `--gce-identity-wait` for it, an answer is kept for `--gce-identity-ttl` (an instance's vTPM
 //! key does not change while it exists, but the instance can be deleted and its name reused),
 //! "not found" for at most [`NOT_FOUND_TTL`], never served past that, and at most
-//! `--gce-identity-max-instances` instances are kept. A failed call backs off for Google's
-//! `Retry-After` (or `--gce-identity-backoff`), during which joins of that instance are told to
-//! retry at once.
+//! `--gce-identity-max-instances` instances are kept (and as many back off, and as many calls are
+//! in flight). A failed call backs off for Google's `Retry-After` (or `--gce-identity-backoff`),
+//! during which joins of that instance are told to retry at once; a `Retry-After` also holds the
+//! calls for every other instance not cached (each key here is one a node names), so invented
+//! instance names cannot spend Google's rate limit.
 //!
 //! Its metrics ([`register_metrics`]) say how often the API was really asked:
 //! `gce_identity_lookups_total{result}` (calls to gce-identity), `gce_identity_hits_total`

@@ -322,6 +322,13 @@ fn admin(
         })
 }
 
+/// VCEKs the KDS cache keeps (and chips it backs off for, and VCEK fetches in flight): a node
+/// that leaves its VCEK out makes the proxy fetch one for whatever chip ID and TCB it claims, so
+/// the bound is what a crowd of invented chips can make the cache hold. AMD's CRLs and chains
+/// are not counted and never pushed out. A cluster of more chips than this that all leave their
+/// VCEK out costs a refetch per join, nothing more.
+const KDS_MAX_ENTRIES: usize = 4096;
+
 /// The SEV-SNP variants' collateral: a cache in front of AMD's KDS (or `--kds-url`), started
 /// fetching AMD's CRLs and chains at once so the first joins find them; `None` for the
 /// variants that need none.
@@ -348,7 +355,7 @@ fn snp_collateral(config: &Config) -> Result<Option<collateral::kds::KdsCollater
             max_stale: config.collateral_max_stale,
             wait: config.collateral_wait,
             backoff: std::time::Duration::from_secs(10),
-            max_entries: None,
+            max_entries: Some(KDS_MAX_ENTRIES),
         },
         tokio::runtime::Handle::current(),
     )
@@ -367,7 +374,9 @@ fn amd_setup(source: Box<dyn std::error::Error + Send + Sync>) -> Error {
 }
 
 /// Keys of the PCS cache a node names (the FMSPC its PCK certificate carries): bounds what a
-/// crowd of made-up platforms can make the cache hold. Intel knows a few hundred FMSPCs.
+/// crowd of platforms can make the cache hold. Intel knows a few hundred FMSPCs, and only those
+/// in a PCK certificate that verifies to Intel's root are looked up; the QE identity and the
+/// CRLs are not counted and never pushed out.
 const PCS_MAX_ENTRIES: usize = 4096;
 
 /// The TDX variants' collateral: a cache in front of Intel's PCS (or `--pcs-url`), started
