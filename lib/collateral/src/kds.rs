@@ -11,6 +11,11 @@
 //! | `chain/vlek/{product}` | `/vlek/v1/{product}/cert_chain` (PEM: ASVK, ARK) | weekly |
 //! | `vcek/{product}/{hwid}/{tcb}` | `/vcek/v1/{product}/{hwid}?blSPL=..&teeSPL=..&snpSPL=..&ucodeSPL=..` (DER) | never needed: a VCEK names one chip at one TCB |
 //!
+//! CRLs and chains are shared keys ([`crate::KeyClass::Shared`]); a VCEK key is named by the
+//! chip ID and TCB a node's report claims ([`crate::KeyClass::NodeNamed`]): a node that leaves
+//! its VCEK out of its document can make the cache fetch one for any chip it invents, so
+//! attest-proxy bounds these keys apart from the CRLs and chains.
+//!
 //! The source checks only that what it fetched parses (a CRL's dates decide its refresh); the
 //! verifier checks every signature, as it does for what a node sends.
 

@@ -513,6 +513,8 @@ impl Cache {
                 state.entries.insert(key.to_owned(), entry);
                 state.not_before.remove(key);
                 drop(state);
+                // Outside the lock. Should a pushed-out key's own refresh land in between, it is
+                // kept in memory without its files: only its persistence is lost.
                 if let Some(dir) = &self.inner.config.dir {
                     for key in &evicted {
                         forget(dir, key);

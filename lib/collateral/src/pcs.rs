@@ -11,6 +11,10 @@
 //! | `pckcrl/{platform,processor}` | `/sgx/certification/v4/pckcrl?ca=..&encoding=der` | `SGX-PCK-CRL-Issuer-Chain` |
 //! | `rootcrl` | Intel's root CA CRL, at its own URL ([`INTEL_ROOT_CA_CRL`]) (DER) | none: the root signs it |
 //!
+//! The QE identity and the CRLs are shared keys ([`crate::KeyClass::Shared`]); `tcb/{fmspc}` is
+//! named by the FMSPC of a node's PCK certificate ([`crate::KeyClass::NodeNamed`]), looked up
+//! only once that certificate verified to the trusted root, and bounded apart from the rest.
+//!
 //! Every item keeps the body exactly as served (the TCB info and QE identity signatures cover
 //! the exact bytes of their `tcbInfo` / `enclaveIdentity` values) and the issuer chain, PEM,
 //! URL-decoded from its header. A CRL served as PEM is kept as DER.
