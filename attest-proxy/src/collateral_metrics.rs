@@ -1,7 +1,9 @@
 //! The collateral cache's metrics (AMD's KDS for the SEV-SNP variants, Intel's PCS for TDX),
 //! read from the cache at each scrape: `collateral_fetches_total{result}`,
-//! `collateral_hits_total{freshness}`, `collateral_unavailable_total` (joins told to retry) and
-//! `collateral_oldest_crl_age_seconds`. The names are the same for both vendors (a proxy serves
+//! `collateral_hits_total{freshness}`, `collateral_unavailable_total` (joins told to retry),
+//! `collateral_oldest_crl_age_seconds` and `collateral_items{class}` (the items every join shares,
+//! and those nodes named: VCEKs or FMSPCs, at most the cache's bound; a crowd of invented names
+//! keeps the second at the bound). The names are the same for both vendors (a proxy serves
 //! one variant), so one dashboard and one alert fit every cluster.
 
 use std::sync::atomic::Ordering;
@@ -82,6 +84,17 @@ impl Collector for CacheCollector {
             None,
             MetricType::Gauge,
         )?)?;
+        let counts = self.cache.counts();
+        let mut items = encoder.encode_descriptor(
+            "collateral_items",
+            "Collateral items cached: shared by every join, or named by nodes (bounded)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (class, count) in [("shared", counts.shared), ("node_named", counts.node_named)] {
+            ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX))
+                .encode(items.encode_family(&[("class", class)])?)?;
+        }
         Ok(())
     }
 }

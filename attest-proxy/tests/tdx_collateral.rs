@@ -121,6 +121,15 @@ async fn qemu_tdx_is_served_with_intel_collateral_warmed_from_the_pcs() {
         "{body}"
     );
     assert!(body.contains("from the Intel PCS"), "{body}");
+    // What every join shares (QE identity, both PCK CRLs, root CA CRL) and the warmed platform.
+    assert!(
+        body.contains(r#"attest_proxy_collateral_items{class="shared"} 4"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"attest_proxy_collateral_items{class="node_named"} 1"#),
+        "{body}"
+    );
     let mut paths = pcs.paths();
     paths.sort();
     assert_eq!(
