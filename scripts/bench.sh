@@ -7,11 +7,13 @@
 #      upstream on a Unix socket
 #   C  full joins through the whole system (local-cluster: attest-proxy, join-core, token-issuer,
 #      the key service; the Kubernetes API stand-in runs inside local-cluster's process)
-# B and C run for each attestation variant of --variant (default all three): qemu-vtpm
-# (soft-issuer documents), aws-sev-snp and azure-sev-snp (simulated AMD machines, their ARK the
-# config's amdRootKey; attest-proxy fetches AMD's CRL and chains from a KDS stand-in into a
+# B and C run for each attestation variant of --variant (default all four): qemu-vtpm
+# (soft-issuer documents), aws-sev-snp, azure-sev-snp and gcp-sev-snp (simulated AMD machines, their
+# ARK the config's amdRootKey; attest-proxy fetches AMD's CRL and chains from a KDS stand-in into a
 # collateral directory). For the SNP variants each step also reports the collateral fetches per
-# join, from attest-proxy's metrics before and after the step (zero once warm).
+# join, from attest-proxy's metrics before and after the step (zero once warm). gcp-sev-snp also
+# runs gce-identity against a GCE stand-in; every node is a new instance, so every join costs one
+# GCE lookup, reported per join the same way (and gce-identity's CPU counts as the setup's).
 # at concurrency 1, 16, 64 and 256 (closed loop: N nodes at a time, each a new node with its own
 # keys and a new connection with a full handshake). Node identities (kubelet key and CSR, SSH host
 # key, attestation key; A: the client certificate) are made before each step, as a node makes its
@@ -23,8 +25,9 @@
 #
 # CPU per operation: utime + stime (/proc/<pid>/stat) of the setup's server-side processes during
 # the step, divided by its successful operations. A: the trivial mTLS server. B: attest-proxy plus
-# the trivial upstream (attest-proxy alone is in the JSON). C: attest-proxy, join-core,
-# token-issuer, keyservice and local-cluster (the stand-in). The load generator runs on the same
+# the trivial upstream (attest-proxy alone is in the JSON; gcp-sev-snp: plus gce-identity). C:
+# attest-proxy, join-core, token-issuer, keyservice (gcp-sev-snp: gce-identity) and local-cluster
+# (the stand-ins). The load generator runs on the same
 # cores; its own CPU is reported apart and is in no ratio. Peak RSS is VmHWM (/proc/<pid>/status).
 #
 # The figures, the targets and where the CPU goes: tools/loadgen/BENCHMARKS.md.
@@ -37,5 +40,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo build --release --bins -p loadgen -p attest-proxy -p join-core -p token-issuer -p keyservice -p testsupport
+cargo build --release --bins -p loadgen -p attest-proxy -p join-core -p token-issuer -p keyservice -p gce-identity -p testsupport
 exec target/release/loadgen bench "$@"

@@ -38,39 +38,35 @@ impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let stats = self.cache.stats();
         let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        let mut fetches = encoder.encode_descriptor(
+        labelled_counters(
+            &mut encoder,
             "collateral_fetches",
             &format!(
                 "Fetches of attestation collateral from the {}, by result",
                 self.vendor
             ),
-            None,
-            MetricType::Counter,
+            "result",
+            &[
+                ("ok", load(&stats.fetch_ok)),
+                ("failed", load(&stats.fetch_failed)),
+            ],
         )?;
-        for (result, value) in [
-            ("ok", load(&stats.fetch_ok)),
-            ("failed", load(&stats.fetch_failed)),
-        ] {
-            ConstCounter::new(value).encode(fetches.encode_family(&[("result", result)])?)?;
-        }
-        let mut hits = encoder.encode_descriptor(
+        labelled_counters(
+            &mut encoder,
             "collateral_hits",
             "Collateral answered from the cache, fresh or stale (within --collateral-max-stale)",
-            None,
-            MetricType::Counter,
+            "freshness",
+            &[
+                ("fresh", load(&stats.hits)),
+                ("stale", load(&stats.stale_hits)),
+            ],
         )?;
-        for (freshness, value) in [
-            ("fresh", load(&stats.hits)),
-            ("stale", load(&stats.stale_hits)),
-        ] {
-            ConstCounter::new(value).encode(hits.encode_family(&[("freshness", freshness)])?)?;
-        }
-        ConstCounter::new(load(&stats.unavailable)).encode(encoder.encode_descriptor(
+        counter(
+            &mut encoder,
             "collateral_unavailable",
             "Lookups that found no usable collateral: the join was answered Unavailable",
-            None,
-            MetricType::Counter,
-        )?)?;
+            load(&stats.unavailable),
+        )?;
         let oldest = crl_prefixes(self.vendor)
             .iter()
             .filter_map(|prefix| self.cache.oldest(prefix))
@@ -88,4 +84,34 @@ impl Collector for CacheCollector {
         )?)?;
         Ok(())
     }
+}
+
+/// The counter family `name` with one series per (value of `label`, count).
+pub(crate) fn labelled_counters(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    series: &[(&str, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for &(value, count) in series {
+        ConstCounter::new(count).encode(family.encode_family(&[(label, value)])?)?;
+    }
+    Ok(())
+}
+
+/// The unlabelled counter `name`.
+pub(crate) fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    count: u64,
+) -> Result<(), std::fmt::Error> {
+    ConstCounter::new(count).encode(encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        MetricType::Counter,
+    )?)
 }

@@ -10,12 +10,21 @@
 //! `--gce-identity-max-instances` instances are kept. A failed call backs off for Google's
 //! `Retry-After` (or `--gce-identity-backoff`), during which joins of that instance are told to
 //! retry at once.
+//!
+//! Its metrics ([`register_metrics`]) say how often the API was really asked:
+//! `gce_identity_lookups_total{result}` (calls to gce-identity), `gce_identity_hits_total`
+//! (answered from the cache) and `gce_identity_unavailable_total` (joins told to retry). A new
+//! instance costs one lookup, its later joins none; a storm of new nodes shows here first.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use attestation::snp::{GceIdentity, GceKeyError, InstanceRef};
 use collateral::{Cache, FetchError, FetchFuture, Fetched, Source};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
 use proto::gceidentity::GetSigningKeyRequest;
 use proto::gceidentity::gce_identity_client::GceIdentityClient;
 
@@ -149,6 +158,47 @@ impl GceIdentity for CachedGceIdentity {
     }
 }
 
+/// The GCE key cache's counters, read from the cache at each scrape.
+#[derive(Debug)]
+struct GceCacheCollector(Cache);
+
+/// Registers the GCE key cache's metrics (see the module docs).
+pub fn register_metrics(registry: &mut Registry, cache: Cache) {
+    registry.register_collector(Box::new(GceCacheCollector(cache)));
+}
+
+impl Collector for GceCacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::collateral_metrics::{counter, labelled_counters};
+        let stats = self.0.stats();
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        labelled_counters(
+            &mut encoder,
+            "gce_identity_lookups",
+            "Instances' keys asked of gce-identity (and so of the GCE API), by result; \
+             an instance the API does not know is an ok lookup",
+            "result",
+            &[
+                ("ok", load(&stats.fetch_ok)),
+                ("failed", load(&stats.fetch_failed)),
+            ],
+        )?;
+        // An answer served while its refresh is due counts too: the node did not wait for it.
+        counter(
+            &mut encoder,
+            "gce_identity_hits",
+            "Instances' keys answered from the cache",
+            load(&stats.hits) + load(&stats.stale_hits),
+        )?;
+        counter(
+            &mut encoder,
+            "gce_identity_unavailable",
+            "Joins whose instance's key could not be had in time: answered Unavailable",
+            load(&stats.unavailable),
+        )
+    }
+}
+
 /// The cache in front of gce-identity, for `config`.
 pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedGceIdentity>>, crate::Error> {
     if config.variant != attestation::Variant::GcpSevSnp {
@@ -188,6 +238,88 @@ pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedGceIdentity>>, c
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The GCE API as gce-identity relays it: `known` has a key, `gone` was deleted, and any
+    /// other instance cannot be asked just now.
+    #[derive(Debug)]
+    struct Api;
+
+    impl Source for Api {
+        fn fetch(&self, key: &str) -> FetchFuture {
+            let key = key.to_owned();
+            Box::pin(async move {
+                let now = SystemTime::now();
+                let bytes = match key.as_str() {
+                    "gce/p/z/known" => vec![FOUND, 0x30, 0x01],
+                    "gce/p/z/gone" => vec![NOT_FOUND],
+                    _ => return Err(FetchError::new("503 from the API".to_owned())),
+                };
+                Ok(Fetched {
+                    bytes,
+                    refresh_after: now + Duration::from_secs(60),
+                    stale_after: now + Duration::from_secs(60),
+                })
+            })
+        }
+    }
+
+    fn instance(name: &str) -> InstanceRef {
+        InstanceRef {
+            project: "p".to_owned(),
+            zone: "z".to_owned(),
+            instance: name.to_owned(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn metrics_count_lookups_hits_and_joins_told_to_retry() {
+        let cache = Cache::new(
+            Arc::new(Api),
+            collateral::CacheConfig {
+                dir: None,
+                max_stale: Duration::ZERO,
+                wait: Duration::from_secs(2),
+                backoff: Duration::from_secs(60),
+                max_entries: Some(16),
+            },
+            tokio::runtime::Handle::current(),
+        )
+        .unwrap();
+        let mut registry = Registry::with_prefix("attest_proxy");
+        register_metrics(&mut registry, cache.clone());
+        let gce = CachedGceIdentity::new(cache);
+        // The cache waits for its fetch by blocking: off the runtime's workers.
+        let answers = tokio::task::spawn_blocking(move || {
+            [
+                gce.signing_key(&instance("known")),
+                gce.signing_key(&instance("known")),
+                gce.signing_key(&instance("known")),
+                gce.signing_key(&instance("gone")),
+                gce.signing_key(&instance("down")),
+                // Backing off: not asked again, told to retry at once.
+                gce.signing_key(&instance("down")),
+            ]
+        })
+        .await
+        .unwrap();
+        assert_eq!(answers[0].as_deref().ok(), Some(&[0x30, 0x01][..]));
+        assert!(matches!(answers[3], Err(GceKeyError::NotFound(_))));
+        assert!(matches!(answers[4], Err(GceKeyError::Unavailable(_))));
+        assert!(matches!(answers[5], Err(GceKeyError::Unavailable(_))));
+
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "attest_proxy_gce_identity_lookups_total{result=\"ok\"} 2",
+            "attest_proxy_gce_identity_lookups_total{result=\"failed\"} 1",
+            "attest_proxy_gce_identity_hits_total 2",
+            "attest_proxy_gce_identity_unavailable_total 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+    }
+
     #[test]
     fn keys_name_an_instance() {
         let r = super::instance_of("gce/my-project/us-east1-b/w-1").unwrap_or_default();

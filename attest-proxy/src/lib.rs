@@ -171,6 +171,9 @@ impl Proxy {
         if let Some((cache, vendor)) = &collateral {
             collateral_metrics::register(admin_endpoint.registry(), cache.clone(), vendor);
         }
+        if let Some(gce) = &gce {
+            gce_identity::register_metrics(admin_endpoint.registry(), gce.cache().clone());
+        }
         let admin = match config.admin_listen {
             Some(addr) => Some(
                 admin(admin_endpoint, &shared, &config, collateral.as_ref())

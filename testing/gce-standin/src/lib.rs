@@ -13,6 +13,12 @@
 //!   `Authorization: Bearer <a token the metadata server issued and that has not expired>`
 //!   (401 otherwise), and Google's error JSON with 404 for any other instance.
 //!
+//! - **A control endpoint** (plain HTTP, no Google counterpart) through which another process
+//!   registers instances: `PUT /standin/instances/{project}/{zone}/{instance}` with the signing
+//!   key's DER SubjectPublicKeyInfo as the body answers 204 ([`put_instance_at`] is its client).
+//!   `local-cluster` runs the stand-in; the load generator, another process, registers each
+//!   simulated node's instance there before the node joins.
+//!
 //! A test sets faults the way the real API fails: 403 (the service account lacks
 //! `compute.instances.getShieldedInstanceIdentity`), 429 with `Retry-After`, 503, or no answer
 //! at all; and the metadata server can fail on its own.
@@ -34,6 +40,9 @@ use tokio_rustls::TlsAcceptor;
 
 /// The metadata path of the default service account's access token.
 pub const TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
+
+/// The control endpoint's path under which instances are registered.
+pub const CONTROL_INSTANCES: &str = "/standin/instances";
 
 /// How an endpoint answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +96,7 @@ struct State {
 pub struct GceStandin {
     metadata: SocketAddr,
     compute: SocketAddr,
+    control: SocketAddr,
     ca_pem: String,
     state: Arc<State>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -97,6 +107,7 @@ impl std::fmt::Debug for GceStandin {
         f.debug_struct("GceStandin")
             .field("metadata", &self.metadata)
             .field("compute", &self.compute)
+            .field("control", &self.control)
             .finish_non_exhaustive()
     }
 }
@@ -122,6 +133,10 @@ impl GceStandin {
         let compute = TcpListener::bind(("127.0.0.1", 0))
             .await
             .map_err(Error::Bind)?;
+        let control = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(Error::Bind)?;
+        let control_addr = control.local_addr().map_err(Error::Bind)?;
         let metadata_addr = metadata.local_addr().map_err(Error::Bind)?;
         let compute_addr = compute.local_addr().map_err(Error::Bind)?;
         let (ca_pem, tls) = kube_standin::tls::generate(compute_addr.ip()).map_err(Error::Tls)?;
@@ -142,10 +157,12 @@ impl GceStandin {
                 state.clone(),
                 Endpoint::Compute,
             )),
+            tokio::spawn(serve(control, None, state.clone(), Endpoint::Control)),
         ];
         Ok(GceStandin {
             metadata: metadata_addr,
             compute: compute_addr,
+            control: control_addr,
             ca_pem,
             state,
             tasks,
@@ -160,6 +177,11 @@ impl GceStandin {
     /// `https://127.0.0.1:<port>`, standing for `https://compute.googleapis.com`.
     pub fn compute_url(&self) -> String {
         format!("https://{}", self.compute)
+    }
+
+    /// Where other processes register instances ([`put_instance_at`]).
+    pub fn control_addr(&self) -> SocketAddr {
+        self.control
     }
 
     /// The CA of the compute endpoint's certificate, PEM.
@@ -234,6 +256,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 enum Endpoint {
     Metadata,
     Compute,
+    Control,
 }
 
 async fn serve(
@@ -257,6 +280,7 @@ async fn serve(
                             Ok::<_, std::convert::Infallible>(match endpoint {
                                 Endpoint::Metadata => metadata(&state, req).await,
                                 Endpoint::Compute => compute(&state, req).await,
+                                Endpoint::Control => control(&state, req).await,
                             })
                         }
                     });
@@ -466,5 +490,109 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
             "notFound",
             "NOT_FOUND",
         ),
+    }
+}
+
+/// The instance a control path names (`/standin/instances/{project}/{zone}/{instance}`).
+fn control_instance(path: &str) -> Option<Instance> {
+    let rest = path.strip_prefix(CONTROL_INSTANCES)?.strip_prefix('/')?;
+    match rest.split('/').collect::<Vec<_>>().as_slice() {
+        [project, zone, name] if ![project, zone, name].iter().any(|s| s.is_empty()) => {
+            Some(Instance {
+                project: (*project).to_owned(),
+                zone: (*zone).to_owned(),
+                name: (*name).to_owned(),
+            })
+        }
+        _ => None,
+    }
+}
+
+async fn control(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
+    use http_body_util::BodyExt as _;
+    let plain = |status, body: String| text(status, body, "text/plain; charset=utf-8");
+    let Some(instance) = control_instance(req.uri().path()) else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            format!("not {CONTROL_INSTANCES}/{{project}}/{{zone}}/{{instance}}"),
+        );
+    };
+    if req.method() != http::Method::PUT {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "PUT only".to_owned());
+    }
+    let spki = match req.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) => return plain(StatusCode::BAD_REQUEST, format!("reading the body: {e}")),
+    };
+    if spki.is_empty() {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "the body must be the signing key's DER SubjectPublicKeyInfo".to_owned(),
+        );
+    }
+    lock(&state.instances).insert(
+        instance,
+        Identity {
+            signing_pem: public_key_pem(&spki),
+            encryption_pem: None,
+        },
+    );
+    text(
+        StatusCode::NO_CONTENT,
+        Bytes::new(),
+        "text/plain; charset=utf-8",
+    )
+}
+
+/// Why registering an instance at a stand-in's control endpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("talking to the GCE stand-in's control endpoint at {addr}")]
+    Io {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the GCE stand-in at {addr} answered {status_line:?}")]
+    Refused {
+        addr: SocketAddr,
+        status_line: String,
+    },
+}
+
+/// Registers `instance` with signing key `signing_spki` (DER) at the control endpoint `addr` of
+/// a stand-in in another process, as [`GceStandin::put_instance`] does in process.
+///
+/// Blocking, one HTTP/1.1 request on its own connection: the caller makes nodes on plain
+/// threads, and must not call this from a runtime that serves the stand-in itself.
+pub fn put_instance_at(
+    addr: SocketAddr,
+    instance: &Instance,
+    signing_spki: &[u8],
+) -> Result<(), ControlError> {
+    use std::io::{BufRead as _, Write as _};
+    let io = |source| ControlError::Io { addr, source };
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(io)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(io)?;
+    let head = format!(
+        "PUT {CONTROL_INSTANCES}/{}/{}/{} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        instance.project,
+        instance.zone,
+        instance.name,
+        signing_spki.len()
+    );
+    stream.write_all(head.as_bytes()).map_err(io)?;
+    stream.write_all(signing_spki).map_err(io)?;
+    let mut status_line = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut status_line)
+        .map_err(io)?;
+    let status_line = status_line.trim_end().to_owned();
+    match status_line.split(' ').nth(1) {
+        Some("204") => Ok(()),
+        _ => Err(ControlError::Refused { addr, status_line }),
     }
 }

@@ -231,3 +231,66 @@ async fn faults_answer_as_google_fails() {
     .await;
     assert_eq!(status, 503);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_registers_instances_through_the_control_endpoint() {
+    let standin = GceStandin::start().await.unwrap();
+    let client = client(&standin);
+    let signing = b"\x30\x03\x02\x01\x07".to_vec();
+    let control = standin.control_addr();
+    let registered = instance();
+    tokio::task::spawn_blocking(move || {
+        gce_standin::put_instance_at(control, &registered, &signing)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let bearer = format!("Bearer {}", token(&standin, &client).await);
+    let auth = [("Authorization", bearer.as_str())];
+    let (status, _, json, _) = get(&client, &identity_url(&standin, &instance()), &auth).await;
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(
+        json["signingKey"]["ekPub"],
+        gce_standin::public_key_pem(b"\x30\x03\x02\x01\x07")
+    );
+    assert_eq!(json.get("encryptionKey"), None);
+
+    // An empty key, or a path naming no instance, is refused, not registered.
+    let refused = tokio::task::spawn_blocking(move || {
+        let empty = gce_standin::put_instance_at(
+            control,
+            &Instance {
+                name: "worker-9".into(),
+                ..instance()
+            },
+            b"",
+        );
+        let unnamed = gce_standin::put_instance_at(
+            control,
+            &Instance {
+                name: String::new(),
+                ..instance()
+            },
+            b"\x30\x00",
+        );
+        [empty, unnamed]
+    })
+    .await
+    .unwrap();
+    for (result, status) in refused.iter().zip(["400", "404"]) {
+        match result {
+            Err(gce_standin::ControlError::Refused { status_line, .. }) => {
+                assert!(status_line.contains(status), "{status_line}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    let nine = Instance {
+        name: "worker-9".into(),
+        ..instance()
+    };
+    assert_eq!(
+        get(&client, &identity_url(&standin, &nine), &auth).await.0,
+        404
+    );
+}

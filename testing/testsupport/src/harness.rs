@@ -135,6 +135,38 @@ pub struct GceEndpoints {
     pub proxy_args: Vec<String>,
 }
 
+/// gce-identity serving attest-proxy (`peer_uid`) on `socket`, asking `gce`'s endpoints.
+pub fn gce_identity_command(
+    socket: &Path,
+    peer_uid: u32,
+    gce: &GceEndpoints,
+) -> anyhow::Result<Command> {
+    let mut gce_identity = command("gce-identity")?;
+    gce_identity
+        .arg("--socket")
+        .arg(socket)
+        .args(["--peer-uid", &peer_uid.to_string()])
+        .args(["--metadata-url", &gce.metadata_url])
+        .args(["--compute-url", &gce.compute_url])
+        .arg("--compute-ca-file")
+        .arg(&gce.compute_ca_file)
+        .args(["--request-timeout", "2s"]);
+    Ok(gce_identity)
+}
+
+/// attest-proxy's flags for the gce-identity on `socket` running as `uid`, and `gce`'s own.
+pub fn gce_proxy_args(socket: &Path, uid: u32, gce: &GceEndpoints) -> Vec<String> {
+    [
+        "--gce-identity-socket".to_owned(),
+        socket.display().to_string(),
+        "--gce-identity-uid".to_owned(),
+        uid.to_string(),
+    ]
+    .into_iter()
+    .chain(gce.proxy_args.iter().cloned())
+    .collect()
+}
+
 /// The uids the three service processes run as, and the group they share for the sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Uids {
@@ -581,30 +613,14 @@ impl System {
         let mut gce_identity = match &options.gce {
             Some(gce) => Some(Process::spawn_as(
                 "gce-identity",
-                command("gce-identity")?
-                    .arg("--socket")
-                    .arg(&paths.gce_identity_socket)
-                    .args(["--peer-uid", &uids.proxy.to_string()])
-                    .args(["--metadata-url", &gce.metadata_url])
-                    .args(["--compute-url", &gce.compute_url])
-                    .arg("--compute-ca-file")
-                    .arg(&gce.compute_ca_file)
-                    .args(["--request-timeout", "2s"]),
+                &mut gce_identity_command(&paths.gce_identity_socket, uids.proxy, gce)?,
                 &paths.logs,
                 uids.user(uids.gce_identity),
             )?),
             None => None,
         };
         let gce_proxy_args: Vec<String> = match &options.gce {
-            Some(gce) => [
-                "--gce-identity-socket".to_owned(),
-                paths.gce_identity_socket.display().to_string(),
-                "--gce-identity-uid".to_owned(),
-                uids.gce_identity.to_string(),
-            ]
-            .into_iter()
-            .chain(gce.proxy_args.iter().cloned())
-            .collect(),
+            Some(gce) => gce_proxy_args(&paths.gce_identity_socket, uids.gce_identity, gce),
             None => Vec::new(),
         };
         let proxy_addr = match options.proxy_listen {

@@ -5,17 +5,24 @@
 //!
 //! `local-cluster --variant aws-sev-snp` and the load generator's benchmark set it up through
 //! [`SnpSite::start`]; the SNP storm tests too.
+//!
+//! gcp-sev-snp also needs Google: [`GceSite`] runs the GCE stand-in that gce-identity asks which
+//! attestation key an instance has, and each gcp node's instance is registered there with its
+//! key as the node is made ([`GceRegistry`]).
 
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use attestation::snp::{Product, Tcb};
+use attestation::snp::{InstanceRef, Product, Tcb};
+use gce_standin::GceStandin;
 use kds_standin::KdsStandin;
-use soft_issuer::snp::SimulatedAmd;
+use soft_issuer::snp::{SimulatedAmd, SimulatedSigner};
 
-use crate::harness::{SiteDir, boot_measurements, boot_pcrs};
+use crate::harness::{GceEndpoints, SiteDir, boot_measurements, boot_pcrs};
 
 /// The TCB of every simulated chip and VLEK, and the minimum the configs written here enforce.
 pub const TCB: Tcb = Tcb {
@@ -131,6 +138,100 @@ impl SnpSite {
     }
 }
 
+/// The file (in a [`GceSite`]'s directory) holding the GCE stand-in's control address, where
+/// another process registers its nodes' instances ([`GceRegistry::Control`]).
+pub const GCE_CONTROL: &str = "gce-standin-control";
+
+/// The project and zone every simulated gcp node's instance is in.
+pub const GCE_PROJECT: &str = "constellation-local";
+pub const GCE_ZONE: &str = "europe-west3-b";
+
+/// The GCE stand-in (metadata server and Compute API) for gcp-sev-snp, in this process.
+#[derive(Debug)]
+pub struct GceSite {
+    pub standin: Arc<GceStandin>,
+    ca_file: PathBuf,
+}
+
+impl GceSite {
+    /// Starts the stand-in and writes into `dir` (which every uid must be able to traverse) its
+    /// Compute API's CA (`gce-ca.pem`, for gce-identity) and its control address
+    /// ([`GCE_CONTROL`]).
+    pub async fn start(dir: &Path) -> anyhow::Result<GceSite> {
+        let standin = GceStandin::start()
+            .await
+            .context("starting the GCE stand-in")?;
+        let ca_file = dir.join("gce-ca.pem");
+        for (path, contents) in [
+            (&ca_file, standin.ca_pem().to_owned()),
+            (&dir.join(GCE_CONTROL), standin.control_addr().to_string()),
+        ] {
+            std::fs::write(path, contents)
+                .with_context(|| format!("writing {}", path.display()))?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+        }
+        Ok(GceSite {
+            standin: Arc::new(standin),
+            ca_file,
+        })
+    }
+
+    /// What the harness gives gce-identity (and `proxy_args` to attest-proxy).
+    pub fn endpoints(&self, proxy_args: Vec<String>) -> GceEndpoints {
+        GceEndpoints {
+            metadata_url: self.standin.metadata_url(),
+            compute_url: self.standin.compute_url(),
+            compute_ca_file: self.ca_file.clone(),
+            proxy_args,
+        }
+    }
+
+    /// Registers nodes' instances with this stand-in, in process.
+    pub fn registry(&self) -> GceRegistry {
+        GceRegistry::InProcess(self.standin.clone())
+    }
+}
+
+/// Where gcp nodes' instances are registered with their attestation keys, so that the GCE API
+/// (its stand-in) vouches for each node's key when gce-identity asks.
+#[derive(Clone, Debug)]
+pub enum GceRegistry {
+    /// A stand-in in this process.
+    InProcess(Arc<GceStandin>),
+    /// A stand-in in another process (local-cluster's), through its control endpoint: the
+    /// address in its site's [`GCE_CONTROL`] file ([`GceRegistry::from_dir`]).
+    Control(SocketAddr),
+}
+
+impl GceRegistry {
+    /// The stand-in whose site wrote `dir`.
+    pub fn from_dir(dir: &Path) -> anyhow::Result<GceRegistry> {
+        let path = dir.join(GCE_CONTROL);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let addr = text
+            .trim()
+            .parse()
+            .with_context(|| format!("{} holds no address: {text:?}", path.display()))?;
+        Ok(GceRegistry::Control(addr))
+    }
+
+    fn register(&self, instance: &InstanceRef, signing_spki: &[u8]) -> anyhow::Result<()> {
+        let instance = gce_standin::Instance {
+            project: instance.project.clone(),
+            zone: instance.zone.clone(),
+            name: instance.instance.clone(),
+        };
+        match self {
+            GceRegistry::InProcess(standin) => standin.put_instance(instance, signing_spki, None),
+            GceRegistry::Control(addr) => {
+                gce_standin::put_instance_at(*addr, &instance, signing_spki)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The simulated SEV-SNP machines the nodes of one variant run on, and how each node's document
 /// is made.
 ///
@@ -144,24 +245,35 @@ impl SnpSite {
 ///   certificates out ([`SnpMachines::leave_out_certificates`]: the verifier then fetches each
 ///   chip's VCEK from the KDS). Azure attestation keys are RSA, and ring makes no RSA keys, so
 ///   every node shares soft-issuer's one RSA key (each report still binds it).
+/// - **gcp-sev-snp**: chips per host as for azure; each node is a GCE instance of its own
+///   (`<random prefix>-<n>` in [`GCE_PROJECT`], [`GCE_ZONE`]) with its own ECDSA P-256 key,
+///   registered with the GCE stand-in as the instance's key when the node is made
+///   ([`SnpMachines::register_instances_with`]); its reports hold each connection's extraData.
 ///
 /// Every quote carries the harness's boot measurements ([`crate::harness::BOOT_MEASUREMENTS`]), as
 /// [`attestation_config`] expects.
 pub struct SnpMachines {
     variant: attestation::Variant,
-    signers: Vec<soft_issuer::snp::SimulatedSigner>,
+    signers: Vec<Arc<SimulatedSigner>>,
     chain_pem: String,
     issue: IssueFn,
     /// Shared by every node where the variant needs a key type ring cannot generate.
     shared_ak: Option<soft_issuer::SoftIssuer>,
     next: std::sync::atomic::AtomicUsize,
     with_certificates: bool,
+    /// gcp-sev-snp: where each node's instance is registered.
+    gce: Option<GceRegistry>,
+    /// gcp-sev-snp: the start of every instance name, new for every set of machines, so that
+    /// two runs against one service never present one instance with two keys.
+    instance_prefix: String,
 }
 
+/// A node's document issuer from its AK, its machine's signer and its index.
 type IssueFn = fn(
     &SnpMachines,
     soft_issuer::SoftIssuer,
-    &soft_issuer::snp::SimulatedSigner,
+    &Arc<SimulatedSigner>,
+    usize,
 ) -> anyhow::Result<soft_issuer::snp::SnpDocumentIssuer>;
 
 impl std::fmt::Debug for SnpMachines {
@@ -190,13 +302,18 @@ impl SnpMachines {
         hosts: usize,
     ) -> anyhow::Result<SnpMachines> {
         use attestation::Variant;
-        use soft_issuer::snp::{ReportFields, SnpDocumentIssuer};
+        use soft_issuer::snp::{GcpReportData, ReportFields, SnpDocumentIssuer};
         use soft_issuer::{KeyType, SoftIssuer};
+        let chips = || -> anyhow::Result<Vec<Arc<SimulatedSigner>>> {
+            (0..hosts.max(1))
+                .map(|i| Ok(Arc::new(amd.chip(chip_id(i), TCB, 0)?)))
+                .collect()
+        };
         let (signers, chain_pem, issue, shared_ak): (_, _, IssueFn, _) = match variant {
             Variant::AwsSevSnp => (
-                vec![amd.vlek("aws.simulated.example", TCB)?],
+                vec![Arc::new(amd.vlek("aws.simulated.example", TCB)?)],
                 amd.vlek_chain_pem(),
-                |m, ak, vlek| {
+                |m, ak, vlek, _| {
                     Ok(SnpDocumentIssuer::aws(
                         ak,
                         vlek,
@@ -207,11 +324,9 @@ impl SnpMachines {
                 None,
             ),
             Variant::AzureSevSnp => (
-                (0..hosts.max(1))
-                    .map(|i| amd.chip(chip_id(i), TCB, 0))
-                    .collect::<Result<Vec<_>, _>>()?,
+                chips()?,
                 amd.vcek_chain_pem(),
-                |m, ak, vcek| {
+                |m, ak, vcek, _| {
                     Ok(SnpDocumentIssuer::azure(
                         ak,
                         vcek,
@@ -220,6 +335,32 @@ impl SnpMachines {
                     )?)
                 },
                 Some(SoftIssuer::new(KeyType::Rsa2048)?.with_pcrs(boot_pcrs())?),
+            ),
+            Variant::GcpSevSnp => (
+                chips()?,
+                amd.vcek_chain_pem(),
+                |m, ak, vcek, index| {
+                    let gce = m.gce.as_ref().context(
+                        "gcp-sev-snp machines need a GCE stand-in to register their instances \
+                         with (SnpMachines::register_instances_with)",
+                    )?;
+                    let instance = InstanceRef {
+                        project: GCE_PROJECT.to_owned(),
+                        zone: GCE_ZONE.to_owned(),
+                        instance: format!("{}-{index}", m.instance_prefix),
+                    };
+                    let node = SnpDocumentIssuer::gcp(
+                        ak,
+                        vcek.clone(),
+                        &m.chain_pem,
+                        ReportFields::default(),
+                        Some(instance.clone()),
+                        GcpReportData::Bound,
+                    );
+                    gce.register(&instance, &node.ak_spki_der()?)?;
+                    Ok(node)
+                },
+                None,
             ),
             other => anyhow::bail!("no simulated SEV-SNP machines for {other}"),
         };
@@ -231,7 +372,19 @@ impl SnpMachines {
             shared_ak,
             next: std::sync::atomic::AtomicUsize::new(0),
             with_certificates: true,
+            gce: None,
+            instance_prefix: format!(
+                "n{}",
+                hex::encode(rand::Rng::random::<[u8; 4]>(&mut rand::rng()))
+            ),
         })
+    }
+
+    /// gcp-sev-snp: each node's instance is registered with `gce` as the node is made, before
+    /// it can connect.
+    pub fn register_instances_with(mut self, gce: GceRegistry) -> Self {
+        self.gce = Some(gce);
+        self
     }
 
     /// Documents carry no signer certificate and no chain: the verifier gets them from the KDS
@@ -255,7 +408,7 @@ impl SnpMachines {
             None => soft_issuer::SoftIssuer::new(soft_issuer::KeyType::EcdsaP256)?
                 .with_pcrs(boot_pcrs())?,
         };
-        let node = (self.issue)(self, ak.clone(), signer)?;
+        let node = (self.issue)(self, ak.clone(), signer, index)?;
         if self.with_certificates {
             return Ok(node);
         }

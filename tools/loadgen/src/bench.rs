@@ -10,11 +10,17 @@
 //!   local-cluster's own process).
 //!
 //! B and C run for each attestation variant asked for: qemu-vtpm (soft-issuer documents), and
-//! aws-sev-snp and azure-sev-snp on simulated AMD hardware (`testsupport::snp`), trusted through
-//! the config's `amdRootKey`, with attest-proxy fetching AMD's CRL and chains from a KDS stand-in
-//! into a collateral directory. For those, each step also reports the collateral attest-proxy
-//! fetched per join ([`crate::collateral`]), read from its metrics before and after the step;
-//! the warm-up's is kept too, since that is where the fetches belong.
+//! aws-sev-snp, azure-sev-snp and gcp-sev-snp on simulated AMD hardware (`testsupport::snp`),
+//! trusted through the config's `amdRootKey`, with attest-proxy fetching AMD's CRL and chains from
+//! a KDS stand-in into a collateral directory. For those, each step also reports the collateral
+//! attest-proxy fetched per join ([`crate::collateral`]), read from its metrics before and after
+//! the step; the warm-up's is kept too, since that is where the fetches belong.
+//!
+//! gcp-sev-snp also runs the gce-identity process (one of the setup's server processes) against a
+//! GCE stand-in (B: in this process; C: in local-cluster's). Every benchmark node is a new
+//! instance, registered with the stand-in as the node is made, so every join costs attest-proxy
+//! one GCE lookup through gce-identity, as a storm of new nodes does; each step reports the
+//! lookups per join beside the collateral fetches.
 //!
 //! All setups are started first; each concurrency's steps then run for A, B and C back to back.
 //!
@@ -32,9 +38,9 @@ use attestation::Variant;
 use serde::Serialize;
 use soft_issuer::KeyType;
 use soft_issuer::snp::SimulatedAmd;
-use testsupport::harness::own_uid;
+use testsupport::harness::{gce_identity_command, gce_proxy_args, own_uid};
 use testsupport::process::{Process, bin, free_port};
-use testsupport::snp::{AMD_CERTIFICATES, SnpMachines, SnpSite};
+use testsupport::snp::{AMD_CERTIFICATES, GceRegistry, GceSite, SnpMachines, SnpSite};
 
 use crate::mtls::ClientCa;
 use crate::node::{NodeAttestation, SoftAttestation, Target};
@@ -105,19 +111,25 @@ pub struct BenchConfig {
 pub const SNP_HOSTS: usize = 64;
 
 /// How a variant's nodes attest. The SNP variants' machines are made by
-/// `testsupport::snp::SnpMachines::new`, the one place that says how each variant is simulated.
+/// `testsupport::snp::SnpMachines::new`, the one place that says how each variant is simulated;
+/// gcp-sev-snp nodes' instances are registered with `gce`.
 pub fn node_attestation(
     variant: Variant,
     key_type: KeyType,
     amd: Option<&SimulatedAmd>,
+    gce: Option<GceRegistry>,
 ) -> anyhow::Result<NodeAttestation> {
     if variant == Variant::QemuVtpm {
         return Ok(SoftAttestation::matching_harness_policy(key_type)?.into());
     }
     let amd = amd.with_context(|| format!("{variant} nodes need a simulated AMD"))?;
-    Ok(NodeAttestation::Snp(Arc::new(SnpMachines::new(
-        variant, amd, SNP_HOSTS,
-    )?)))
+    let mut machines = SnpMachines::new(variant, amd, SNP_HOSTS)?;
+    if variant == Variant::GcpSevSnp {
+        let gce =
+            gce.context("gcp-sev-snp nodes need a GCE stand-in to register instances with")?;
+        machines = machines.register_instances_with(gce);
+    }
+    Ok(NodeAttestation::Snp(Arc::new(machines)))
 }
 
 fn variant_names<S: serde::Serializer>(variants: &[Variant], s: S) -> Result<S::Ok, S::Error> {
@@ -255,6 +267,8 @@ struct Running {
     _cluster: Option<Cluster>,
     /// B's KDS stand-in (in this process) for an SNP variant, stopped when dropped.
     _site: Option<SnpSite>,
+    /// B's GCE stand-in (in this process) for gcp-sev-snp, stopped when dropped.
+    _gce: Option<GceSite>,
     /// The SNP files (KDS CA, simulated AMD, config, collateral), removed after the processes
     /// stop (fields drop in order).
     _snp_dir: Option<tempfile::TempDir>,
@@ -381,6 +395,7 @@ async fn start(
                 processes: vec![server],
                 _cluster: None,
                 _site: None,
+                _gce: None,
                 _snp_dir: None,
             })
         }
@@ -404,6 +419,23 @@ async fn start(
             } else {
                 (None, None)
             };
+            // gcp-sev-snp: Google's stand-in here, and gce-identity asking it for attest-proxy.
+            let (gce, gce_identity) = match (&dir, variant) {
+                (Some(dir), Variant::GcpSevSnp) => {
+                    let gce = GceSite::start(dir.path()).await?;
+                    let socket = dir.path().join("gce-identity").join("gce-identity.sock");
+                    let endpoints = gce.endpoints(Vec::new());
+                    let mut process = Process::spawn(
+                        &format!("{tag}-gce-identity"),
+                        &mut gce_identity_command(&socket, own_uid()?, &endpoints)?,
+                        &logs,
+                    )?;
+                    process.wait_for_socket(&socket)?;
+                    let args = gce_proxy_args(&socket, own_uid()?, &endpoints);
+                    (Some(gce), Some((process, args)))
+                }
+                _ => (None, None),
+            };
             let addr = loopback(free_port()?);
             let admin = loopback(free_port()?);
             let mut command = Command::new(bin("attest-proxy")?);
@@ -421,26 +453,37 @@ async fn start(
                     .args(site.proxy_args(COLLATERAL_WAIT)),
                 None => command.arg(&policy),
             };
+            if let Some((_, args)) = &gce_identity {
+                command.args(args);
+            }
             let mut proxy = Process::spawn(&format!("{tag}-attest-proxy"), &mut command, &logs)?;
             proxy.wait_for_tcp(addr)?;
             let attestation = node_attestation(
                 variant,
                 config.key_type,
                 site.as_ref().map(|s| s.amd.as_ref()),
+                gce.as_ref().map(GceSite::registry),
             )?;
             if let (Some(site), NodeAttestation::Snp(machines)) = (&site, &attestation) {
                 machines.publish_vceks(&site.kds, site.amd.product());
             }
+            let mut watched = vec![
+                watch("attest-proxy", &proxy),
+                watch("trivial upstream (unix)", &upstream),
+            ];
+            let mut processes = vec![proxy, upstream];
+            if let Some((process, _)) = gce_identity {
+                watched.push(watch("gce-identity", &process));
+                processes.push(process);
+            }
             Ok(Running {
                 target: Arc::new(Target::Atls { addr, attestation }),
-                watched: vec![
-                    watch("attest-proxy", &proxy),
-                    watch("trivial upstream (unix)", &upstream),
-                ],
+                watched,
                 collateral_metrics: snp.then_some(admin),
-                processes: vec![proxy, upstream],
+                processes,
                 _cluster: None,
                 _site: site,
+                _gce: gce,
                 _snp_dir: dir,
             })
         }
@@ -482,6 +525,11 @@ async fn start(
                     cluster.0.log()
                 )
             })?;
+            // gcp-sev-snp: nodes' instances go to local-cluster's GCE stand-in.
+            let gce = match (&dir, variant) {
+                (Some(dir), Variant::GcpSevSnp) => Some(GceRegistry::from_dir(dir.path())?),
+                _ => None,
+            };
             let amd = match &dir {
                 Some(dir) => {
                     let path = dir.path().join(AMD_CERTIFICATES);
@@ -506,13 +554,14 @@ async fn start(
             Ok(Running {
                 target: Arc::new(Target::Atls {
                     addr,
-                    attestation: node_attestation(variant, config.key_type, amd.as_ref())?,
+                    attestation: node_attestation(variant, config.key_type, amd.as_ref(), gce)?,
                 }),
                 watched,
                 collateral_metrics,
                 processes: vec![],
                 _cluster: Some(cluster),
                 _site: None,
+                _gce: None,
                 _snp_dir: dir,
             })
         }
@@ -541,8 +590,9 @@ fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
 }
 
 /// The service's processes of a running `local-cluster` (pid `cluster`): its children
-/// attest-proxy, join-core, token-issuer and keyservice, and local-cluster itself, which hosts the
-/// Kubernetes API stand-in.
+/// attest-proxy, join-core, token-issuer and keyservice (and gce-identity for gcp-sev-snp), and
+/// local-cluster itself, which hosts the Kubernetes API stand-in (and the KDS and GCE stand-ins
+/// of the SNP variants).
 pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
     let mut watched = Vec::new();
     for (pid, comm) in procstat::children(cluster)? {
@@ -774,6 +824,10 @@ fn fetches_per_join(r: Option<&Report>) -> Option<f64> {
     r?.collateral?.fetches_per_join
 }
 
+fn gce_lookups_per_join(r: Option<&Report>) -> Option<f64> {
+    r?.collateral?.gce_lookups_per_join
+}
+
 /// B/A and C/A for each variant at each concurrency, where both figures exist.
 pub fn ratios(
     setups: &[SetupResults],
@@ -807,13 +861,14 @@ fn cell(v: Option<f64>, precision: usize) -> String {
 }
 
 /// The side-by-side table: one row per concurrency and variant (A, which attests nothing,
-/// repeated in each), with the collateral fetched per join in B and C.
+/// repeated in each), with the collateral fetched and (gcp-sev-snp) the GCE keys looked up per
+/// join in B and C.
 pub fn summary(results: &BenchResults) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>5} | {:<13} | {:>27} | {:>24} | {:>24} | {:>13} | {:>13} | {:>15} | {:>6}",
+        "{:>5} | {:<13} | {:>27} | {:>24} | {:>24} | {:>13} | {:>13} | {:>15} | {:>15} | {:>6}",
         "conc",
         "variant",
         "ops/s       A      B      C",
@@ -822,6 +877,7 @@ pub fn summary(results: &BenchResults) -> String {
         "B/A cpu  tput",
         "C/A cpu  tput",
         "fetch/join B C",
+        "gce/join B C",
         "errors"
     );
     for ratio in &results.ratios {
@@ -835,7 +891,7 @@ pub fn summary(results: &BenchResults) -> String {
             .sum();
         let _ = writeln!(
             out,
-            "{:>5} | {:<13} | {:>9} {:>8} {:>8} | {:>8} {:>7} {:>7} | {:>8} {:>7} {:>7} | {:>6} {:>6} | {:>6} {:>6} | {:>7} {:>7} | {:>6}",
+            "{:>5} | {:<13} | {:>9} {:>8} {:>8} | {:>8} {:>7} {:>7} | {:>8} {:>7} {:>7} | {:>6} {:>6} | {:>6} {:>6} | {:>7} {:>7} | {:>7} {:>7} | {:>6}",
             c,
             v.name(),
             cell(throughput(r(Setup::A)), 0),
@@ -853,6 +909,8 @@ pub fn summary(results: &BenchResults) -> String {
             cell(ratio.c_over_a_throughput, 2),
             cell(fetches_per_join(r(Setup::B)), 3),
             cell(fetches_per_join(r(Setup::C)), 3),
+            cell(gce_lookups_per_join(r(Setup::B)), 3),
+            cell(gce_lookups_per_join(r(Setup::C)), 3),
             errors
         );
     }

@@ -5,6 +5,10 @@
 //! Every SEV-SNP join looks up AMD's CRL, and the chain or VCEK its document lacks; each lookup is
 //! a cache hit or a fetch from the KDS. Once warm, a storm should cost the KDS nothing: zero
 //! fetches per join.
+//!
+//! A gcp-sev-snp join also needs the key the GCE API vouches for its instance, which attest-proxy
+//! asks gce-identity for once per instance and caches (`attest-proxy/src/gce_identity.rs`): a
+//! storm of new nodes costs one GCE lookup per node, their rejoins none.
 
 use std::net::SocketAddr;
 
@@ -23,6 +27,21 @@ pub struct CollateralCounts {
     pub hits_stale: u64,
     /// Lookups that found nothing usable: the join was told `Unavailable`.
     pub unavailable: u64,
+    /// gcp-sev-snp: attest-proxy's GCE key cache; `None` where attest-proxy has none.
+    pub gce: Option<GceLookups>,
+}
+
+/// attest-proxy's GCE key cache counters (`attest_proxy_gce_identity_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GceLookups {
+    /// Instances' keys asked of gce-identity that it answered (a key, or "no such instance").
+    pub ok: u64,
+    /// Asks that failed (the API's 429 or 5xx, no answer).
+    pub failed: u64,
+    /// Keys answered from the cache.
+    pub hits: u64,
+    /// Joins told `Unavailable` for want of their instance's key.
+    pub unavailable: u64,
 }
 
 /// What a run cost in collateral.
@@ -33,6 +52,9 @@ pub struct CollateralUse {
     pub counts: CollateralCounts,
     /// Fetches (whatever their result) per successful join; `None` without successful joins.
     pub fetches_per_join: Option<f64>,
+    /// gcp-sev-snp: GCE lookups (whatever their result) per successful join; `None` without
+    /// successful joins or without a GCE key cache.
+    pub gce_lookups_per_join: Option<f64>,
 }
 
 impl CollateralUse {
@@ -44,11 +66,21 @@ impl CollateralUse {
             hits_fresh: after.hits_fresh.saturating_sub(before.hits_fresh),
             hits_stale: after.hits_stale.saturating_sub(before.hits_stale),
             unavailable: after.unavailable.saturating_sub(before.unavailable),
+            gce: after.gce.map(|a| {
+                let b = before.gce.unwrap_or_default();
+                GceLookups {
+                    ok: a.ok.saturating_sub(b.ok),
+                    failed: a.failed.saturating_sub(b.failed),
+                    hits: a.hits.saturating_sub(b.hits),
+                    unavailable: a.unavailable.saturating_sub(b.unavailable),
+                }
+            }),
         };
-        let fetches = counts.fetches_ok + counts.fetches_failed;
+        let per_join = |n: u64| (succeeded > 0).then(|| n as f64 / succeeded as f64);
         CollateralUse {
             counts,
-            fetches_per_join: (succeeded > 0).then(|| fetches as f64 / succeeded as f64),
+            fetches_per_join: per_join(counts.fetches_ok + counts.fetches_failed),
+            gce_lookups_per_join: counts.gce.and_then(|g| per_join(g.ok + g.failed)),
         }
     }
 }
@@ -88,11 +120,26 @@ pub async fn read(admin: SocketAddr) -> Result<CollateralCounts, MetricsError> {
 /// The collateral counters in a Prometheus text exposition; `None` if it has none.
 pub fn parse(exposition: &str) -> Option<CollateralCounts> {
     let mut counts = CollateralCounts::default();
-    let mut found = false;
+    let mut gce = GceLookups::default();
+    let (mut found, mut found_gce) = (false, false);
     for line in exposition.lines() {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };
+        let gce_slot = match series {
+            r#"attest_proxy_gce_identity_lookups_total{result="ok"}"# => Some(&mut gce.ok),
+            r#"attest_proxy_gce_identity_lookups_total{result="failed"}"# => Some(&mut gce.failed),
+            "attest_proxy_gce_identity_hits_total" => Some(&mut gce.hits),
+            "attest_proxy_gce_identity_unavailable_total" => Some(&mut gce.unavailable),
+            _ => None,
+        };
+        if let Some(slot) = gce_slot {
+            if let Some(value) = whole(value) {
+                *slot = value;
+                found_gce = true;
+            }
+            continue;
+        }
         let slot = match series {
             r#"attest_proxy_collateral_fetches_total{result="ok"}"# => &mut counts.fetches_ok,
             r#"attest_proxy_collateral_fetches_total{result="failed"}"# => {
@@ -103,15 +150,21 @@ pub fn parse(exposition: &str) -> Option<CollateralCounts> {
             "attest_proxy_collateral_unavailable_total" => &mut counts.unavailable,
             _ => continue,
         };
-        if let Ok(value) = value.trim().parse::<f64>() {
-            // Counters are whole numbers, exposed as such.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let whole = value as u64;
-            *slot = whole;
+        if let Some(value) = whole(value) {
+            *slot = value;
             found = true;
         }
     }
+    counts.gce = found_gce.then_some(gce);
     found.then_some(counts)
+}
+
+/// A counter's value: a whole number, exposed as such.
+fn whole(value: &str) -> Option<u64> {
+    let value = value.trim().parse::<f64>().ok()?;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let whole = value as u64;
+    Some(whole)
 }
 
 #[cfg(test)]
@@ -137,6 +190,7 @@ mod tests {
                 hits_fresh: 1200,
                 hits_stale: 0,
                 unavailable: 2,
+                gce: None,
             }
         );
         let before = CollateralCounts {
@@ -153,6 +207,44 @@ mod tests {
             CollateralUse::between(after, after, 0).fetches_per_join,
             None
         );
+        assert_eq!(used.gce_lookups_per_join, None);
         assert_eq!(parse("attest_proxy_connections_total 99\n"), None);
+    }
+
+    #[test]
+    fn gce_lookups_are_read_beside_the_collateral_and_counted_per_join() {
+        let text = "attest_proxy_collateral_fetches_total{result=\"ok\"} 2\n\
+            attest_proxy_gce_identity_lookups_total{result=\"ok\"} 40\n\
+            attest_proxy_gce_identity_lookups_total{result=\"failed\"} 1\n\
+            attest_proxy_gce_identity_hits_total 7\n\
+            attest_proxy_gce_identity_unavailable_total 1\n";
+        let after = parse(text).unwrap();
+        assert_eq!(
+            after.gce,
+            Some(GceLookups {
+                ok: 40,
+                failed: 1,
+                hits: 7,
+                unavailable: 1
+            })
+        );
+        let before = CollateralCounts {
+            fetches_ok: 2,
+            gce: Some(GceLookups {
+                ok: 10,
+                ..GceLookups::default()
+            }),
+            ..CollateralCounts::default()
+        };
+        let used = CollateralUse::between(before, after, 30);
+        assert_eq!(
+            used.counts.gce.map(|g| (g.ok, g.failed, g.hits)),
+            Some((30, 1, 7))
+        );
+        assert_eq!(used.gce_lookups_per_join, Some(31.0 / 30.0));
+        assert_eq!(used.fetches_per_join, Some(0.0));
+        let json = serde_json::to_value(used).unwrap();
+        assert_eq!(json["gce"]["ok"], 30);
+        assert_eq!(json["gce_lookups_per_join"], 31.0 / 30.0);
     }
 }

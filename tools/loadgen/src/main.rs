@@ -17,6 +17,7 @@ use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
 use node_client::Backoff;
 use soft_issuer::KeyType;
 use soft_issuer::snp::SimulatedAmd;
+use testsupport::snp::GceRegistry;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,7 +34,7 @@ struct Cli {
 enum Command {
     /// Simulate nodes joining a running system and report throughput, latency, errors and the
     /// CPU and memory of the service's processes. Exits 2 if any join failed.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// The benchmark's trivial join.API upstream (fixed answers), over mutual TLS or a Unix socket.
     ServeTrivial(ServeArgs),
     /// The benchmark: A (mutual TLS floor), B (aTLS through attest-proxy), C (full joins), side by
@@ -116,15 +117,22 @@ struct RunArgs {
     /// The simulated nodes' attestation key (qemu-vtpm).
     #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
     ak: Ak,
-    /// The nodes' attestation variant: qemu-vtpm (software keys), or aws-sev-snp / azure-sev-snp
-    /// on simulated AMD hardware (needs --simulated-amd).
+    /// The nodes' attestation variant: qemu-vtpm (software keys), or aws-sev-snp / azure-sev-snp /
+    /// gcp-sev-snp on simulated AMD hardware (needs --simulated-amd; gcp-sev-snp also
+    /// --gce-standin).
     #[arg(long, default_value = "qemu-vtpm", value_parser = parse_variant)]
     variant: Variant,
     /// With an SNP variant: the simulated AMD whose ARK the service trusts, as `local-cluster
     /// --variant ...` wrote it (`<snp-dir>/simulated-amd.pem`).
     #[arg(long)]
     simulated_amd: Option<PathBuf>,
-    /// attest-proxy's admin endpoint: report the SEV-SNP collateral it fetched per join.
+    /// gcp-sev-snp: the control address of the GCE stand-in local-cluster runs (it prints it, and
+    /// writes it to `<snp-dir>/gce-standin-control`), where each node's instance is registered
+    /// with its attestation key before the node joins.
+    #[arg(long)]
+    gce_standin: Option<SocketAddr>,
+    /// attest-proxy's admin endpoint: report the SEV-SNP collateral it fetched (and the GCE keys
+    /// it looked up) per join.
     #[arg(long)]
     proxy_admin: Option<SocketAddr>,
     /// A PCR value the nodes quote, INDEX=HEX (repeatable). Default: the test harness's boot
@@ -213,7 +221,7 @@ struct BenchArgs {
     ak: Ak,
     /// The attestation variants B and C run for (A attests nothing and runs once).
     #[arg(long = "variant", value_delimiter = ',', value_parser = parse_variant,
-          default_values = ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp"])]
+          default_values = ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp", "gcp-sev-snp"])]
     variants: Vec<Variant>,
     /// Where results.json, results.svg and the processes' logs go.
     #[arg(long, default_value = "target/bench")]
@@ -264,7 +272,12 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
             let amd = SimulatedAmd::from_certificates_pem(Product::Milan, &pem)?;
             Target::Atls {
                 addr: args.addr,
-                attestation: bench::node_attestation(args.variant, args.ak.into(), Some(&amd))?,
+                attestation: bench::node_attestation(
+                    args.variant,
+                    args.ak.into(),
+                    Some(&amd),
+                    args.gce_standin.map(GceRegistry::Control),
+                )?,
             }
         }
         _ => Target::Atls {
@@ -416,7 +429,7 @@ async fn main() -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Run(args) => {
-            if !run(args).await? {
+            if !run(*args).await? {
                 std::process::exit(2);
             }
         }

@@ -330,6 +330,18 @@ impl fmt::Display for Report {
                 c.fetches_per_join
                     .map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
             )?;
+            if let Some(g) = &c.counts.gce {
+                writeln!(
+                    f,
+                    "  gce keys   {} looked up, {} lookups failed, {} cache hits, {} unavailable: {} lookups per join",
+                    g.ok,
+                    g.failed,
+                    g.hits,
+                    g.unavailable,
+                    c.gce_lookups_per_join
+                        .map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
+                )?;
+            }
         }
         for (title, errors) in [("errors", &self.errors), ("retried", &self.retried_errors)] {
             for (i, e) in errors.iter().enumerate() {

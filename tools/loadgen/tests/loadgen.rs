@@ -1,8 +1,9 @@
 //! The load generator against real servers: the whole system started by the harness (real
-//! processes, real aTLS, soft-issuer documents checked by the qemu-vtpm validator), and the
-//! benchmark's mutual-TLS floor in process.
+//! processes, real aTLS, soft-issuer documents checked by the qemu-vtpm validator; gcp-sev-snp
+//! nodes on simulated AMD machines, their instances' keys vouched for by the GCE stand-in through
+//! the real gce-identity process), and the benchmark's mutual-TLS floor in process.
 //!
-//! The system test needs the workspace binaries (`cargo build --workspace --bins`).
+//! The system tests need the workspace binaries (`cargo build --workspace --bins`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +15,8 @@ use loadgen::mtls::{self, ClientCa};
 use loadgen::procstat::Watched;
 use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
 use soft_issuer::KeyType;
-use testsupport::harness::{Options, System};
+use testsupport::harness::{Options, System, Uids, own_uid};
+use testsupport::snp::{GceSite, SnpSite};
 
 /// The simulated nodes attest with software keys, a new one per node: the harness's policy must
 /// trust any attestation key instead of pinning its swtpm's.
@@ -42,22 +44,37 @@ fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
     }
 }
 
+/// The bootstrap token Secrets joins created: one per node that joined.
+fn bootstrap_tokens(system: &System) -> usize {
+    system
+        .kube
+        .secrets("kube-system")
+        .into_iter()
+        .filter(|s| s.name.starts_with("bootstrap-token-"))
+        .count()
+}
+
+/// The service's processes, watched for CPU and memory under these names.
+fn server_side(processes: &[(&str, &testsupport::process::Process)]) -> Vec<Watched> {
+    processes
+        .iter()
+        .map(|(name, p)| Watched {
+            name: (*name).to_owned(),
+            pid: p.id(),
+            server_side: true,
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_joins_through_the_whole_system_are_counted() {
     let system = System::start(soft_keys()).await.unwrap();
-    let watched: Vec<Watched> = [
+    let watched = server_side(&[
         ("attest-proxy", &system.proxy),
         ("join-core", &system.join_core),
         ("token-issuer", &system.token_issuer),
         ("keyservice", &system.keyservice),
-    ]
-    .into_iter()
-    .map(|(name, p)| Watched {
-        name: name.to_owned(),
-        pid: p.id(),
-        server_side: true,
-    })
-    .collect();
+    ]);
     let target = Arc::new(Target::Atls {
         addr: system.proxy_addr,
         attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
@@ -90,13 +107,7 @@ async fn full_joins_through_the_whole_system_are_counted() {
     }
     assert!(report.server_cpu_ms_per_join.unwrap() > 0.0, "{report}");
     // Each join really went through: one bootstrap token Secret per node.
-    let tokens = system
-        .kube
-        .secrets("kube-system")
-        .into_iter()
-        .filter(|s| s.name.starts_with("bootstrap-token-"))
-        .count();
-    assert_eq!(tokens, 12, "{report}");
+    assert_eq!(bootstrap_tokens(&system), 12, "{report}");
 
     // Nodes whose measurements miss the policy are refused, and the report says why.
     let wrong = Arc::new(Target::Atls {
@@ -118,6 +129,76 @@ async fn full_joins_through_the_whole_system_are_counted() {
         report.errors[0].class
     );
     assert_eq!(report.server_cpu_ms_per_join, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
+    use attestation::Variant;
+    const NODES: u64 = 6;
+    let dir = tempfile::Builder::new()
+        .prefix("loadgen-gcp-")
+        .tempdir()
+        .unwrap();
+    let amd =
+        Arc::new(soft_issuer::snp::SimulatedAmd::new(attestation::snp::Product::Milan).unwrap());
+    // As root the harness runs attest-proxy as the pod's uid, which writes the collateral.
+    let proxy_uid = (own_uid().unwrap() == 0).then_some(Uids::POD.proxy);
+    let site = SnpSite::start(
+        amd.clone(),
+        dir.path(),
+        Duration::from_secs(86_400),
+        proxy_uid,
+    )
+    .await
+    .unwrap();
+    let gce = GceSite::start(dir.path()).await.unwrap();
+    let system = System::start(Options {
+        variant: Some(Variant::GcpSevSnp),
+        attestation_config: Some(site.attestation_config_path()),
+        proxy_args: site.proxy_args(Duration::from_secs(3)),
+        gce: Some(gce.endpoints(vec![])),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let attestation = loadgen::bench::node_attestation(
+        Variant::GcpSevSnp,
+        KeyType::EcdsaP256,
+        Some(&amd),
+        Some(gce.registry()),
+    )
+    .unwrap();
+    let target = Arc::new(Target::Atls {
+        addr: system.proxy_addr,
+        attestation,
+    });
+    let mut load = config("C gcp-sev-snp", 3, NODES);
+    load.collateral_metrics = Some(system.admin.proxy);
+    let watched = server_side(&[
+        ("attest-proxy", &system.proxy),
+        ("gce-identity", system.gce_identity.as_ref().unwrap()),
+    ]);
+
+    let report = loadgen::run::run(target, &load, &watched).await.unwrap();
+    assert_eq!(
+        (report.joins, report.succeeded, report.failed),
+        (NODES, NODES, 0),
+        "{report}\n{}",
+        system.logs()
+    );
+    assert!(report.errors.is_empty(), "{report}");
+    // Every node a new instance: attest-proxy asked gce-identity once for each, and
+    // gce-identity asked the API once for each.
+    let used = report.collateral.unwrap();
+    let gce_used = used.counts.gce.unwrap();
+    assert_eq!((gce_used.ok, gce_used.failed), (NODES, 0), "{report}");
+    assert_eq!(used.gce_lookups_per_join, Some(1.0), "{report}");
+    assert_eq!(gce.standin.compute_requests() as u64, NODES, "{report}");
+    assert!(
+        report.to_string().contains("1.0000 lookups per join"),
+        "{report}"
+    );
+    assert_eq!(bootstrap_tokens(&system) as u64, NODES, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,12 @@
 //! runs on a simulated SNP machine; `loadgen run --variant ... --simulated-amd
 //! <snp-dir>/simulated-amd.pem` sends more.
 //!
+//! With `--variant gcp-sev-snp` it also stands in for Google: a GCE stand-in (metadata server and
+//! Compute API, in this process) that the gce-identity process asks which key each instance has.
+//! Each simulated node's instance is registered there before it joins; `loadgen run --variant
+//! gcp-sev-snp --gce-standin <address>` registers its nodes' through the stand-in's control
+//! endpoint, whose address local-cluster prints and writes to `<snp-dir>/gce-standin-control`.
+//!
 //! With `--variant qemu-tdx` or `azure-tdx` it simulates Intel: a simulated Intel SGX root the
 //! attestation config trusts as `intelRootKey`, and a PCS stand-in (in this process) that
 //! attest-proxy fetches TCB info, QE identity and CRLs from into a collateral directory. The
@@ -27,7 +33,7 @@ use clap::Parser;
 use node_client::{keys, ticket};
 use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::{Options, System, Uids, own_uid};
-use testsupport::snp::{SnpMachines, SnpSite};
+use testsupport::snp::{GceSite, SnpMachines, SnpSite};
 use testsupport::tdx::{TdxMachines, TdxSite};
 
 #[derive(Debug, Parser)]
@@ -54,13 +60,15 @@ struct Args {
     /// keys. Development only: anyone who reaches the proxy can then forge a quote.
     #[arg(long)]
     trust_any_ak: bool,
-    /// The attestation variant attest-proxy serves: qemu-vtpm, aws-sev-snp / azure-sev-snp on
-    /// simulated AMD hardware (a KDS stand-in in this process), or qemu-tdx / azure-tdx on
+    /// The attestation variant attest-proxy serves: qemu-vtpm, aws-sev-snp / azure-sev-snp /
+    /// gcp-sev-snp on simulated AMD hardware (a KDS stand-in in this process; for gcp-sev-snp
+    /// also a GCE stand-in, and the gce-identity process asking it), or qemu-tdx / azure-tdx on
     /// simulated Intel hardware (a PCS stand-in in this process).
     #[arg(long, default_value = "qemu-vtpm")]
     variant: Variant,
     /// With an SNP variant: where the KDS stand-in's CA, the simulated AMD's certificates
-    /// (`simulated-amd.pem`), the attestation config and the collateral directory go; a new
+    /// (`simulated-amd.pem`), the attestation config and the collateral directory go (and for
+    /// gcp-sev-snp the GCE stand-in's CA and control address, `gce-standin-control`); a new
     /// temporary directory if unset (kept with --serve).
     #[arg(long)]
     snp_dir: Option<PathBuf>,
@@ -79,6 +87,8 @@ struct Args {
 enum Hardware {
     Snp {
         site: SnpSite,
+        /// gcp-sev-snp's GCE stand-in.
+        gce: Option<GceSite>,
         machines: SnpMachines,
     },
     Tdx {
@@ -105,6 +115,14 @@ impl Simulated {
         match &self.hardware {
             Hardware::Snp { site, .. } => site.proxy_args(collateral_wait),
             Hardware::Tdx { site, .. } => site.proxy_args(collateral_wait),
+        }
+    }
+
+    /// gcp-sev-snp: where gce-identity finds Google (the GCE stand-in).
+    fn gce(&self) -> Option<testsupport::harness::GceEndpoints> {
+        match &self.hardware {
+            Hardware::Snp { gce: Some(gce), .. } => Some(gce.endpoints(Vec::new())),
+            _ => None,
         }
     }
 
@@ -185,8 +203,25 @@ async fn simulate_amd(args: &Args) -> anyhow::Result<Simulated> {
         site.kds.url(),
         dir.display()
     );
+    let (gce, machines) = if args.variant == Variant::GcpSevSnp {
+        let gce = GceSite::start(&dir).await?;
+        println!(
+            "GCE stand-in: metadata server at {}, Compute API at {}, instances registered at {}",
+            gce.standin.metadata_url(),
+            gce.standin.compute_url(),
+            gce.standin.control_addr()
+        );
+        let machines = machines.register_instances_with(gce.registry());
+        (Some(gce), machines)
+    } else {
+        (None, machines)
+    };
     Ok(Simulated {
-        hardware: Hardware::Snp { site, machines },
+        hardware: Hardware::Snp {
+            site,
+            gce,
+            machines,
+        },
         _dir: temp,
     })
 }
@@ -209,6 +244,7 @@ async fn main() -> anyhow::Result<()> {
             .as_ref()
             .map(|s| s.proxy_args(args.collateral_wait))
             .unwrap_or_default(),
+        gce: simulated.as_ref().and_then(Simulated::gce),
         ..Options::default()
     };
     let system = System::start(options).await?;
