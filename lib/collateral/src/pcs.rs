@@ -700,6 +700,10 @@ impl TdxCollateral for PcsCollateral {
     ) -> Result<Arc<Collateral>, TdxCollateralError> {
         self.assemble(fmspc, ca)
     }
+
+    fn max_stale(&self) -> i64 {
+        i64::try_from(self.max_stale.as_secs()).unwrap_or(i64::MAX)
+    }
 }
 
 /// Intel's 404 for `key`, if that is what `bytes` record (or why they are no item), read

@@ -302,3 +302,33 @@ async fn the_assembled_collateral_is_reused_until_an_item_is_refreshed() {
     }
     assert_eq!(w.tcb_requests(), 2);
 }
+
+/// Past the collateral's nextUpdate (Intel unreachable, the cache serving what it has), the
+/// verifier accepts it for the staleness the cache was given, and notes it in the audit; without
+/// that allowance the same quote is refused as not current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collateral_past_its_next_update_is_accepted_for_the_caches_staleness() {
+    let w = World::start(true).await;
+    let at_the_end =
+        |collateral: &PcsCollateral| validator(collateral).with_clock(Arc::new(|| WINDOW.1 + 60));
+    let stale_ok = w.collateral(None);
+    let validator = at_the_end(&stale_ok);
+    let (verified, notes) =
+        tokio::task::spawn_blocking(move || validator.verify_hardware(&quote()))
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(verified.stale);
+    assert!(
+        notes.iter().any(|n| n.contains("past its nextUpdate")),
+        "{notes:?}"
+    );
+
+    let strict = PcsCollateral::new(stale_ok.cache().clone(), Duration::ZERO);
+    let validator = at_the_end(&strict);
+    let error = tokio::task::spawn_blocking(move || validator.verify_hardware(&quote()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(error.to_string().contains("not current"), "{error}");
+}
