@@ -348,22 +348,31 @@ fn snp_collateral(config: &Config) -> Result<Option<collateral::kds::KdsCollater
         std::time::Duration::from_secs(10),
     )
     .map_err(|e| amd_setup(Box::new(e)))?;
-    let cache = collateral::Cache::new(
-        Arc::new(source),
+    let cache = collateral_cache(config, Arc::new(source), Some(KDS_MAX_ENTRIES))
+        .map_err(|e| amd_setup(Box::new(e)))?;
+    let collateral = KdsCollateral::new(cache, config.collateral_max_stale);
+    collateral.warm(&[Product::Milan, Product::Genoa, Product::Turin]);
+    tracing::info!(kds = %config.kds_url, dir = ?config.collateral_dir, "SEV-SNP collateral from the KDS, cached");
+    Ok(Some(collateral))
+}
+
+/// A vendor's collateral cache as the `--collateral-*` flags describe it.
+fn collateral_cache(
+    config: &Config,
+    source: Arc<dyn collateral::Source>,
+    max_entries: Option<usize>,
+) -> std::io::Result<collateral::Cache> {
+    collateral::Cache::new(
+        source,
         collateral::CacheConfig {
             dir: config.collateral_dir.clone(),
             max_stale: config.collateral_max_stale,
             wait: config.collateral_wait,
             backoff: std::time::Duration::from_secs(10),
-            max_entries: Some(KDS_MAX_ENTRIES),
+            max_entries,
         },
         tokio::runtime::Handle::current(),
     )
-    .map_err(|e| amd_setup(Box::new(e)))?;
-    let collateral = KdsCollateral::new(cache, config.collateral_max_stale);
-    collateral.warm(&[Product::Milan, Product::Genoa, Product::Turin]);
-    tracing::info!(kds = %config.kds_url, dir = ?config.collateral_dir, "SEV-SNP collateral from the KDS, cached");
-    Ok(Some(collateral))
 }
 
 fn amd_setup(source: Box<dyn std::error::Error + Send + Sync>) -> Error {
@@ -400,18 +409,8 @@ fn tdx_collateral(config: &Config) -> Result<Option<collateral::pcs::PcsCollater
         std::time::Duration::from_secs(10),
     )
     .map_err(|e| setup(Box::new(e)))?;
-    let cache = collateral::Cache::new(
-        Arc::new(source),
-        collateral::CacheConfig {
-            dir: config.collateral_dir.clone(),
-            max_stale: config.collateral_max_stale,
-            wait: config.collateral_wait,
-            backoff: std::time::Duration::from_secs(10),
-            max_entries: Some(PCS_MAX_ENTRIES),
-        },
-        tokio::runtime::Handle::current(),
-    )
-    .map_err(|e| setup(Box::new(e)))?;
+    let cache = collateral_cache(config, Arc::new(source), Some(PCS_MAX_ENTRIES))
+        .map_err(|e| setup(Box::new(e)))?;
     let collateral = PcsCollateral::new(cache, config.collateral_max_stale);
     let fmspcs: Vec<&str> = config.tdx_fmspcs.iter().map(String::as_str).collect();
     collateral.warm(&fmspcs).map_err(|e| setup(Box::new(e)))?;

@@ -22,30 +22,10 @@ fn serve_real(pcs: &PcsStandin) {
         "{}/testdata/tdx/collateral.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    let field = |name: &str| stored[name].as_str().unwrap().to_owned();
-    let signed = |name: &str, inner: &str, sig: &str| {
-        format!("{{\"{name}\":{inner},\"signature\":\"{sig}\"}}")
-    };
-    pcs.put_tcb_info(
-        FMSPC,
-        signed("tcbInfo", &field("tcb_info"), &field("tcb_info_signature")),
-        &field("tcb_info_issuer_chain"),
-    );
-    pcs.put_qe_identity(
-        signed(
-            "enclaveIdentity",
-            &field("qe_identity"),
-            &field("qe_identity_signature"),
-        ),
-        &field("qe_identity_issuer_chain"),
-    );
-    pcs.put_pck_crl(
-        PckCa::Platform,
-        hex::decode(field("pck_crl")).unwrap(),
-        &field("pck_crl_issuer_chain"),
-    );
-    pcs.put_root_crl(hex::decode(field("root_ca_crl")).unwrap());
+    let fmspc = pcs
+        .put_dcap_collateral(&std::fs::read(path).unwrap(), PckCa::Platform)
+        .unwrap();
+    assert_eq!(fmspc, FMSPC);
 }
 
 async fn wait_for_metric(addr: SocketAddr, line: &str) -> String {

@@ -8,6 +8,7 @@ use attestation::snp::instance_info::check_azure_binding;
 use attestation::tdx::collateral::PcsResponses;
 use attestation::tdx::{
     Collateral, TcbStatus, TdQuote, TdxConfig, TdxError, TdxPolicyError, Trust, verify_quote,
+    verify_quote_within,
 };
 use attestation::vtpm::{Pcrs, Quote, verify_quote as verify_tpm_quote};
 use base64::Engine as _;
@@ -109,6 +110,62 @@ fn the_uptodate_quote_verifies_inside_its_window_only() {
             verify_quote(&quote, &collateral, &Trust::builtin(), at).unwrap_err(),
             TdxError::NotCurrent { .. }
         ));
+    }
+}
+
+/// While Intel is unreachable a cache serves collateral past its nextUpdate for a bounded time;
+/// the verifier accepts it for exactly that long, says so, and still holds every certificate to
+/// the real time.
+#[test]
+fn stale_collateral_is_accepted_for_the_allowed_time_only() {
+    let quote = uptodate_quote();
+    let collateral = uptodate();
+    let hour = 3600;
+    for at in [UPTODATE_WINDOW.1, UPTODATE_WINDOW.1 + hour - 1] {
+        let verified =
+            verify_quote_within(&quote, &collateral, &Trust::builtin(), at, hour).unwrap();
+        assert!(verified.stale);
+        assert_eq!(verified.status, TcbStatus::UpToDate);
+    }
+    let fresh = verify_quote_within(
+        &quote,
+        &collateral,
+        &Trust::builtin(),
+        UPTODATE_WINDOW.1 - 1,
+        hour,
+    )
+    .unwrap();
+    assert!(!fresh.stale);
+    match verify_quote_within(
+        &quote,
+        &collateral,
+        &Trust::builtin(),
+        UPTODATE_WINDOW.1 + hour,
+        hour,
+    )
+    .unwrap_err()
+    {
+        TdxError::NotCurrent { reason, .. } => {
+            assert!(reason.contains("accepted 3600 s past that"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Evaluating stale collateral at its last current second must not excuse a certificate that
+    // has expired since: ten years on, the PCK certificate has.
+    let decade = 10 * 365 * 24 * hour;
+    match verify_quote_within(
+        &quote,
+        &collateral,
+        &Trust::builtin(),
+        UPTODATE_WINDOW.1 + decade,
+        2 * decade,
+    )
+    .unwrap_err()
+    {
+        TdxError::NotCurrent { reason, .. } => {
+            assert!(reason.contains("a certificate in"), "{reason}")
+        }
+        other => panic!("{other:?}"),
     }
 }
 

@@ -642,21 +642,22 @@ impl PcsCollateral {
         }
         let [qe, pck_crl, root_crl, tcb] = [0, 1, 2, 3].map(|i| (keys[i].as_str(), &from[i]));
         for (key, bytes) in [qe, pck_crl, root_crl] {
-            if bytes.strip_prefix(MAGIC).and_then(|rest| rest.first()) == Some(&NOT_FOUND) {
-                decode_item(key, bytes).map_err(unavailable)?;
+            if let Some(error) = not_found(key, bytes) {
+                return Err(unavailable(error));
             }
         }
         // Intel's 404 is a small record: cheap to read, and not kept here (the FMSPC is the
         // node's to name, so such entries would be the node's to multiply).
-        let tcb = match decode_item(tcb.0, tcb.1) {
-            Err(PcsError::NotFound { reason, .. }) => {
+        match not_found(tcb.0, tcb.1) {
+            Some(PcsError::NotFound { reason, .. }) => {
                 return Err(TdxCollateralError::UnknownPlatform {
                     fmspc: fmspc_hex,
                     reason,
                 });
             }
-            other => other.map_err(unavailable)?,
-        };
+            Some(other) => return Err(unavailable(other)),
+            None => {}
+        }
         let mut memo = self.assembled.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(built) = memo.get_mut(&(fmspc, ca)) {
             if built.from.iter().zip(&from).all(|(a, b)| Arc::ptr_eq(a, b)) {
@@ -669,6 +670,7 @@ impl PcsCollateral {
             }
         }
         let collateral = (|| {
+            let tcb = decode_item(tcb.0, tcb.1)?;
             let qe = decode_item(qe.0, qe.1)?;
             let pck_crl = decode_item(pck_crl.0, pck_crl.1)?;
             let root_crl = decode_item(root_crl.0, root_crl.1)?;
@@ -713,6 +715,24 @@ impl TdxCollateral for PcsCollateral {
     ) -> Result<Arc<Collateral>, TdxCollateralError> {
         self.assemble(fmspc, ca)
     }
+
+    fn max_stale(&self) -> i64 {
+        i64::try_from(self.max_stale.as_secs()).unwrap_or(i64::MAX)
+    }
+}
+
+/// Intel's 404 for `key`, if that is what `bytes` record (or why they are no item), read
+/// without copying what was served.
+fn not_found(key: &str, bytes: &[u8]) -> Option<PcsError> {
+    let kind = bytes.strip_prefix(MAGIC).and_then(|rest| rest.first());
+    (kind != Some(&FOUND)).then(|| {
+        decode_item(key, bytes)
+            .err()
+            .unwrap_or_else(|| PcsError::Malformed {
+                key: key.to_owned(),
+                reason: "neither served nor a 404".to_owned(),
+            })
+    })
 }
 
 /// Reads a cached item: what was served, or Intel's 404 for it.

@@ -39,30 +39,10 @@ fn quote() -> TdQuote {
 /// Puts the real collateral on the stand-in as Intel's PCS serves it: the TCB info and QE
 /// identity wrapped around the exact bytes Intel signed, each with its real issuer chain.
 fn serve_real(pcs: &PcsStandin) {
-    let stored: serde_json::Value = serde_json::from_slice(&testdata("collateral.json")).unwrap();
-    let field = |name: &str| stored[name].as_str().unwrap().to_owned();
-    let signed = |name: &str, inner: &str, sig: &str| {
-        format!("{{\"{name}\":{inner},\"signature\":\"{sig}\"}}")
-    };
-    pcs.put_tcb_info(
-        FMSPC,
-        signed("tcbInfo", &field("tcb_info"), &field("tcb_info_signature")),
-        &field("tcb_info_issuer_chain"),
-    );
-    pcs.put_qe_identity(
-        signed(
-            "enclaveIdentity",
-            &field("qe_identity"),
-            &field("qe_identity_signature"),
-        ),
-        &field("qe_identity_issuer_chain"),
-    );
-    pcs.put_pck_crl(
-        PckCa::Platform,
-        hex::decode(field("pck_crl")).unwrap(),
-        &field("pck_crl_issuer_chain"),
-    );
-    pcs.put_root_crl(hex::decode(field("root_ca_crl")).unwrap());
+    let fmspc = pcs
+        .put_dcap_collateral(&testdata("collateral.json"), PckCa::Platform)
+        .unwrap();
+    assert_eq!(fmspc, FMSPC);
 }
 
 struct World {
@@ -321,4 +301,34 @@ async fn the_assembled_collateral_is_reused_until_an_item_is_refreshed() {
         assert!(Arc::ptr_eq(&renewed, &get(&collateral).await));
     }
     assert_eq!(w.tcb_requests(), 2);
+}
+
+/// Past the collateral's nextUpdate (Intel unreachable, the cache serving what it has), the
+/// verifier accepts it for the staleness the cache was given, and notes it in the audit; without
+/// that allowance the same quote is refused as not current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collateral_past_its_next_update_is_accepted_for_the_caches_staleness() {
+    let w = World::start(true).await;
+    let at_the_end =
+        |collateral: &PcsCollateral| validator(collateral).with_clock(Arc::new(|| WINDOW.1 + 60));
+    let stale_ok = w.collateral(None);
+    let validator = at_the_end(&stale_ok);
+    let (verified, notes) =
+        tokio::task::spawn_blocking(move || validator.verify_hardware(&quote()))
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(verified.stale);
+    assert!(
+        notes.iter().any(|n| n.contains("past its nextUpdate")),
+        "{notes:?}"
+    );
+
+    let strict = PcsCollateral::new(stale_ok.cache().clone(), Duration::ZERO);
+    let validator = at_the_end(&strict);
+    let error = tokio::task::spawn_blocking(move || validator.verify_hardware(&quote()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(error.to_string().contains("not current"), "{error}");
 }

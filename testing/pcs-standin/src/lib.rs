@@ -205,6 +205,49 @@ impl PcsStandin {
         Ok(())
     }
 
+    /// Serves collateral kept in dcap-qvl's JSON form (`tcb_info` and `qe_identity` the exact
+    /// strings Intel signed, signatures and CRLs hex, issuer chains PEM), such as real
+    /// collateral saved from Intel, as Intel's PCS serves it: the signed values wrapped in
+    /// `{"tcbInfo": .., "signature": ..}` byte for byte, the PCK CRL as `ca`'s. Returns the
+    /// FMSPC it serves the TCB info of.
+    pub fn put_dcap_collateral(&self, json: &[u8], ca: PckCa) -> Result<String, String> {
+        let stored: serde_json::Value =
+            serde_json::from_slice(json).map_err(|e| format!("not JSON: {e}"))?;
+        let field = |name: &str| {
+            stored[name]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("no {name:?} string"))
+        };
+        let signed = |name: &str, inner: &str, sig: &str| {
+            format!("{{\"{name}\":{inner},\"signature\":\"{sig}\"}}")
+        };
+        let unhex = |name: &str| hex::decode(field(name)?).map_err(|e| format!("{name}: {e}"));
+        let tcb_info = field("tcb_info")?;
+        let tcb: serde_json::Value =
+            serde_json::from_str(&tcb_info).map_err(|e| format!("tcb_info: {e}"))?;
+        let fmspc = tcb["fmspc"]
+            .as_str()
+            .ok_or("tcb_info has no fmspc")?
+            .to_ascii_lowercase();
+        self.put_tcb_info(
+            &fmspc,
+            signed("tcbInfo", &tcb_info, &field("tcb_info_signature")?),
+            &field("tcb_info_issuer_chain")?,
+        );
+        self.put_qe_identity(
+            signed(
+                "enclaveIdentity",
+                &field("qe_identity")?,
+                &field("qe_identity_signature")?,
+            ),
+            &field("qe_identity_issuer_chain")?,
+        );
+        self.put_pck_crl(ca, unhex("pck_crl")?, &field("pck_crl_issuer_chain")?);
+        self.put_root_crl(unhex("root_ca_crl")?);
+        Ok(fmspc)
+    }
+
     pub fn set_fault(&self, fault: Fault) {
         *self.state.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(fault);
     }

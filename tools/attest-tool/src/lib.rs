@@ -15,7 +15,10 @@
 //!   carries, the value that goes into `trustedAkDigests`;
 //! - `snp verify --report R --signer CERT --chain PEM [--crl DER] [--config C] [--at T] --json`
 //!   verifies a bare SEV-SNP report as the service does and prints its fields and the verdict;
-//!   `snp kds-url --report R` prints where AMD serves the VCEK it needs ([`snp`]).
+//!   `snp kds-url --report R` prints where AMD serves the VCEK it needs ([`snp`]);
+//! - `tdx verify --quote Q --collateral DIR [--config C] [--at T] --json` verifies a bare TDX
+//!   quote with Intel's collateral from files and prints its TD fields, the TCB status and
+//!   advisories, and the verdict ([`tdx`]).
 //!
 //! The config file is what attest-proxy reads (`--attestation-config`): the attestation config
 //! object of one variant, `{"measurements": {"<index>": {"expected": "<hex>", "warnOnly":
@@ -34,6 +37,7 @@ use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
 
 pub mod snp;
+pub mod tdx;
 
 /// Offline tools for the join service's attestation.
 #[derive(Debug, Parser)]
@@ -95,6 +99,11 @@ pub enum Command {
     Snp {
         #[command(subcommand)]
         command: snp::SnpCommand,
+    },
+    /// Intel TDX quotes: verify one offline with Intel's collateral from files.
+    Tdx {
+        #[command(subcommand)]
+        command: tdx::TdxCommand,
     },
     /// Print the measurement policy the service would enforce from an attestation config.
     Policy {
@@ -205,6 +214,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             })
         }
         Command::Snp { command } => Ok(if snp::run(command, out)? {
+            Outcome::Success
+        } else {
+            Outcome::Rejected
+        }),
+        Command::Tdx { command } => Ok(if tdx::run(command, out)? {
             Outcome::Success
         } else {
             Outcome::Rejected

@@ -365,6 +365,12 @@ pub enum TdxCollateralError {
 pub trait TdxCollateral: Send + Sync + fmt::Debug {
     /// The collateral for quotes whose PCK certificate has `fmspc` and was issued by `ca`.
     fn collateral(&self, fmspc: [u8; 6], ca: PckCa) -> Result<Arc<Collateral>, TdxCollateralError>;
+
+    /// How long past its nextUpdate collateral from this source is still accepted (seconds):
+    /// the bounded staleness a cache serves while Intel is unreachable. Zero: never.
+    fn max_stale(&self) -> i64 {
+        0
+    }
 }
 
 /// Collateral held in memory: given up front, never fetched.

@@ -42,6 +42,7 @@ pub use quote::{TdQuote, TdReport};
 
 pub use dcap_qvl::TcbStatus;
 use dcap_qvl::verify::QuoteVerifier;
+use x509_parser::prelude::FromDer as _;
 
 /// Intel's QE vendor ID, the only one whose quoting enclave Intel's collateral describes.
 pub const INTEL_QE_VENDOR_ID: [u8; 16] = [
@@ -216,6 +217,9 @@ pub struct VerifiedQuote {
     /// The collateral's window (seconds since the epoch): the latest issueDate or thisUpdate
     /// and the earliest nextUpdate of its items.
     pub window: (i64, i64),
+    /// Set when the collateral was past its nextUpdate (the window's end) at verification
+    /// time, yet within the staleness the caller allowed ([`verify_quote_within`]).
+    pub stale: bool,
 }
 
 /// Accepts every verified quote: the decision is [`config::TdxConfig::check`]'s, on typed facts.
@@ -238,6 +242,25 @@ pub fn verify_quote(
     trust: &Trust,
     at: i64,
 ) -> Result<VerifiedQuote, TdxError> {
+    verify_quote_within(quote, collateral, trust, at, 0)
+}
+
+/// [`verify_quote`], accepting collateral up to `max_stale` seconds past its nextUpdate: the
+/// bounded staleness a collateral cache serves while Intel is unreachable, so that an outage of
+/// the PCS does not refuse every node at the moment Intel's next issue was due.
+///
+/// dcap-qvl takes one time for everything, and refuses collateral past its nextUpdate. Stale
+/// collateral is therefore evaluated at its last current second, and what that would leave
+/// unchecked at the real time is checked here: every certificate (the quote's PCK chain and the
+/// collateral's issuer chains) must be valid at `at`. What staleness gives up is only what a
+/// newer issue would have said: a PCK revoked, or a TCB level demoted, since.
+pub fn verify_quote_within(
+    quote: &TdQuote,
+    collateral: &Collateral,
+    trust: &Trust,
+    at: i64,
+    max_stale: i64,
+) -> Result<VerifiedQuote, TdxError> {
     if quote.fmspc() != collateral.fmspc() || quote.pck_ca() != collateral.ca() {
         return Err(TdxError::Collateral(format!(
             "the collateral is for FMSPC {} ({} CA), the quote's PCK for {} ({} CA)",
@@ -250,19 +273,34 @@ pub fn verify_quote(
     let window = (collateral.issued(), collateral.next_update());
     let not_current = || TdxError::NotCurrent {
         at,
-        reason: format!(
-            "the collateral is valid from {} to {}",
-            rfc3339(window.0),
-            rfc3339(window.1)
-        ),
+        reason: if max_stale > 0 {
+            format!(
+                "the collateral is valid from {} to {}, and accepted {max_stale} s past that",
+                rfc3339(window.0),
+                rfc3339(window.1)
+            )
+        } else {
+            format!(
+                "the collateral is valid from {} to {}",
+                rfc3339(window.0),
+                rfc3339(window.1)
+            )
+        },
     };
     // The crate checks each item's expiry, and the TCB info's and QE identity's issue dates,
     // but not a CRL's thisUpdate: a CRL issued after the verification time cannot vouch for it.
     // At nextUpdate itself an item is no longer current (as webpki holds for CRLs).
-    if at < window.0 || at >= window.1 {
+    if at < window.0 || at >= window.1.saturating_add(max_stale.max(0)) {
         return Err(not_current());
     }
-    let now = u64::try_from(at).map_err(|_| not_current())?;
+    let stale = at >= window.1;
+    let evaluated_at = if stale {
+        certificates_valid_at(quote, collateral, at)?;
+        window.1 - 1
+    } else {
+        at
+    };
+    let now = u64::try_from(evaluated_at).map_err(|_| not_current())?;
     let verified = QuoteVerifier::new(trust.root_der().to_vec()).verify_with_policy(
         quote.bytes(),
         collateral.dcap(),
@@ -289,7 +327,10 @@ pub fn verify_quote(
         }
         Err(e) => {
             return Err(match TdxError::from_dcap(&e) {
-                TdxError::NotCurrent { reason, .. } => TdxError::NotCurrent { at, reason },
+                TdxError::NotCurrent { reason, .. } => TdxError::NotCurrent {
+                    at: evaluated_at,
+                    reason,
+                },
                 TdxError::Chain(text)
                     if text.contains("UnknownIssuer") || text.contains("InvalidCrlSignature") =>
                 {
@@ -307,7 +348,58 @@ pub fn verify_quote(
         tcb_date,
         qe_status,
         window,
+        stale,
     })
+}
+
+/// Every certificate the verification rests on is valid at `at`: the quote's PCK chain and the
+/// issuer chains of the collateral's items. (dcap-qvl checks them too, but at the time it is
+/// given, which for stale collateral is earlier.)
+fn certificates_valid_at(
+    quote: &TdQuote,
+    collateral: &Collateral,
+    at: i64,
+) -> Result<(), TdxError> {
+    let when = x509_parser::time::ASN1Time::from_timestamp(at)
+        .map_err(|e| TdxError::Collateral(format!("time {at}: {e}")))?;
+    let parsed = dcap_qvl::quote::Quote::parse(quote.bytes())
+        .map_err(|e| TdxError::Quote(format!("{e:#}")))?;
+    let pck_chain = dcap_qvl::intel::extract_cert_chain(&parsed)
+        .map_err(|e| TdxError::Quote(format!("no PCK certificate chain: {e:#}")))?;
+    let mut ders: Vec<(&str, Vec<u8>)> = pck_chain
+        .into_iter()
+        .map(|der| ("the quote's PCK chain", der))
+        .collect();
+    let dcap = collateral.dcap();
+    for (what, pem) in [
+        ("the TCB info's issuer chain", &dcap.tcb_info_issuer_chain),
+        (
+            "the QE identity's issuer chain",
+            &dcap.qe_identity_issuer_chain,
+        ),
+        ("the PCK CRL's issuer chain", &dcap.pck_crl_issuer_chain),
+    ] {
+        for block in x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes()) {
+            let block = block.map_err(|e| TdxError::Collateral(format!("{what}: {e}")))?;
+            ders.push((what, block.contents));
+        }
+    }
+    for (what, der) in &ders {
+        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der)
+            .map_err(|e| TdxError::Chain(format!("{what}: {e}")))?;
+        if !cert.validity().is_valid_at(when) {
+            return Err(TdxError::NotCurrent {
+                at,
+                reason: format!(
+                    "a certificate in {what} ({}) is valid from {} to {}",
+                    cert.subject(),
+                    cert.validity().not_before,
+                    cert.validity().not_after
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A time for messages, RFC 3339 (UTC).

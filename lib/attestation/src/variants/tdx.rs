@@ -20,7 +20,8 @@ use subtle::ConstantTimeEq;
 use crate::policy::Policy;
 use crate::snp::instance_info::check_azure_binding;
 use crate::tdx::{
-    TdQuote, TdxCollateral, TdxCollateralError, TdxConfig, TdxError, VerifiedQuote, verify_quote,
+    TdQuote, TdxCollateral, TdxCollateralError, TdxConfig, TdxError, VerifiedQuote,
+    verify_quote_within,
 };
 use crate::variants::sev_snp::{Clock, system_clock};
 use crate::vtpm::{compare_pcrs, make_extra_data, verify_document};
@@ -183,8 +184,20 @@ impl TdxValidator {
                     Error::Tdx(TdxError::UnknownPlatform(unknown.to_string()))
                 }
             })?;
-        let verified = verify_quote(quote, &collateral, &self.tdx.trust, (self.clock)())?;
-        let notes = self.tdx.check(&verified)?;
+        let verified = verify_quote_within(
+            quote,
+            &collateral,
+            &self.tdx.trust,
+            (self.clock)(),
+            self.collateral.max_stale(),
+        )?;
+        let mut notes = self.tdx.check(&verified)?;
+        if verified.stale {
+            notes.push(format!(
+                "Intel collateral past its nextUpdate {} (Intel unreachable; accepted for the cache's bounded staleness)",
+                crate::tdx::rfc3339(verified.window.1)
+            ));
+        }
         Ok((verified, notes))
     }
 }

@@ -1,0 +1,191 @@
+//! `attest-tool tdx verify` on real TDX quotes with Intel's real collateral
+//! (`lib/attestation/testdata/tdx`, in this repository).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use base64::Engine as _;
+
+fn vector(path: &str) -> String {
+    format!(
+        "{}/../../lib/attestation/testdata/tdx/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn tool(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attest-tool"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+fn verify(quote: &str, collateral: &str, at: &str, more: &[&str]) -> Output {
+    let mut args = vec![
+        "tdx",
+        "verify",
+        "--json",
+        "--quote",
+        quote,
+        "--collateral",
+        collateral,
+        "--at",
+        at,
+    ];
+    args.extend(more);
+    tool(&args)
+}
+
+/// The window of the dcap-qvl collateral: 2025-06-19T10:32:27Z .. 2025-07-19T10:00:35Z.
+const WINDOW: (i64, i64) = (1_750_329_147, 1_752_919_235);
+
+#[test]
+fn a_real_quote_verifies_inside_its_collateral_window_only() {
+    let quote = vector("dcap-qvl-uptodate/quote.bin");
+    let collateral = vector("dcap-qvl-uptodate");
+    for at in [WINDOW.0.to_string(), "2025-07-19T10:00:34Z".to_owned()] {
+        let out = verify(&quote, &collateral, &at, &[]);
+        assert_eq!(out.status.code(), Some(0), "{at}");
+        let out = json(&out);
+        assert_eq!(out["verdict"], "accepted");
+        assert_eq!(out["quote"]["version"], 4);
+        assert_eq!(out["quote"]["fmspc"], "b0c06f000000");
+        assert_eq!(out["quote"]["pck_ca"], "platform");
+        assert_eq!(
+            out["quote"]["mrtd"],
+            "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7"
+        );
+        assert_eq!(out["quote"]["rtmr3"], "00".repeat(48));
+        assert_eq!(
+            out["quote"]["tee_tcb_svn"],
+            "06010300000000000000000000000000"
+        );
+        assert_eq!(out["tcb"]["status"], "UpToDate");
+        assert_eq!(out["tcb"]["advisory_ids"], serde_json::json!([]));
+        assert_eq!(
+            out["collateral_window"],
+            serde_json::json!([WINDOW.0, WINDOW.1])
+        );
+    }
+    for at in [(WINDOW.0 - 1).to_string(), WINDOW.1.to_string()] {
+        let out = verify(&quote, &collateral, &at, &[]);
+        assert_eq!(out.status.code(), Some(1), "{at}");
+        let out = json(&out);
+        assert_eq!(out["verdict"], "rejected");
+        assert_eq!(out["check"], "tdx_collateral_not_current");
+        assert!(
+            out["reason"].as_str().unwrap().contains("not current"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn a_flipped_byte_is_refused_with_the_check_it_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quote = std::fs::read(vector("dcap-qvl-uptodate/quote.bin")).unwrap();
+    // REPORT_DATA's first byte: the TD report is no longer what the attestation key signed.
+    quote[48 + 520] ^= 1;
+    let path = dir.path().join("quote.bin");
+    std::fs::write(&path, &quote).unwrap();
+    let out = verify(
+        path.to_str().unwrap(),
+        &vector("dcap-qvl-uptodate"),
+        &WINDOW.0.to_string(),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let out = json(&out);
+    assert_eq!(out["verdict"], "rejected");
+    assert_eq!(out["check"], "tdx_quote_signature");
+    assert!(
+        out["reason"]
+            .as_str()
+            .unwrap()
+            .contains("signature does not verify with its attestation key"),
+        "{out}"
+    );
+    // What it claims is still shown: the flipped byte among it.
+    assert!(
+        out["quote"]["report_data"]
+            .as_str()
+            .unwrap()
+            .starts_with("9b9d48e7"),
+        "{out}"
+    );
+}
+
+fn pem(der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
+}
+
+/// The automata collateral laid out as `--collateral` reads PCS answers.
+fn pcs_dir(dir: &Path) {
+    let a = |name: &str| std::fs::read(vector(&format!("automata-00806f050000/{name}"))).unwrap();
+    let chain = String::from_utf8(a("signing_cert.pem")).unwrap()
+        + &pem(&a("Intel_SGX_Provisioning_Certification_RootCA.cer"));
+    for (name, bytes) in [
+        ("tcb_info.json", a("tcbinfov3_00806f050000.json")),
+        ("qe_identity.json", a("qeidentityv2_apiv4.json")),
+        ("pck_crl.der", a("pck_platform_crl.der")),
+        ("root_ca_crl.der", a("intel_root_ca_crl.der")),
+        ("tcb_info_issuer_chain.pem", chain.clone().into_bytes()),
+        ("qe_identity_issuer_chain.pem", chain.into_bytes()),
+    ] {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}
+
+#[test]
+fn an_out_of_date_platform_is_refused_unless_the_config_accepts_it_with_its_advisories() {
+    let dir = tempfile::tempdir().unwrap();
+    pcs_dir(dir.path());
+    let quote = vector("automata-00806f050000/quote_tdx_00806f050000.dat");
+    let collateral = dir.path().to_str().unwrap();
+    let at = "1739418641";
+    let out = verify(&quote, collateral, at, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let refused = json(&out);
+    assert_eq!(refused["tcb"]["status"], "OutOfDate");
+    assert_eq!(refused["check"], "tdx_tcb_status");
+    let advisories = refused["tcb"]["advisory_ids"].to_string();
+    for id in ["INTEL-SA-00960", "INTEL-SA-00982", "INTEL-SA-00986"] {
+        assert!(advisories.contains(id), "{advisories}");
+    }
+
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"acceptedTcbStatuses": ["UpToDate", "OutOfDate"]}"#,
+    )
+    .unwrap();
+    let out = verify(
+        &quote,
+        collateral,
+        at,
+        &["--config", config.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let accepted = json(&out);
+    assert_eq!(accepted["verdict"], "accepted");
+    assert!(
+        accepted["notes"].to_string().contains("INTEL-SA-00960"),
+        "{accepted}"
+    );
+}
