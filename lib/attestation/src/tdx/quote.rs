@@ -246,18 +246,22 @@ impl TdQuote {
                 "the PCK certificate's signature does not verify with its CA's key: {e}"
             ))
         })?;
-        // A CA not signed by the trusted root: the chain ends at a root the configuration does
-        // not trust (named as such, for the operator), or it forges the trusted one.
-        let signed_by_root =
-            ca.issuer() == root.subject() && ca.verify_signature(Some(root.public_key())).is_ok();
-        if !signed_by_root {
-            if self.pck_chain.last().map(Vec::as_slice) != Some(trust.root_der()) {
-                return Err(TdxError::UntrustedRoot(trust.fingerprint()));
-            }
-            return Err(chain_error(
-                "the PCK CA's signature does not verify with the trusted root".to_owned(),
-            ));
+        // A CA the trusted root did not sign, whatever root the quote's chain ends at: a chain
+        // failure, named with the root that is trusted.
+        if ca.issuer() != root.subject() {
+            return Err(chain_error(format!(
+                "the PCK CA's issuer {} is not the trusted root ({}, SHA-256 {})",
+                ca.issuer(),
+                root.subject(),
+                trust.fingerprint()
+            )));
         }
+        ca.verify_signature(Some(root.public_key())).map_err(|e| {
+            chain_error(format!(
+                "the PCK CA's signature does not verify with the trusted root's key (SHA-256 {}): {e}",
+                trust.fingerprint()
+            ))
+        })?;
         Ok(())
     }
 
