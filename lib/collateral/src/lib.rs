@@ -132,7 +132,9 @@ pub struct CacheConfig {
     pub max_stale: Duration,
     /// How long [`Cache::get`] waits for a fetch when nothing usable is cached.
     pub wait: Duration,
-    /// How long a failed fetch is not retried when the source gave no `Retry-After`.
+    /// How long a failed fetch is not retried when the source gave no `Retry-After`; also the
+    /// shortest time before an item is fetched again (an item served already due for refresh
+    /// is not asked for again by every lookup).
     pub backoff: Duration,
     /// At most this many node-named items are kept (and as many node-named keys back off, and
     /// as many node-named fetches are in flight); shared keys are not counted. `None`: no bound,
@@ -497,7 +499,10 @@ impl Cache {
                     class,
                     bytes: Arc::new(fetched.bytes),
                     fetched_at: now,
-                    refresh_after: fetched.refresh_after,
+                    // An item the source serves already due (its issuer has not published the
+                    // next one yet, or a clock differs) would otherwise be fetched again by every
+                    // lookup, back to back: it is asked for again after a back-off instead.
+                    refresh_after: fetched.refresh_after.max(now + self.inner.config.backoff),
                     stale_after: fetched.stale_after,
                 };
                 if let Some(dir) = &self.inner.config.dir {

@@ -126,11 +126,34 @@ fn an_item_due_for_refresh_is_served_and_refreshed_in_the_background() {
     let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
     assert_eq!(cache.get("k").unwrap().as_slice(), b"old");
     source.set(Mode::Answer(b"new", Duration::from_millis(50), HOUR, HOUR));
+    // Served already due, it is asked for again only after the back-off.
+    std::thread::sleep(config().backoff + Duration::from_millis(50));
     // Due for refresh: served at once, the refresh runs behind it.
     assert_eq!(cache.get("k").unwrap().as_slice(), b"old");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(cache.get("k").unwrap().as_slice(), b"new");
     assert_eq!(source.fetches(), 2);
+}
+
+/// A source that serves an item already due for refresh (the vendor has not published the next
+/// one yet) must not be asked again by every lookup: once per back-off.
+#[test]
+fn an_item_served_already_due_is_not_fetched_again_by_every_lookup() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(b"crl", ZERO, ZERO, HOUR));
+    let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
+    let started = Instant::now();
+    let mut lookups = 0;
+    while started.elapsed() < Duration::from_millis(500) {
+        assert_eq!(cache.get("shared/crl/Milan").unwrap().as_slice(), b"crl");
+        lookups += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // 500 ms with a 200 ms back-off: the first fetch and at most two refreshes, not one per
+    // lookup.
+    assert!(lookups > 50, "{lookups}");
+    assert!(source.fetches() <= 3, "{} fetches", source.fetches());
+    assert!(source.fetches() >= 2, "refreshed after the back-off");
 }
 
 #[test]
@@ -375,6 +398,8 @@ fn shared_items_due_for_refresh_are_refreshed_while_invented_keys_churn() {
     .unwrap();
     cache.get("shared/crl/Milan").unwrap();
     source.set(Mode::Answer(b"v2", ZERO, HOUR, 2 * HOUR));
+    // Served already due, it is asked for again only after the back-off.
+    std::thread::sleep(config().backoff + Duration::from_millis(50));
     for i in 0..20 {
         cache.get(&format!("vcek/Milan/{i}")).unwrap();
     }

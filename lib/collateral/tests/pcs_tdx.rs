@@ -63,6 +63,16 @@ impl World {
 
     /// A new cache in front of the stand-in, persisting in `dir` when given.
     fn collateral(&self, dir: Option<&std::path::Path>) -> PcsCollateral {
+        self.collateral_backing_off(dir, Duration::from_secs(30))
+    }
+
+    /// As [`World::collateral`], with the cache's back-off (also the shortest time between two
+    /// fetches of one item) given.
+    fn collateral_backing_off(
+        &self,
+        dir: Option<&std::path::Path>,
+        backoff: Duration,
+    ) -> PcsCollateral {
         let source = PcsSource::new(
             self.pcs.url(),
             &self.pcs.root_crl_url(),
@@ -74,7 +84,7 @@ impl World {
             dir: dir.map(ToOwned::to_owned),
             max_stale: TEN_YEARS,
             wait: WAIT,
-            backoff: Duration::from_secs(30),
+            backoff,
             max_entries: Some(64),
         };
         let cache =
@@ -256,7 +266,7 @@ async fn the_assembled_collateral_is_reused_until_an_item_is_refreshed() {
             now + Duration::from_secs(4),
         )
         .unwrap();
-    let collateral = w.collateral(None);
+    let collateral = w.collateral_backing_off(None, Duration::from_secs(1));
     let fmspc = [0x00, 0x80, 0x6f, 0x05, 0x00, 0x00];
     let get = |collateral: &PcsCollateral| {
         let collateral = collateral.clone();
