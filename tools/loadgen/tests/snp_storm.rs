@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use attestation::Variant;
 use attestation::snp::Product;
-use common::{MACHINE, Storm, collateral_wait, retry};
+use common::{MACHINE, Outage, Storm, collateral_wait, retry};
 use kds_standin::Fault;
 use loadgen::{NodeAttestation, Target};
 use soft_issuer::snp::SimulatedAmd;
@@ -94,22 +94,14 @@ async fn with_collateral_cached_no_join_fails_while_the_kds_rate_limits_or_is_go
         "every chip's VCEK is fetched: {paths:?}"
     );
 
-    // KDS rate-limits: each refresh is refused, each join answered from the cache.
-    snp.site
-        .kds
-        .set_fault(Fault::RateLimited { retry_after: 1 });
-    let limited = storm
-        .no_join_fails_while_fetches_fail("KDS", "rate-limited", 48)
+    // KDS rate-limits, then is gone.
+    let SnpStorm { storm, site, .. } = &mut snp;
+    storm
+        .no_join_fails_while_rate_limited_or_gone("KDS", |outage| match outage {
+            Outage::RateLimited => site.kds.set_fault(Fault::RateLimited { retry_after: 1 }),
+            Outage::Gone => site.kds.stop(),
+        })
         .await;
-    assert_eq!(limited.counts.unavailable, 0, "{limited:?}");
-
-    // KDS gone: connections refused, joins still answered from the cache.
-    snp.site.kds.stop();
-    let gone = snp
-        .storm
-        .no_join_fails_while_fetches_fail("KDS", "kds-gone", 48)
-        .await;
-    assert_eq!(gone.counts.unavailable, 0, "{gone:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,18 +109,7 @@ async fn with_nothing_cached_joins_are_told_unavailable_until_the_kds_answers() 
     let _machine = MACHINE.lock().await;
     // The stand-in hangs from the start: even attest-proxy's fetches at start get no answer.
     let snp = storm(Duration::from_secs(7 * 86_400), Fault::Hang).await;
-
-    let refused = snp.storm.joins("kds-hangs", 32, None).await;
-    snp.storm.assert_told_to_retry(&refused);
-
-    // The stand-in answers again: nodes retrying as node-client does all join.
-    snp.site.kds.set_fault(Fault::None);
-    let recovered = snp.storm.joins("kds-back", 32, Some(retry())).await;
-    assert_eq!(
-        recovered.failed,
-        0,
-        "{recovered}\n{}",
-        snp.storm.system.logs()
-    );
-    assert!(recovered.collateral.unwrap().counts.fetches_ok >= 1);
+    snp.storm
+        .told_to_retry_until_it_answers(|| snp.site.kds.set_fault(Fault::None))
+        .await;
 }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use attestation::Variant;
-use common::{MACHINE, Storm, collateral_wait, retry};
+use common::{MACHINE, Outage, Storm, collateral_wait, retry};
 use loadgen::{NodeAttestation, Target};
 use pcs_standin::{Fault, SimulatedIntel};
 use testsupport::harness::{Options, System, Uids, own_uid};
@@ -108,23 +108,14 @@ async fn with_collateral_cached_no_join_fails_while_the_pcs_rate_limits_or_is_go
         );
     }
 
-    // PCS rate-limits: each refresh is refused, each join answered from the cache.
-    tdx.site
-        .pcs
-        .set_fault(Fault::RateLimited { retry_after: 1 });
-    let limited = tdx
-        .storm
-        .no_join_fails_while_fetches_fail("PCS", "rate-limited", 48)
+    // PCS rate-limits, then is gone.
+    let TdxStorm { storm, site, .. } = &mut tdx;
+    storm
+        .no_join_fails_while_rate_limited_or_gone("PCS", |outage| match outage {
+            Outage::RateLimited => site.pcs.set_fault(Fault::RateLimited { retry_after: 1 }),
+            Outage::Gone => site.pcs.stop(),
+        })
         .await;
-    assert_eq!(limited.counts.unavailable, 0, "{limited:?}");
-
-    // PCS gone: connections refused, joins still answered from the cache.
-    tdx.site.pcs.stop();
-    let gone = tdx
-        .storm
-        .no_join_fails_while_fetches_fail("PCS", "pcs-gone", 48)
-        .await;
-    assert_eq!(gone.counts.unavailable, 0, "{gone:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,18 +123,7 @@ async fn with_nothing_cached_joins_are_told_unavailable_until_the_pcs_answers() 
     let _machine = MACHINE.lock().await;
     // The stand-in hangs from the start: even attest-proxy's fetches at start get no answer.
     let tdx = storm(Duration::from_secs(7 * 86_400), Fault::Hang).await;
-
-    let refused = tdx.storm.joins("pcs-hangs", 32, None).await;
-    tdx.storm.assert_told_to_retry(&refused);
-
-    // The stand-in answers again: nodes retrying as node-client does all join.
-    tdx.site.pcs.set_fault(Fault::None);
-    let recovered = tdx.storm.joins("pcs-back", 32, Some(retry())).await;
-    assert_eq!(
-        recovered.failed,
-        0,
-        "{recovered}\n{}",
-        tdx.storm.system.logs()
-    );
-    assert!(recovered.collateral.unwrap().counts.fetches_ok >= 1);
+    tdx.storm
+        .told_to_retry_until_it_answers(|| tdx.site.pcs.set_fault(Fault::None))
+        .await;
 }

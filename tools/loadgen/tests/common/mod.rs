@@ -35,6 +35,15 @@ pub fn retry() -> Backoff {
     }
 }
 
+/// How the collateral service fails while its collateral is cached.
+#[derive(Clone, Copy, Debug)]
+pub enum Outage {
+    /// 429 Too Many Requests, with `Retry-After`.
+    RateLimited,
+    /// Stopped: connections refused.
+    Gone,
+}
+
 /// A running system and where its simulated nodes dial.
 pub struct Storm {
     pub system: System,
@@ -104,11 +113,36 @@ impl Storm {
         panic!("{label}: the {service} stand-in was never asked in 20 storms");
     }
 
-    /// `refused` (a storm while the collateral service hangs with nothing cached) joined no node
-    /// and told every one `Unavailable` (retry), not `Unauthenticated`: those that found the
-    /// fetch in flight waited `--collateral-wait` for it, not the fetch's own deadline (10 s),
-    /// and the audit line says so.
-    pub fn assert_told_to_retry(&self, refused: &Report) {
+    /// With the collateral cached: `outage` makes the collateral service (`service`, for the
+    /// messages) answer 429, then go away; storms during either fail no join and find no
+    /// collateral missing.
+    pub async fn no_join_fails_while_rate_limited_or_gone(
+        &self,
+        service: &str,
+        mut outage: impl FnMut(Outage),
+    ) {
+        // Each refresh is refused, each join answered from the cache.
+        outage(Outage::RateLimited);
+        let limited = self
+            .no_join_fails_while_fetches_fail(service, "rate-limited", 48)
+            .await;
+        assert_eq!(limited.counts.unavailable, 0, "{limited:?}");
+
+        // Connections refused, joins still answered from the cache.
+        outage(Outage::Gone);
+        let gone = self
+            .no_join_fails_while_fetches_fail(service, "service-gone", 48)
+            .await;
+        assert_eq!(gone.counts.unavailable, 0, "{gone:?}");
+    }
+
+    /// With nothing cached and the collateral service hanging: a storm joins no node and every
+    /// one is told `Unavailable` (retry), not `Unauthenticated`: those that found the fetch in
+    /// flight waited `--collateral-wait` for it, not the fetch's own deadline (10 s), and the
+    /// audit line says so. Once `answer` has it answer again, nodes retrying as node-client does
+    /// all join.
+    pub async fn told_to_retry_until_it_answers(&self, answer: impl FnOnce()) {
+        let refused = self.joins("service-hangs", 32, None).await;
         assert_eq!(refused.succeeded, 0, "{refused}");
         assert!(!refused.errors.is_empty(), "{refused}");
         for error in &refused.errors {
@@ -125,5 +159,10 @@ impl Storm {
             refused.joins,
             "{refused}"
         );
+
+        answer();
+        let recovered = self.joins("service-back", 32, Some(retry())).await;
+        assert_eq!(recovered.failed, 0, "{recovered}\n{}", self.system.logs());
+        assert!(recovered.collateral.unwrap().counts.fetches_ok >= 1);
     }
 }
