@@ -7,11 +7,13 @@
 #      upstream on a Unix socket
 #   C  full joins through the whole system (local-cluster: attest-proxy, join-core, token-issuer,
 #      the key service; the Kubernetes API stand-in runs inside local-cluster's process)
-# B and C run for each attestation variant of --variant (default all four): qemu-vtpm
+# B and C run for each attestation variant of --variant (default all six): qemu-vtpm
 # (soft-issuer documents), aws-sev-snp, azure-sev-snp and gcp-sev-snp (simulated AMD machines, their
 # ARK the config's amdRootKey; attest-proxy fetches AMD's CRL and chains from a KDS stand-in into a
-# collateral directory). For the SNP variants each step also reports the collateral fetches per
-# join, from attest-proxy's metrics before and after the step (zero once warm). gcp-sev-snp also
+# collateral directory), qemu-tdx and azure-tdx (TDs on simulated Intel hosts of three platform
+# models, the simulated root the config's intelRootKey; attest-proxy fetches TCB info, QE identity
+# and CRLs from a PCS stand-in). For the SNP and TDX variants each step also reports the collateral
+# fetches per join, from attest-proxy's metrics before and after the step (zero once warm). gcp-sev-snp also
 # runs gce-identity against a GCE stand-in; every node is a new instance, so every join costs one
 # GCE lookup, reported per join the same way (and gce-identity's CPU counts as the setup's).
 # at concurrency 1, 16, 64 and 256 (closed loop: N nodes at a time, each a new node with its own
@@ -37,6 +39,7 @@
 #   scripts/bench.sh --setups b,c --concurrency 64     some setups and concurrencies only
 #   scripts/bench.sh --ak rsa2048 --no-retry           RSA attestation keys; failures are final
 #   scripts/bench.sh --variant aws-sev-snp              B and C for one variant only
+#   scripts/bench.sh --variant qemu-tdx,azure-tdx       B and C for the TDX variants
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -220,6 +220,38 @@ pub fn certificate_pem(der: &[u8]) -> String {
     pem("CERTIFICATE", der)
 }
 
+/// The blocks of a PEM text: each one's label and DER, in order.
+fn pem_blocks(text: &str) -> Result<Vec<(String, Vec<u8>)>, SimulationError> {
+    use base64::Engine as _;
+    let mut blocks = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(label) = line
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            open = Some((label.to_owned(), String::new()));
+        } else if let Some(label) = line
+            .strip_prefix("-----END ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            let (begun, body) =
+                open.take()
+                    .filter(|(begun, _)| begun == label)
+                    .ok_or_else(|| {
+                        SimulationError::Key(format!("PEM: END {label} without its BEGIN"))
+                    })?;
+            let der = base64::engine::general_purpose::STANDARD
+                .decode(body)
+                .map_err(|e| SimulationError::Key(format!("PEM {begun}: {e}")))?;
+            blocks.push((begun, der));
+        } else if let Some((_, body)) = open.as_mut() {
+            body.push_str(line);
+        }
+    }
+    Ok(blocks)
+}
+
 /// PEM of `der` under `label`, in 64-character lines.
 pub fn pem(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
@@ -350,6 +382,71 @@ impl SimulatedIntel {
     /// The simulated root, PEM: what a test's `intelRootKey` sets.
     pub fn root_pem(&self) -> String {
         certificate_pem(&self.root.cert_der)
+    }
+
+    /// Every CA's certificate and private key, PEM (a `CERTIFICATE` then a `PRIVATE KEY`
+    /// block each: the root, the TCB signing certificate, the Platform and the Processor CA),
+    /// for another process to stand for the same simulated Intel ([`SimulatedIntel::from_keys_pem`]):
+    /// the keys are made afresh for every `SimulatedIntel`, and a config trusting one root
+    /// trusts no other. Secret only as far as the simulation is trusted.
+    pub fn keys_pem(&self) -> String {
+        [
+            &self.root,
+            &self.tcb_signing,
+            &self.platform,
+            &self.processor,
+        ]
+        .iter()
+        .map(|ca| certificate_pem(&ca.cert_der) + &pem("PRIVATE KEY", &ca.pkcs8))
+        .collect()
+    }
+
+    /// The simulated Intel whose CAs are in `text`, as [`SimulatedIntel::keys_pem`] wrote them.
+    /// Each key must be the one its certificate certifies, or it is refused.
+    pub fn from_keys_pem(text: &str) -> Result<SimulatedIntel, SimulationError> {
+        let blocks = pem_blocks(text)?;
+        let rng = SystemRandom::new();
+        let mut cas = Vec::with_capacity(4);
+        for pair in blocks.chunks(2) {
+            let [(cert_label, cert_der), (key_label, pkcs8)] = pair else {
+                return Err(SimulationError::Key(
+                    "a certificate without its private key".to_owned(),
+                ));
+            };
+            if cert_label != "CERTIFICATE" || key_label != "PRIVATE KEY" {
+                return Err(SimulationError::Key(format!(
+                    "expected a CERTIFICATE then a PRIVATE KEY, found {cert_label} then {key_label}"
+                )));
+            }
+            let key =
+                EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8, &rng)
+                    .map_err(|e| SimulationError::Key(e.to_string()))?;
+            let cert = <Certificate as x509_cert::der::Decode>::from_der(cert_der)?;
+            let tbs = cert.tbs_certificate;
+            if tbs.subject_public_key_info.subject_public_key.raw_bytes()
+                != key.public_key().as_ref()
+            {
+                return Err(SimulationError::Key(format!(
+                    "the private key is not the one the certificate of {} certifies",
+                    tbs.subject
+                )));
+            }
+            cas.push(Ca {
+                key,
+                pkcs8: pkcs8.clone(),
+                name: tbs.subject,
+                cert_der: cert_der.clone(),
+            });
+        }
+        let [root, tcb_signing, platform, processor] = <[Ca; 4]>::try_from(cas)
+            .map_err(|cas| SimulationError::Key(format!("{} CAs instead of 4", cas.len())))?;
+        Ok(SimulatedIntel {
+            root,
+            tcb_signing,
+            platform,
+            processor,
+            rng,
+        })
     }
 
     pub fn root_der(&self) -> &[u8] {
@@ -609,5 +706,58 @@ impl SimulatedIntel {
         next_update: SystemTime,
     ) -> Result<Vec<u8>, SimulationError> {
         self.crl(&self.root, revoked, this_update, next_update)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use x509_cert::der::Decode as _;
+
+    #[test]
+    fn another_process_stands_for_the_same_simulated_intel_from_its_keys() {
+        let intel = SimulatedIntel::new().unwrap();
+        let again = SimulatedIntel::from_keys_pem(&intel.keys_pem()).unwrap();
+        assert_eq!(again.root_pem(), intel.root_pem());
+        assert_eq!(again.tcb_issuer_chain_pem(), intel.tcb_issuer_chain_pem());
+        assert_eq!(
+            again.pck_issuer_chain_pem(PckCa::Platform),
+            intel.pck_issuer_chain_pem(PckCa::Platform)
+        );
+        // A PCK certificate the copy issues is signed by the original Platform CA's key.
+        let point = intel.platform.key.public_key().as_ref().to_vec();
+        let pck = again
+            .pck_certificate(PckCa::Platform, &point, 0x77, Vec::new())
+            .unwrap();
+        let cert = Certificate::from_der(&pck).unwrap();
+        let ca = Certificate::from_der(intel.pck_ca_der(PckCa::Platform)).unwrap();
+        assert_eq!(cert.tbs_certificate.issuer, ca.tbs_certificate.subject);
+        signature::UnparsedPublicKey::new(
+            &signature::ECDSA_P256_SHA256_ASN1,
+            ca.tbs_certificate
+                .subject_public_key_info
+                .subject_public_key
+                .raw_bytes(),
+        )
+        .verify(
+            &cert.tbs_certificate.to_der().unwrap(),
+            cert.signature.raw_bytes(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_key_that_is_not_its_certificates_is_refused() {
+        let intel = SimulatedIntel::new().unwrap();
+        let other = SimulatedIntel::new().unwrap();
+        // The root's certificate with another simulation's root key.
+        let mixed = certificate_pem(intel.root_der()) + &pem("PRIVATE KEY", &other.root.pkcs8);
+        let error = SimulatedIntel::from_keys_pem(&mixed).unwrap_err();
+        assert!(error.to_string().contains("not the one"), "{error}");
+        // Three CAs are not a simulated Intel.
+        let pem = intel.keys_pem();
+        let three: Vec<&str> = pem.split_inclusive("-----END PRIVATE KEY-----\n").collect();
+        let error = SimulatedIntel::from_keys_pem(&three[..3].concat()).unwrap_err();
+        assert!(error.to_string().contains("3 CAs instead of 4"), "{error}");
     }
 }

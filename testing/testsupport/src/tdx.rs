@@ -21,6 +21,20 @@ use crate::harness::{SiteDir, boot_measurements, boot_pcrs};
 /// The file (in the site's directory) holding the simulated Intel's root, PEM.
 pub const INTEL_ROOT: &str = "simulated-intel-root.pem";
 
+/// The file (in the site's directory, readable by its owner only) holding the simulated Intel's
+/// CA certificates and keys ([`SimulatedIntel::keys_pem`]), from which another process (`loadgen
+/// run --simulated-intel`) takes it up again to make machines the site's config trusts.
+pub const INTEL_KEYS: &str = "simulated-intel.pem";
+
+/// The platform models ([`TdxMachines::fleet`]) a simulated fleet is spread over: the default
+/// FMSPC and two more, so a verifier needs one TCB info for each, as for a real cluster on a few
+/// kinds of hosts.
+pub const FLEET_FMSPCS: [[u8; 6]; 3] = [
+    soft_issuer::tdx::FMSPC,
+    [0x00, 0x80, 0x6f, 0x05, 0x00, 0x01],
+    [0x00, 0xc0, 0x6f, 0x00, 0x00, 0x00],
+];
+
 /// A Constellation attestation config for a TDX variant, trusting only `intel`'s root:
 /// qemu-tdx enforces the simulated TDs' MRTD and RTMR0..3 at 0..4 ([`MRTD`], [`RTMRS`]);
 /// azure-tdx the harness's boot measurements in the vTPM's PCRs, as for the SNP variants.
@@ -88,6 +102,10 @@ impl TdxSite {
             ],
             proxy_uid,
         )?;
+        let keys = dir.file(INTEL_KEYS);
+        std::fs::write(&keys, intel.keys_pem())
+            .with_context(|| format!("writing {}", keys.display()))?;
+        std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         Ok(TdxSite {
             intel,
             pcs,
@@ -177,6 +195,26 @@ impl TdxMachines {
         intel: &SimulatedIntel,
         hosts: usize,
     ) -> anyhow::Result<TdxMachines> {
+        Self::spread(variant, intel, hosts, &[soft_issuer::tdx::FMSPC])
+    }
+
+    /// `hosts` machines spread round robin over the platform models of [`FLEET_FMSPCS`], as a
+    /// real cluster's hosts are: the site must serve TCB info for each ([`TdxMachines::fmspcs`]).
+    pub fn fleet(
+        variant: Variant,
+        intel: &SimulatedIntel,
+        hosts: usize,
+    ) -> anyhow::Result<TdxMachines> {
+        Self::spread(variant, intel, hosts, &FLEET_FMSPCS)
+    }
+
+    /// Host `i` of `hosts` has the FMSPC `fmspcs[i % fmspcs.len()]`.
+    fn spread(
+        variant: Variant,
+        intel: &SimulatedIntel,
+        hosts: usize,
+        fmspcs: &[[u8; 6]],
+    ) -> anyhow::Result<TdxMachines> {
         let shared_ak = match variant {
             Variant::QemuTdx => None,
             Variant::AzureTdx => Some(
@@ -189,6 +227,10 @@ impl TdxMachines {
             .map(|i| {
                 let pck = PckSpec {
                     serial: 0x1000 + i as u64,
+                    fmspc: fmspcs
+                        .get(i % fmspcs.len().max(1))
+                        .copied()
+                        .unwrap_or(soft_issuer::tdx::FMSPC),
                     ..PckSpec::default()
                 };
                 Ok(Arc::new(TdxMachine::new(intel, pck)?))

@@ -16,6 +16,11 @@
 //! attest-proxy fetched per join ([`crate::collateral`]), read from its metrics before and after
 //! the step; the warm-up's is kept too, since that is where the fetches belong.
 //!
+//! qemu-tdx and azure-tdx nodes are TDs on simulated Intel TDX hosts (`testsupport::tdx`), spread
+//! over a few platform models (FMSPCs) as a real cluster's hosts are, trusted through the config's
+//! `intelRootKey`, with attest-proxy fetching TCB info, QE identity and CRLs from a PCS stand-in;
+//! their steps report the collateral fetched per join the same way.
+//!
 //! gcp-sev-snp also runs the gce-identity process (one of the setup's server processes) against a
 //! GCE stand-in (B: in this process; C: in local-cluster's). Every benchmark node is a new
 //! instance, registered with the stand-in as the node is made, so every join costs attest-proxy
@@ -35,12 +40,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use attestation::Variant;
+use pcs_standin::SimulatedIntel;
 use serde::Serialize;
 use soft_issuer::KeyType;
 use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::{gce_identity_command, gce_proxy_args, own_uid};
 use testsupport::process::{Process, bin, free_port};
 use testsupport::snp::{AMD_CERTIFICATES, GceRegistry, GceSite, SnpMachines, SnpSite};
+use testsupport::tdx::{FLEET_FMSPCS, INTEL_KEYS, TdxMachines, TdxSite};
 
 use crate::mtls::ClientCa;
 use crate::node::{NodeAttestation, SoftAttestation, Target};
@@ -95,7 +102,7 @@ pub struct BenchConfig {
     pub timeout: Duration,
     #[serde(serialize_with = "backoff_json")]
     pub retry: Option<Backoff>,
-    /// The simulated nodes' attestation key type (qemu-vtpm; the SNP variants' keys are
+    /// The simulated nodes' attestation key type (qemu-vtpm; the SNP and TDX variants' keys are
     /// fixed by how their machines are simulated).
     #[serde(serialize_with = "key_type_name")]
     pub key_type: KeyType,
@@ -110,19 +117,42 @@ pub struct BenchConfig {
 /// each host's VCEK is verified once, then found in the verifier's memo).
 pub const SNP_HOSTS: usize = 64;
 
+/// Simulated TDX hosts the nodes of a TDX variant are spread over (and those over the platform
+/// models of `testsupport::tdx::FLEET_FMSPCS`): a few machines, many TDs.
+pub const TDX_HOSTS: usize = 16;
+
+/// The simulated vendor whose root the service trusts and which certifies the nodes' machines.
+#[derive(Clone, Copy, Debug)]
+pub enum Vendor<'a> {
+    /// The SEV-SNP variants'.
+    Amd(&'a SimulatedAmd),
+    /// The TDX variants'.
+    Intel(&'a SimulatedIntel),
+}
+
 /// How a variant's nodes attest. The SNP variants' machines are made by
-/// `testsupport::snp::SnpMachines::new`, the one place that says how each variant is simulated;
-/// gcp-sev-snp nodes' instances are registered with `gce`.
+/// `testsupport::snp::SnpMachines::new`, the TDX variants' by `testsupport::tdx::TdxMachines::
+/// fleet`, the places that say how each variant is simulated; gcp-sev-snp nodes' instances are
+/// registered with `gce`.
 pub fn node_attestation(
     variant: Variant,
     key_type: KeyType,
-    amd: Option<&SimulatedAmd>,
+    vendor: Option<Vendor<'_>>,
     gce: Option<GceRegistry>,
 ) -> anyhow::Result<NodeAttestation> {
     if variant == Variant::QemuVtpm {
         return Ok(SoftAttestation::matching_harness_policy(key_type)?.into());
     }
-    let amd = amd.with_context(|| format!("{variant} nodes need a simulated AMD"))?;
+    if is_tdx(variant) {
+        let Some(Vendor::Intel(intel)) = vendor else {
+            bail!("{variant} nodes need a simulated Intel");
+        };
+        let machines = TdxMachines::fleet(variant, intel, TDX_HOSTS)?;
+        return Ok(NodeAttestation::Tdx(Arc::new(machines)));
+    }
+    let Some(Vendor::Amd(amd)) = vendor else {
+        bail!("{variant} nodes need a simulated AMD");
+    };
     let mut machines = SnpMachines::new(variant, amd, SNP_HOSTS)?;
     if variant == Variant::GcpSevSnp {
         let gce =
@@ -130,6 +160,24 @@ pub fn node_attestation(
         machines = machines.register_instances_with(gce);
     }
     Ok(NodeAttestation::Snp(Arc::new(machines)))
+}
+
+/// Whether `variant`'s nodes run on simulated Intel TDX hosts.
+pub fn is_tdx(variant: Variant) -> bool {
+    matches!(variant, Variant::QemuTdx | Variant::AzureTdx)
+}
+
+/// The FMSPCs of [`FLEET_FMSPCS`] as PCS is asked for them.
+fn fleet_fmspcs() -> Vec<String> {
+    FLEET_FMSPCS.iter().map(hex::encode).collect()
+}
+
+/// The simulated Intel whose CAs and keys are in `path`, as `local-cluster` writes them
+/// (`<tdx-dir>/simulated-intel.pem`, `testsupport::tdx::INTEL_KEYS`).
+pub fn simulated_intel(path: &Path) -> anyhow::Result<SimulatedIntel> {
+    let pem =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    SimulatedIntel::from_keys_pem(&pem).with_context(|| format!("reading {}", path.display()))
 }
 
 fn variant_names<S: serde::Serializer>(variants: &[Variant], s: S) -> Result<S::Ok, S::Error> {
@@ -181,8 +229,9 @@ pub struct SetupResults {
     pub description: &'static str,
     /// The unmeasured warm-up's report, if there was one.
     pub warmup: Option<Report>,
-    /// attest-proxy's collateral counters at the end, since it started (SNP variants): it
-    /// fetches AMD's CRLs and chains at start, before any join.
+    /// attest-proxy's collateral counters at the end, since it started (SNP and TDX variants):
+    /// it fetches AMD's CRLs and chains, or Intel's TCB info, QE identity and CRLs, at start,
+    /// before any join.
     pub collateral_since_start: Option<crate::collateral::CollateralCounts>,
     /// The processes whose CPU counts as the setup's.
     pub server_processes: Vec<String>,
@@ -260,18 +309,20 @@ impl Machine {
 struct Running {
     target: Arc<Target>,
     watched: Vec<Watched>,
-    /// attest-proxy's admin endpoint, for its collateral metrics (SNP variants).
+    /// attest-proxy's admin endpoint, for its collateral metrics (SNP and TDX variants).
     collateral_metrics: Option<std::net::SocketAddr>,
     processes: Vec<Process>,
     /// Held only to be stopped (SIGTERM) when the setup is dropped.
     _cluster: Option<Cluster>,
     /// B's KDS stand-in (in this process) for an SNP variant, stopped when dropped.
     _site: Option<SnpSite>,
+    /// B's PCS stand-in (in this process) for a TDX variant, stopped when dropped.
+    _tdx_site: Option<TdxSite>,
     /// B's GCE stand-in (in this process) for gcp-sev-snp, stopped when dropped.
     _gce: Option<GceSite>,
-    /// The SNP files (KDS CA, simulated AMD, config, collateral), removed after the processes
-    /// stop (fields drop in order).
-    _snp_dir: Option<tempfile::TempDir>,
+    /// The simulated vendor's files (the KDS or PCS stand-in's CA, the simulated AMD or Intel,
+    /// config, collateral), removed after the processes stop (fields drop in order).
+    _site_dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Running {
@@ -339,10 +390,15 @@ fn loopback(port: u16) -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// A directory for an SNP variant's files that attest-proxy can reach under its own uid (a
-/// setup's working directory is the caller's alone).
-fn snp_dir() -> anyhow::Result<tempfile::TempDir> {
-    Ok(tempfile::Builder::new().prefix("loadgen-snp-").tempdir()?)
+/// A directory for an SNP or TDX variant's files that attest-proxy can reach under its own uid
+/// (a setup's working directory is the caller's alone).
+fn site_dir(variant: Variant) -> anyhow::Result<tempfile::TempDir> {
+    let prefix = if is_tdx(variant) {
+        "loadgen-tdx-"
+    } else {
+        "loadgen-snp-"
+    };
+    Ok(tempfile::Builder::new().prefix(prefix).tempdir()?)
 }
 
 async fn start(
@@ -353,8 +409,10 @@ async fn start(
 ) -> anyhow::Result<Running> {
     let logs = config.out_dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let snp = variant != Variant::QemuVtpm;
-    let tag = if snp {
+    // An SNP or TDX variant: simulated hardware, its vendor and its collateral service.
+    let simulated = variant != Variant::QemuVtpm;
+    let snp = simulated && !is_tdx(variant);
+    let tag = if simulated {
         format!("{setup:?}-{variant}")
     } else {
         format!("{setup:?}")
@@ -395,8 +453,9 @@ async fn start(
                 processes: vec![server],
                 _cluster: None,
                 _site: None,
+                _tdx_site: None,
                 _gce: None,
-                _snp_dir: None,
+                _site_dir: None,
             })
         }
         Setup::B => {
@@ -411,13 +470,32 @@ async fn start(
             )?;
             upstream.wait_for_socket(&socket)?;
             // An SNP variant: a simulated AMD, and its KDS stand-in in this process.
-            let (site, dir) = if snp {
-                let dir = snp_dir()?;
-                let amd = Arc::new(SimulatedAmd::new(attestation::snp::Product::Milan)?);
-                let site = SnpSite::start(amd, dir.path(), SNP_CRL_VALIDITY, None).await?;
-                (Some(site), Some(dir))
-            } else {
-                (None, None)
+            let dir = simulated.then(|| site_dir(variant)).transpose()?;
+            let site = match (&dir, snp) {
+                (Some(dir), true) => {
+                    let amd = Arc::new(SimulatedAmd::new(attestation::snp::Product::Milan)?);
+                    Some(SnpSite::start(amd, dir.path(), SNP_CRL_VALIDITY, None).await?)
+                }
+                _ => None,
+            };
+            // A TDX variant: a simulated Intel, and its PCS stand-in in this process serving the
+            // TCB info of every platform model the nodes' hosts are spread over.
+            let tdx_site = match (&dir, snp) {
+                (Some(dir), false) => {
+                    let intel = Arc::new(SimulatedIntel::new()?);
+                    Some(
+                        TdxSite::start(
+                            variant,
+                            intel,
+                            &fleet_fmspcs(),
+                            dir.path(),
+                            SNP_CRL_VALIDITY,
+                            None,
+                        )
+                        .await?,
+                    )
+                }
+                _ => None,
             };
             // gcp-sev-snp: Google's stand-in here, and gce-identity asking it for attest-proxy.
             let (gce, gce_identity) = match (&dir, variant) {
@@ -447,21 +525,29 @@ async fn start(
                 .arg(&socket)
                 .args(["--upstream-uid", &own_uid()?.to_string()])
                 .arg("--attestation-config");
-            match &site {
-                Some(site) => command
+            match (&site, &tdx_site) {
+                (Some(site), _) => command
                     .arg(site.attestation_config_path())
                     .args(site.proxy_args(COLLATERAL_WAIT)),
-                None => command.arg(&policy),
+                (None, Some(site)) => command
+                    .arg(site.attestation_config_path())
+                    .args(site.proxy_args(COLLATERAL_WAIT)),
+                (None, None) => command.arg(&policy),
             };
             if let Some((_, args)) = &gce_identity {
                 command.args(args);
             }
             let mut proxy = Process::spawn(&format!("{tag}-attest-proxy"), &mut command, &logs)?;
             proxy.wait_for_tcp(addr)?;
+            let vendor = match (&site, &tdx_site) {
+                (Some(site), _) => Some(Vendor::Amd(site.amd.as_ref())),
+                (None, Some(site)) => Some(Vendor::Intel(site.intel.as_ref())),
+                (None, None) => None,
+            };
             let attestation = node_attestation(
                 variant,
                 config.key_type,
-                site.as_ref().map(|s| s.amd.as_ref()),
+                vendor,
                 gce.as_ref().map(GceSite::registry),
             )?;
             if let (Some(site), NodeAttestation::Snp(machines)) = (&site, &attestation) {
@@ -479,12 +565,13 @@ async fn start(
             Ok(Running {
                 target: Arc::new(Target::Atls { addr, attestation }),
                 watched,
-                collateral_metrics: snp.then_some(admin),
+                collateral_metrics: simulated.then_some(admin),
                 processes,
                 _cluster: None,
                 _site: site,
+                _tdx_site: tdx_site,
                 _gce: gce,
-                _snp_dir: dir,
+                _site_dir: dir,
             })
         }
         Setup::C => {
@@ -494,12 +581,13 @@ async fn start(
                 .env("RUST_LOG", rust_log())
                 .args(["--serve", "--no-demo", "--listen", &addr.to_string()])
                 .args(["--variant", variant.name()]);
-            // An SNP variant: local-cluster simulates AMD and runs the KDS stand-in; its config
-            // trusts that simulated ARK, which the nodes made here take up from its files.
-            let dir = if snp {
-                let dir = snp_dir()?;
+            // An SNP (TDX) variant: local-cluster simulates AMD (Intel) and runs the KDS (PCS)
+            // stand-in; its config trusts that simulated root, which the nodes made here take up
+            // from its files.
+            let dir = if simulated {
+                let dir = site_dir(variant)?;
                 command
-                    .arg("--snp-dir")
+                    .arg(if snp { "--snp-dir" } else { "--tdx-dir" })
                     .arg(dir.path())
                     .args(["--collateral-wait", "2s"]);
                 Some(dir)
@@ -531,7 +619,7 @@ async fn start(
                 _ => None,
             };
             let amd = match &dir {
-                Some(dir) => {
+                Some(dir) if snp => {
                     let path = dir.path().join(AMD_CERTIFICATES);
                     let pem = std::fs::read_to_string(&path)
                         .with_context(|| format!("reading {}", path.display()))?;
@@ -540,9 +628,18 @@ async fn start(
                         &pem,
                     )?)
                 }
-                None => None,
+                _ => None,
             };
-            let collateral_metrics = match snp {
+            let intel = match &dir {
+                Some(dir) if !snp => Some(simulated_intel(&dir.path().join(INTEL_KEYS))?),
+                _ => None,
+            };
+            let vendor = match (&amd, &intel) {
+                (Some(amd), _) => Some(Vendor::Amd(amd)),
+                (None, Some(intel)) => Some(Vendor::Intel(intel)),
+                (None, None) => None,
+            };
+            let collateral_metrics = match simulated {
                 true => Some(cluster.proxy_admin().with_context(|| {
                     format!(
                         "local-cluster did not say where attest-proxy's admin endpoint is; its log:\n{}",
@@ -554,22 +651,24 @@ async fn start(
             Ok(Running {
                 target: Arc::new(Target::Atls {
                     addr,
-                    attestation: node_attestation(variant, config.key_type, amd.as_ref(), gce)?,
+                    attestation: node_attestation(variant, config.key_type, vendor, gce)?,
                 }),
                 watched,
                 collateral_metrics,
                 processes: vec![],
                 _cluster: Some(cluster),
                 _site: None,
+                _tdx_site: None,
                 _gce: None,
-                _snp_dir: dir,
+                _site_dir: dir,
             })
         }
     }
 }
 
-/// How long the simulated AMD's CRL is valid: far beyond any run, so that no refresh falls due
-/// and every fetch a step makes is one the cache could not avoid.
+/// How long the simulated AMD's CRL (and the simulated Intel's collateral) is valid: far beyond
+/// any run, so that no refresh falls due and every fetch a step makes is one the cache could not
+/// avoid.
 const SNP_CRL_VALIDITY: Duration = Duration::from_secs(7 * 86_400);
 
 /// How long a join waits for collateral not cached yet (attest-proxy's default).
@@ -592,7 +691,7 @@ fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
 /// The service's processes of a running `local-cluster` (pid `cluster`): its children
 /// attest-proxy, join-core, token-issuer and keyservice (and gce-identity for gcp-sev-snp), and
 /// local-cluster itself, which hosts the Kubernetes API stand-in (and the KDS and GCE stand-ins
-/// of the SNP variants).
+/// of the SNP variants, the PCS stand-in of the TDX variants).
 pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
     let mut watched = Vec::new();
     for (pid, comm) in procstat::children(cluster)? {

@@ -1,10 +1,11 @@
-//! How often verifying the joins of a run needed AMD's KDS: attest-proxy's collateral metrics
-//! (`attest-proxy/src/collateral_metrics.rs`, on its admin endpoint's `/metrics`) read before
-//! and after the run.
+//! How often verifying the joins of a run needed AMD's KDS or Intel's PCS: attest-proxy's
+//! collateral metrics (`attest-proxy/src/collateral_metrics.rs`, on its admin endpoint's
+//! `/metrics`) read before and after the run.
 //!
-//! Every SEV-SNP join looks up AMD's CRL, and the chain or VCEK its document lacks; each lookup is
-//! a cache hit or a fetch from the KDS. Once warm, a storm should cost the KDS nothing: zero
-//! fetches per join.
+//! Every SEV-SNP join looks up AMD's CRL, and the chain or VCEK its document lacks; every TDX join
+//! its platform's TCB info, the QE identity and Intel's CRLs. Each lookup is a cache hit or a
+//! fetch from the KDS or PCS. Once warm, a storm should cost them nothing: zero fetches per
+//! join.
 //!
 //! A gcp-sev-snp join also needs the key the GCE API vouches for its instance, which attest-proxy
 //! asks gce-identity for once per instance and caches (`attest-proxy/src/gce_identity.rs`): a
@@ -17,9 +18,9 @@ use serde::Serialize;
 /// attest-proxy's collateral counters at one moment (or their growth over a run).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CollateralCounts {
-    /// Fetches from the KDS that brought collateral.
+    /// Fetches from the KDS or PCS that brought collateral.
     pub fetches_ok: u64,
-    /// Fetches from the KDS that failed (429, 5xx, no answer, unusable bytes).
+    /// Fetches from the KDS or PCS that failed (429, 5xx, no answer, unusable bytes).
     pub fetches_failed: u64,
     /// Lookups answered from the cache, fresh.
     pub hits_fresh: u64,
@@ -96,7 +97,7 @@ pub enum MetricsError {
     },
     #[error("attest-proxy's /metrics at {addr} answered {status}")]
     Status { addr: SocketAddr, status: u16 },
-    #[error("attest-proxy at {0} exposes no collateral metrics (not an SEV-SNP variant?)")]
+    #[error("attest-proxy at {0} exposes no collateral metrics (not an SEV-SNP or TDX variant?)")]
     Missing(SocketAddr),
 }
 

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use attestation::Variant;
 use attestation::snp::Product;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use loadgen::bench::{self, BenchConfig, Setup};
+use loadgen::bench::{self, BenchConfig, Setup, Vendor};
 use loadgen::mtls::{self, ClientCa};
 use loadgen::procstat::Watched;
 use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
@@ -22,8 +22,8 @@ use testsupport::snp::GceRegistry;
 #[derive(Debug, Parser)]
 #[command(
     name = "loadgen",
-    about = "Simulated nodes joining the join service (real aTLS, real CSRs, software attestation), \
-             and the A/B/C benchmark"
+    about = "Simulated nodes joining the join service (real aTLS, real CSRs, software attestation \
+             or simulated SEV-SNP and TDX hardware), and the A/B/C benchmark"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -117,22 +117,29 @@ struct RunArgs {
     /// The simulated nodes' attestation key (qemu-vtpm).
     #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
     ak: Ak,
-    /// The nodes' attestation variant: qemu-vtpm (software keys), or aws-sev-snp / azure-sev-snp /
+    /// The nodes' attestation variant: qemu-vtpm (software keys), aws-sev-snp / azure-sev-snp /
     /// gcp-sev-snp on simulated AMD hardware (needs --simulated-amd; gcp-sev-snp also
-    /// --gce-standin).
+    /// --gce-standin), or qemu-tdx / azure-tdx in TDs on simulated Intel hardware (needs
+    /// --simulated-intel).
     #[arg(long, default_value = "qemu-vtpm", value_parser = parse_variant)]
     variant: Variant,
     /// With an SNP variant: the simulated AMD whose ARK the service trusts, as `local-cluster
     /// --variant ...` wrote it (`<snp-dir>/simulated-amd.pem`).
     #[arg(long)]
     simulated_amd: Option<PathBuf>,
+    /// With a TDX variant: the simulated Intel whose root the service trusts, its CAs and keys
+    /// as `local-cluster --variant ...` wrote them (`<tdx-dir>/simulated-intel.pem`); the nodes'
+    /// TDs run on hosts it certifies, spread over the platform models local-cluster's PCS
+    /// stand-in serves.
+    #[arg(long)]
+    simulated_intel: Option<PathBuf>,
     /// gcp-sev-snp: the control address of the GCE stand-in local-cluster runs (it prints it, and
     /// writes it to `<snp-dir>/gce-standin-control`), where each node's instance is registered
     /// with its attestation key before the node joins.
     #[arg(long)]
     gce_standin: Option<SocketAddr>,
-    /// attest-proxy's admin endpoint: report the SEV-SNP collateral it fetched (and the GCE keys
-    /// it looked up) per join.
+    /// attest-proxy's admin endpoint: report the SEV-SNP or TDX collateral it fetched (and the
+    /// GCE keys it looked up) per join.
     #[arg(long)]
     proxy_admin: Option<SocketAddr>,
     /// A PCR value the nodes quote, INDEX=HEX (repeatable). Default: the test harness's boot
@@ -221,7 +228,8 @@ struct BenchArgs {
     ak: Ak,
     /// The attestation variants B and C run for (A attests nothing and runs once).
     #[arg(long = "variant", value_delimiter = ',', value_parser = parse_variant,
-          default_values = ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp", "gcp-sev-snp"])]
+          default_values = ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp", "gcp-sev-snp", "qemu-tdx",
+                            "azure-tdx"])]
     variants: Vec<Variant>,
     /// Where results.json, results.svg and the processes' logs go.
     #[arg(long, default_value = "target/bench")]
@@ -262,6 +270,22 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
             addr: args.addr,
             ca: Arc::new(ClientCa::load(cert, key)?),
         },
+        _ if bench::is_tdx(args.variant) => {
+            let path = args
+                .simulated_intel
+                .as_ref()
+                .with_context(|| format!("{} nodes need --simulated-intel", args.variant))?;
+            let intel = bench::simulated_intel(path)?;
+            Target::Atls {
+                addr: args.addr,
+                attestation: bench::node_attestation(
+                    args.variant,
+                    args.ak.into(),
+                    Some(Vendor::Intel(&intel)),
+                    None,
+                )?,
+            }
+        }
         _ if args.variant != Variant::QemuVtpm => {
             let path = args
                 .simulated_amd
@@ -275,7 +299,7 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
                 attestation: bench::node_attestation(
                     args.variant,
                     args.ak.into(),
-                    Some(&amd),
+                    Some(Vendor::Amd(&amd)),
                     args.gce_standin.map(GceRegistry::Control),
                 )?,
             }

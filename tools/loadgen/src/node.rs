@@ -18,6 +18,7 @@ use rand::Rng as _;
 use soft_issuer::{KeyType, SoftIssuer, SoftIssuerError};
 use testsupport::harness::{BOOT_MEASUREMENTS, extended_once};
 use testsupport::snp::SnpMachines;
+use testsupport::tdx::TdxMachines;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpSocket, TcpStream};
 use tonic::Code;
@@ -36,6 +37,8 @@ pub enum NodeError {
     Mtls(#[from] MtlsError),
     #[error("cannot make the node's simulated SEV-SNP machine or report: {0:#}")]
     Snp(anyhow::Error),
+    #[error("cannot make the node's TD on a simulated TDX machine: {0:#}")]
+    Tdx(anyhow::Error),
 }
 
 /// How simulated nodes attest: soft-issuer documents (qemu-vtpm, the exact TPM format, signed
@@ -91,6 +94,9 @@ pub enum NodeAttestation {
     /// An SEV-SNP variant: vTPM documents whose key a report from simulated AMD hardware vouches
     /// for (see `testsupport::snp::SnpMachines` for how each variant's machines are made).
     Snp(Arc<SnpMachines>),
+    /// A TDX variant: TDs on simulated Intel hosts, quoting per connection (qemu-tdx) or once
+    /// for their vTPM key (azure-tdx; see `testsupport::tdx::TdxMachines`).
+    Tdx(Arc<TdxMachines>),
 }
 
 impl NodeAttestation {
@@ -99,15 +105,17 @@ impl NodeAttestation {
         match self {
             NodeAttestation::Soft(_) => Variant::QemuVtpm,
             NodeAttestation::Snp(machines) => machines.variant(),
+            NodeAttestation::Tdx(machines) => machines.variant(),
         }
     }
 
     /// One node's document issuer: a new attestation key (or the shared RSA key) and, for SNP,
-    /// a report from the next simulated machine.
+    /// a report from the next simulated machine; for TDX, a new TD on the next simulated host.
     fn issuer(&self) -> Result<Arc<dyn Issuer>, NodeError> {
         Ok(match self {
             NodeAttestation::Soft(soft) => Arc::new(soft.issuer()?),
             NodeAttestation::Snp(machines) => Arc::new(machines.node().map_err(NodeError::Snp)?),
+            NodeAttestation::Tdx(machines) => Arc::new(machines.node().map_err(NodeError::Tdx)?),
         })
     }
 }

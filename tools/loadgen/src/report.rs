@@ -239,7 +239,7 @@ pub struct Report {
     pub processes: Vec<ProcessCost>,
     /// Summed over the server-side processes, per successful join.
     pub server_cpu_ms_per_join: Option<f64>,
-    /// The SEV-SNP collateral the run looked up and fetched (attest-proxy's metrics), when
+    /// The SEV-SNP or TDX collateral the run looked up and fetched (attest-proxy's metrics), when
     /// asked for.
     pub collateral: Option<CollateralUse>,
 }

@@ -102,7 +102,7 @@ pub struct LoadConfig {
     /// Either way each join still does its full handshake (a fresh certificate key and
     /// attestation document) inside the measured time.
     pub pregenerate: u64,
-    /// attest-proxy's admin endpoint, to report how much SEV-SNP collateral the run fetched
+    /// attest-proxy's admin endpoint, to report how much SEV-SNP or TDX collateral the run fetched
     /// ([`crate::collateral`]); `None` for variants without collateral.
     pub collateral_metrics: Option<std::net::SocketAddr>,
 }

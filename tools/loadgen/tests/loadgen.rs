@@ -1,7 +1,8 @@
 //! The load generator against real servers: the whole system started by the harness (real
 //! processes, real aTLS, soft-issuer documents checked by the qemu-vtpm validator; gcp-sev-snp
 //! nodes on simulated AMD machines, their instances' keys vouched for by the GCE stand-in through
-//! the real gce-identity process), and the benchmark's mutual-TLS floor in process.
+//! the real gce-identity process; qemu-tdx and azure-tdx nodes in TDs on simulated Intel hosts,
+//! their collateral from the PCS stand-in), and the benchmark's mutual-TLS floor in process.
 //!
 //! The system tests need the workspace binaries (`cargo build --workspace --bins`).
 
@@ -17,6 +18,7 @@ use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
 use soft_issuer::KeyType;
 use testsupport::harness::{Options, System, Uids, own_uid};
 use testsupport::snp::{GceSite, SnpSite};
+use testsupport::tdx::{FLEET_FMSPCS, TdxSite};
 
 /// The simulated nodes attest with software keys, a new one per node: the harness's policy must
 /// trust any attestation key instead of pinning its swtpm's.
@@ -164,7 +166,7 @@ async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
     let attestation = loadgen::bench::node_attestation(
         Variant::GcpSevSnp,
         KeyType::EcdsaP256,
-        Some(&amd),
+        Some(loadgen::bench::Vendor::Amd(&amd)),
         Some(gce.registry()),
     )
     .unwrap();
@@ -199,6 +201,90 @@ async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
         "{report}"
     );
     assert_eq!(bootstrap_tokens(&system) as u64, NODES, "{report}");
+}
+
+/// A short run of `variant`'s nodes, made as the benchmark makes them (TDs spread over
+/// `loadgen::bench::TDX_HOSTS` hosts of the fleet's platform models), through the whole system:
+/// after a warm-up every join is answered and counted, and none costs a fetch from the PCS.
+async fn tdx_nodes_join_and_cost_no_fetch_after_warm_up(variant: attestation::Variant) {
+    const NODES: u64 = 6;
+    let dir = tempfile::Builder::new()
+        .prefix("loadgen-tdx-")
+        .tempdir()
+        .unwrap();
+    let intel = Arc::new(pcs_standin::SimulatedIntel::new().unwrap());
+    let fmspcs: Vec<String> = FLEET_FMSPCS.iter().map(hex::encode).collect();
+    // As root the harness runs attest-proxy as the pod's uid, which writes the collateral.
+    let proxy_uid = (own_uid().unwrap() == 0).then_some(Uids::POD.proxy);
+    let site = TdxSite::start(
+        variant,
+        intel.clone(),
+        &fmspcs,
+        dir.path(),
+        Duration::from_secs(86_400),
+        proxy_uid,
+    )
+    .await
+    .unwrap();
+    let system = System::start(Options {
+        variant: Some(variant),
+        attestation_config: Some(site.attestation_config_path()),
+        proxy_args: site.proxy_args(Duration::from_secs(3)),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let attestation = loadgen::bench::node_attestation(
+        variant,
+        KeyType::EcdsaP256,
+        Some(loadgen::bench::Vendor::Intel(&intel)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(attestation.variant(), variant);
+    let target = Arc::new(Target::Atls {
+        addr: system.proxy_addr,
+        attestation,
+    });
+    let watched = server_side(&[("attest-proxy", &system.proxy)]);
+
+    let mut warm = config(&format!("C {variant} warm-up"), 3, 3);
+    warm.collateral_metrics = Some(system.admin.proxy);
+    let warm = loadgen::run::run(target.clone(), &warm, &watched)
+        .await
+        .unwrap();
+    assert_eq!(warm.failed, 0, "{warm}\n{}", system.logs());
+
+    let mut load = config(&format!("C {variant}"), 3, NODES);
+    load.collateral_metrics = Some(system.admin.proxy);
+    let report = loadgen::run::run(target, &load, &watched).await.unwrap();
+    assert_eq!(
+        (report.joins, report.succeeded, report.failed),
+        (NODES, NODES, 0),
+        "{report}\n{}",
+        system.logs()
+    );
+    assert!(report.errors.is_empty(), "{report}");
+    let used = report.collateral.unwrap();
+    assert_eq!(used.fetches_per_join, Some(0.0), "{report}");
+    assert_eq!(used.counts.unavailable, 0, "{report}");
+    // Every join looked its collateral up in the cache, and found it fresh.
+    assert!(used.counts.hits_fresh >= NODES, "{report}");
+    assert!(
+        report.to_string().contains("0.0000 fetches per join"),
+        "{report}"
+    );
+    assert_eq!(bootstrap_tokens(&system) as u64, 3 + NODES, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_tdx_nodes_join_and_cost_no_fetch_after_warm_up() {
+    tdx_nodes_join_and_cost_no_fetch_after_warm_up(attestation::Variant::QemuTdx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_tdx_nodes_join_and_cost_no_fetch_after_warm_up() {
+    tdx_nodes_join_and_cost_no_fetch_after_warm_up(attestation::Variant::AzureTdx).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,8 @@
 //! With `--variant qemu-tdx` or `azure-tdx` it simulates Intel: a simulated Intel SGX root the
 //! attestation config trusts as `intelRootKey`, and a PCS stand-in (in this process) that
 //! attest-proxy fetches TCB info, QE identity and CRLs from into a collateral directory. The
-//! demo node then runs in a TD on a simulated TDX machine.
+//! demo node then runs in a TD on a simulated TDX machine; `loadgen run --variant ...
+//! --simulated-intel <tdx-dir>/simulated-intel.pem` sends more.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -73,8 +74,9 @@ struct Args {
     #[arg(long)]
     snp_dir: Option<PathBuf>,
     /// With a TDX variant: where the PCS stand-in's CA, the simulated Intel root
-    /// (`simulated-intel-root.pem`), the attestation config and the collateral directory go; a
-    /// new temporary directory if unset (kept with --serve).
+    /// (`simulated-intel-root.pem`) and its CAs' keys (`simulated-intel.pem`, for `loadgen run
+    /// --simulated-intel`), the attestation config and the collateral directory go; a new
+    /// temporary directory if unset (kept with --serve).
     #[arg(long)]
     tdx_dir: Option<PathBuf>,
     /// With an SNP or TDX variant: how long a join waits for collateral not cached yet.
@@ -164,7 +166,9 @@ async fn simulate_hardware(args: &Args) -> anyhow::Result<Option<Simulated>> {
 
 async fn simulate_intel(args: &Args) -> anyhow::Result<Simulated> {
     let intel = Arc::new(pcs_standin::SimulatedIntel::new()?);
-    let machines = TdxMachines::new(args.variant, &intel, 4)?;
+    // Spread over the fleet's platform models, so the PCS stand-in serves (and attest-proxy
+    // fetches at start) the TCB info of each, as `loadgen run`'s nodes need.
+    let machines = TdxMachines::fleet(args.variant, &intel, 4)?;
     let (dir, temp) = site_dir(args.tdx_dir.as_ref(), "joinservice-tdx-", args.serve)?;
     // As root the harness runs attest-proxy as the pod's uid, which writes the collateral.
     let proxy_uid = (own_uid()? == 0).then_some(Uids::POD.proxy);
