@@ -145,9 +145,12 @@ async fn attest_and_serve(
         }
         Err(refusal) => {
             let service =
-                tower::service_fn(move |_request: http::Request<hyper::body::Incoming>| {
+                tower::service_fn(move |request: http::Request<hyper::body::Incoming>| {
                     let refusal = refusal.clone();
-                    async move { Ok::<_, std::convert::Infallible>(status::respond(refusal)) }
+                    async move {
+                        read_call(request.into_body()).await;
+                        Ok::<_, std::convert::Infallible>(status::respond(refusal))
+                    }
                 });
             serve(tls, service, shared.lifetime.idle, expires, peer_addr).await;
         }
@@ -155,6 +158,20 @@ async fn attest_and_serve(
 }
 
 type Tls = atls::TlsStream<TcpStream>;
+
+/// The most of a refused call's body read before it is answered: a join request is a few
+/// kilobytes.
+const REFUSED_CALL_MAX: usize = 64 * 1024;
+
+/// Reads a refused call's body (at most [`REFUSED_CALL_MAX`], within [`CLOSE_GRACE`]) before it
+/// is answered. Answered before its body was in, the connection's close raced the node's
+/// request: the node could see the connection go away rather than the status saying why it was
+/// refused. Nothing read is kept or looked at.
+async fn read_call(body: hyper::body::Incoming) {
+    use http_body_util::BodyExt as _;
+    let limited = http_body_util::Limited::new(body, REFUSED_CALL_MAX);
+    let _ = tokio::time::timeout(CLOSE_GRACE, limited.collect()).await;
+}
 
 /// Runs the handshake, then verification on the pool, and writes the decision's audit line. The
 /// node learns why it was refused from a gRPC status on its first call, so a failed check still
