@@ -35,6 +35,7 @@ type MakeCertificate = dyn Fn(&[u8]) -> Result<AttestedCertificate, HandshakeErr
 type FailureSlot = Arc<Mutex<Option<HandshakeError>>>;
 
 /// Dials aTLS servers, presenting a certificate with a fresh attestation for each connection.
+#[derive(Clone)]
 pub struct Connector {
     provider: Arc<CryptoProvider>,
     make_certificate: Arc<MakeCertificate>,
