@@ -51,6 +51,7 @@ pub mod metrics;
 mod peer_limit;
 pub mod policy;
 mod rate_limit;
+pub mod server_identity;
 mod status;
 mod upstream;
 mod verify_pool;
