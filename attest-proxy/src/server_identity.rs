@@ -18,6 +18,8 @@ use std::time::{Duration, SystemTime};
 use atls::{Acceptor, ServerCredential, ServerKey, Window};
 use attestation::Variant;
 use futures::future::BoxFuture;
+use proto::certifier::CertifyRequest;
+use proto::certifier::certifier_client::CertifierClient;
 
 /// Why the certifier did not certify a key.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +54,58 @@ pub enum RotationError {
     /// The certifier answered with evidence of another variant than the proxy's own.
     #[error("the certifier answered with {actual} evidence; this service attests as {expected}")]
     Variant { expected: Variant, actual: Variant },
+}
+
+/// The certifier process, asked over its Unix socket (after checking it runs as its uid).
+#[derive(Debug, Clone)]
+pub struct GrpcCertifier {
+    client: CertifierClient<tonic::transport::Channel>,
+    timeout: Duration,
+}
+
+impl GrpcCertifier {
+    /// Asks the certifier on `socket`, which must run as `uid`; each call gets `timeout`.
+    pub fn new(socket: &std::path::Path, uid: u32, timeout: Duration) -> Self {
+        Self {
+            client: CertifierClient::new(plumbing::unix::channel(socket, uid)),
+            timeout,
+        }
+    }
+}
+
+impl Certifier for GrpcCertifier {
+    fn certify<'a>(
+        &'a self,
+        spki: &'a [u8],
+        window: Window,
+    ) -> BoxFuture<'a, Result<(Variant, Vec<u8>), CertifierError>> {
+        Box::pin(async move {
+            let mut client = self.client.clone();
+            let request = CertifyRequest {
+                spki: spki.to_vec(),
+                not_before: window.not_before,
+                not_after: window.not_after,
+            };
+            let answer = tokio::time::timeout(self.timeout, client.certify(request))
+                .await
+                .map_err(|_| CertifierError::Unavailable("no answer in time".to_owned()))?
+                .map_err(|status| match status.code() {
+                    tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition => {
+                        CertifierError::Refused(status.message().to_owned())
+                    }
+                    _ => CertifierError::Unavailable(format!(
+                        "{:?}: {}",
+                        status.code(),
+                        status.message()
+                    )),
+                })?
+                .into_inner();
+            let variant = answer.variant.parse::<Variant>().map_err(|_| {
+                CertifierError::Refused(format!("unknown variant {:?}", answer.variant))
+            })?;
+            Ok((variant, answer.document))
+        })
+    }
 }
 
 /// When to rotate and how to retry.
@@ -93,6 +147,8 @@ pub struct Rotator {
     schedule: Schedule,
     /// The wait after the next failure.
     retry: Duration,
+    /// The wait before the next step, as the last step decided (none before the first).
+    next: Duration,
 }
 
 impl Rotator {
@@ -102,6 +158,7 @@ impl Rotator {
             variant,
             schedule,
             retry: schedule.retry_min,
+            next: Duration::ZERO,
         }
     }
 
@@ -126,6 +183,12 @@ impl Rotator {
     /// Tries to certify a new key at `now` and installs what the outcome calls for; returns
     /// what it did and how long to wait before the next step.
     pub async fn step(&mut self, acceptor: &Acceptor, now: SystemTime) -> (Step, Duration) {
+        let (step, wait) = self.try_step(acceptor, now).await;
+        self.next = wait;
+        (step, wait)
+    }
+
+    async fn try_step(&mut self, acceptor: &Acceptor, now: SystemTime) -> (Step, Duration) {
         match self.certified(now).await {
             Ok(credential) => {
                 tracing::info!(window = %credential.window(), variant = %self.variant, "server key certified");
@@ -165,14 +228,15 @@ impl Rotator {
         }
     }
 
-    /// Runs [`step`](Self::step) on schedule until `shutdown`.
+    /// Runs [`step`](Self::step) on schedule until `shutdown`, starting with the wait the last
+    /// step asked for (at once if there was none).
     pub async fn run(mut self, acceptor: Arc<Acceptor>, shutdown: plumbing::shutdown::Shutdown) {
         loop {
-            let (_, wait) = self.step(&acceptor, SystemTime::now()).await;
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep(self.next) => {}
                 () = shutdown.clone().wait() => return,
             }
+            self.step(&acceptor, SystemTime::now()).await;
         }
     }
 }
