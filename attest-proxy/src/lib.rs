@@ -196,6 +196,9 @@ impl Proxy {
         if let Some(gce) = &gce {
             gce_identity::register_metrics(admin_endpoint.registry(), gce.cache().clone());
         }
+        if let Some(rotator) = &rotator {
+            rotator.register_metrics(admin_endpoint.registry());
+        }
         let admin = match config.admin_listen {
             Some(addr) => Some(
                 admin(admin_endpoint, &shared, &config, collateral.as_ref())

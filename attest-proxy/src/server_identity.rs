@@ -18,6 +18,8 @@ use std::time::{Duration, SystemTime};
 use atls::{Acceptor, ServerCredential, ServerKey, Window};
 use attestation::Variant;
 use futures::future::BoxFuture;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use proto::certifier::CertifyRequest;
 use proto::certifier::certifier_client::CertifierClient;
 
@@ -149,6 +151,10 @@ pub struct Rotator {
     retry: Duration,
     /// The wait before the next step, as the last step decided (none before the first).
     next: Duration,
+    /// 1 while the key in use is certified.
+    certified: Gauge,
+    /// When the certificate in use expires, Unix seconds.
+    not_after: Gauge,
 }
 
 impl Rotator {
@@ -159,7 +165,24 @@ impl Rotator {
             schedule,
             retry: schedule.retry_min,
             next: Duration::ZERO,
+            certified: Gauge::default(),
+            not_after: Gauge::default(),
         }
+    }
+
+    /// Registers `server_key_certified` (1 while nodes with a service policy can verify this
+    /// service) and `server_key_not_after_seconds` (when the certificate in use expires).
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "server_key_certified",
+            "1 while the aTLS server key in use is certified by the certifier",
+            self.certified.clone(),
+        );
+        registry.register(
+            "server_key_not_after_seconds",
+            "When the aTLS server certificate in use expires, Unix seconds",
+            self.not_after.clone(),
+        );
     }
 
     /// A key certified at `now`.
@@ -185,6 +208,9 @@ impl Rotator {
     pub async fn step(&mut self, acceptor: &Acceptor, now: SystemTime) -> (Step, Duration) {
         let (step, wait) = self.try_step(acceptor, now).await;
         self.next = wait;
+        let current = acceptor.current();
+        self.certified.set(i64::from(current.variant().is_some()));
+        self.not_after.set(current.window().not_after);
         (step, wait)
     }
 
@@ -300,6 +326,8 @@ mod tests {
         let first = acceptor.current();
         assert_eq!(first.variant(), Some(Variant::QemuVtpm));
         assert_eq!(first.window(), Window::for_rotation_at(start));
+        assert_eq!(rotator.certified.get(), 1);
+        assert_eq!(rotator.not_after.get(), first.window().not_after);
 
         // The certifier goes away: the certified key stays, retries back off.
         *certifier.down.lock().unwrap() = true;
@@ -337,6 +365,8 @@ mod tests {
         assert_eq!(step, Step::FellBack);
         let fallback = acceptor.current();
         assert_eq!(fallback.variant(), None);
+        assert_eq!(rotator.certified.get(), 0, "the metric says so");
+        assert_eq!(rotator.not_after.get(), fallback.window().not_after);
         assert_ne!(fallback.certificate(), certified.certificate());
         assert!(
             fallback.window().contains(at_expiry),

@@ -132,6 +132,11 @@ async fn a_node_with_a_service_policy_accepts_the_certified_proxy() {
         .await
         .unwrap();
     assert!(!ready.contains("uncertified server key"), "{ready}");
+    let certified =
+        testsupport::harness::metric(running.admin, "attest_proxy_server_key_certified")
+            .await
+            .unwrap();
+    assert_eq!(certified, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,6 +152,11 @@ async fn without_its_certifier_the_proxy_says_so_and_nodes_with_a_policy_refuse_
         ready.contains("serving an uncertified server key"),
         "{ready}"
     );
+    let certified =
+        testsupport::harness::metric(running.admin, "attest_proxy_server_key_certified")
+            .await
+            .unwrap();
+    assert_eq!(certified, 0.0);
     let result = node(dir.path(), running.addr, &device).rejoin("disk").await;
     let Err(ClientError::ServerRefused { decision, .. }) = result else {
         panic!("expected a server refusal, got {result:?}");
