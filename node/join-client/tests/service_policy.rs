@@ -19,6 +19,14 @@ use tokio::sync::mpsc;
 
 const GOOD_PCR: [u8; 32] = [0x44; 32];
 
+/// The control-plane node's software TPM, with PCR 4 = `pcr4`.
+fn machine(pcr4: [u8; 32]) -> SoftIssuer {
+    SoftIssuer::ecdsa_p256()
+        .unwrap()
+        .with_pcrs([(4, pcr4)])
+        .unwrap()
+}
+
 fn write_policy(dir: &Path, trusted: &SoftIssuer) -> std::path::PathBuf {
     let path = dir.join("service-policy.json");
     let json = serde_json::json!({
@@ -80,10 +88,7 @@ async fn rejoin(client: &Client) -> (Result<(), ClientError>, u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refuses_an_unattested_service_with_its_audit_record_and_without_retrying() {
     let dir = tempfile::tempdir().unwrap();
-    let tpm = SoftIssuer::ecdsa_p256()
-        .unwrap()
-        .with_pcrs([(4, GOOD_PCR)])
-        .unwrap();
+    let tpm = machine(GOOD_PCR);
     let policy = write_policy(dir.path(), &tpm);
     let (addr, mut completed) = server(Acceptor::new().unwrap()).await;
     let client = node(addr, &policy);
@@ -118,10 +123,7 @@ async fn refuses_an_unattested_service_with_its_audit_record_and_without_retryin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refuses_a_service_whose_measurements_differ_naming_them() {
     let dir = tempfile::tempdir().unwrap();
-    let tpm = SoftIssuer::ecdsa_p256()
-        .unwrap()
-        .with_pcrs([(4, [0x66; 32])])
-        .unwrap();
+    let tpm = machine([0x66; 32]);
     let policy = write_policy(dir.path(), &tpm);
     let (addr, mut completed) = server(certified(&tpm)).await;
 
@@ -143,10 +145,7 @@ async fn refuses_a_service_whose_measurements_differ_naming_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn goes_on_to_the_request_with_a_service_that_attests_correctly() {
     let dir = tempfile::tempdir().unwrap();
-    let tpm = SoftIssuer::ecdsa_p256()
-        .unwrap()
-        .with_pcrs([(4, GOOD_PCR)])
-        .unwrap();
+    let tpm = machine(GOOD_PCR);
     let policy = write_policy(dir.path(), &tpm);
     let (addr, mut completed) = server(certified(&tpm)).await;
 

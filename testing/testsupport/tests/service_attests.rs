@@ -7,8 +7,21 @@
 #![allow(clippy::unwrap_used)]
 
 use attestation::Variant;
+use attestation::audit::Decision;
 use node_client::{ClientError, ServicePolicy};
 use testsupport::harness::{Options, System, join_request};
+
+/// The audit record of the refusal a node with `policy` meets when it asks `system`.
+async fn refusal(system: &System, policy: ServicePolicy) -> Decision {
+    let client = system
+        .client(system.issuer().unwrap())
+        .unwrap()
+        .with_service_policy(policy);
+    match client.rejoin("disk").await {
+        Err(ClientError::ServerRefused { decision, .. }) => *decision,
+        other => panic!("expected a server refusal, got {other:?}"),
+    }
+}
 
 fn attesting() -> Options {
     Options {
@@ -46,14 +59,7 @@ async fn a_node_refuses_a_service_on_another_machine() {
     // The service's policy pins the node's swtpm, not the control plane's: a policy for another
     // machine, with the same measurements.
     let policy = ServicePolicy::load(Variant::QemuVtpm, &system.paths.attestation_config).unwrap();
-    let client = system
-        .client(system.issuer().unwrap())
-        .unwrap()
-        .with_service_policy(policy);
-    let result = client.rejoin("disk").await;
-    let Err(ClientError::ServerRefused { decision, .. }) = result else {
-        panic!("expected a server refusal, got {result:?}");
-    };
+    let decision = refusal(&system, policy).await;
     assert_eq!(decision.check.as_deref(), Some("ak_untrusted"));
 }
 
@@ -63,14 +69,7 @@ async fn a_node_refuses_a_service_that_does_not_attest() {
     let policy = ServicePolicy::load(Variant::QemuVtpm, &reference.paths.service_policy).unwrap();
     drop(reference);
     let system = System::start(Options::default()).await.unwrap();
-    let client = system
-        .client(system.issuer().unwrap())
-        .unwrap()
-        .with_service_policy(policy);
-    let result = client.rejoin("disk").await;
-    let Err(ClientError::ServerRefused { decision, .. }) = result else {
-        panic!("expected a server refusal, got {result:?}");
-    };
+    let decision = refusal(&system, policy).await;
     assert_eq!(decision.check.as_deref(), Some("server_evidence_missing"));
     assert!(system.kube.secrets("kube-system").is_empty());
 }
