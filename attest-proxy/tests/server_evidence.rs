@@ -24,8 +24,18 @@ struct Running {
     _certifier: Option<plumbing::shutdown::Trigger>,
 }
 
-/// Starts the certifier (when `with_certifier`) with `device` and attest-proxy asking it.
+/// Starts the certifier (when `with_certifier`) with `device` and attest-proxy asking it,
+/// expecting it to run as `certifier_uid` (this process's uid unless given).
 async fn start(dir: &Path, device: &SoftIssuer, with_certifier: bool) -> Running {
+    start_expecting(dir, device, with_certifier, None).await
+}
+
+async fn start_expecting(
+    dir: &Path,
+    device: &SoftIssuer,
+    with_certifier: bool,
+    certifier_uid: Option<u32>,
+) -> Running {
     let uid = testsupport::harness::own_uid().unwrap();
     let certifier_socket = dir.join("certifier/certifier.sock");
     let certifier = if with_certifier {
@@ -55,6 +65,7 @@ async fn start(dir: &Path, device: &SoftIssuer, with_certifier: bool) -> Running
         testsupport::harness::attestation_config(&attestation::AkTrust::AnyKey, &[]),
     )
     .unwrap();
+    let expected_certifier = certifier_uid.unwrap_or(uid).to_string();
     let uid = uid.to_string();
     let proxy = attest_proxy::Proxy::bind(
         attest_proxy::Config::try_parse_from([
@@ -70,7 +81,7 @@ async fn start(dir: &Path, device: &SoftIssuer, with_certifier: bool) -> Running
             "--attestation-config",
             policy.to_str().unwrap(),
             "--certifier-uid",
-            &uid,
+            &expected_certifier,
             "--certifier-socket",
             certifier_socket.to_str().unwrap(),
         ])
@@ -162,4 +173,27 @@ async fn without_its_certifier_the_proxy_says_so_and_nodes_with_a_policy_refuse_
         panic!("expected a server refusal, got {result:?}");
     };
     assert_eq!(decision.check.as_deref(), Some("server_evidence_missing"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_asks_no_certifier_of_another_uid() {
+    // Whatever answers on the certifier's socket must run as the certifier's uid: a process of
+    // another uid there (here: the real certifier, but attest-proxy expects a different uid)
+    // is never asked, so it cannot hand attest-proxy evidence for a key of its own choosing.
+    let dir = tempfile::tempdir().unwrap();
+    let device = control_plane_tpm();
+    let other = testsupport::harness::own_uid().unwrap().wrapping_add(4242);
+    let running = start_expecting(dir.path(), &device, true, Some(other)).await;
+    let certified =
+        testsupport::harness::metric(running.admin, "attest_proxy_server_key_certified")
+            .await
+            .unwrap();
+    assert_eq!(certified, 0.0);
+    let (_, ready) = plumbing::admin::get(running.admin, "/readyz")
+        .await
+        .unwrap();
+    assert!(
+        ready.contains("serving an uncertified server key"),
+        "{ready}"
+    );
 }
