@@ -173,9 +173,13 @@ async fn serves_only_its_peer_uid() {
         .certify(request(&server_key(), window))
         .await
         .unwrap_err();
-    // The kernel's peer check closes the connection unread: a transport failure, no answer.
+    // The certifier's peer check closes the connection unread: a transport failure (its code
+    // depends on when hyper notices), never one of the certifier's own answers.
     assert!(
-        matches!(status.code(), Code::Unknown | Code::Unavailable),
+        !matches!(
+            status.code(),
+            Code::Ok | Code::InvalidArgument | Code::FailedPrecondition
+        ),
         "{status:?}"
     );
     assert_eq!(
