@@ -71,6 +71,15 @@ impl Window {
         }
     }
 
+    /// From `span` before `now` to `span` after it.
+    pub fn around(now: SystemTime, span: Duration) -> Window {
+        let (now, span) = (unix_seconds(now), duration_seconds(span));
+        Window {
+            not_before: now.saturating_sub(span),
+            not_after: now.saturating_add(span),
+        }
+    }
+
     /// Length in seconds (negative for an inverted window).
     pub fn length_seconds(&self) -> i64 {
         self.not_after.saturating_sub(self.not_before)

@@ -477,3 +477,19 @@ async fn server_policy_in_tls13() {
 async fn server_policy_in_tls12() {
     server_policy_in(rustls_ring::DEFAULT_TLS12_PROVIDER).await;
 }
+
+#[test]
+fn an_unattested_server_certificate_spans_years_either_side_as_before() {
+    // Go nodes check the server certificate's dates; a node whose clock is far off must keep
+    // joining a service that does not attest itself, as it always did.
+    let acceptor = Acceptor::new().unwrap();
+    let window = acceptor.current().window();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let nine_years = 9 * 365 * 24 * 60 * 60;
+    assert!(window.not_before < now - nine_years, "{window:?}");
+    assert!(window.not_after > now + nine_years, "{window:?}");
+    assert_eq!(acceptor.current().variant(), None);
+}
