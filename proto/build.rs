@@ -5,6 +5,7 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from("proto");
     let files = [
+        "certifier/certifier.proto",
         "components/components.proto",
         "gceidentity/gceidentity.proto",
         "join/join.proto",

@@ -124,6 +124,26 @@ pub struct Config {
           value_parser = at_least_one)]
     pub gce_identity_max_instances: usize,
 
+    /// The service's own attestation: the uid the certifier runs as. When set, attest-proxy
+    /// presents nodes a server key certified by the certifier on `--certifier-socket` (the
+    /// process there must run as this uid), so nodes with a service policy can verify the
+    /// service; unset, it presents an uncertified key, as Constellation's service does.
+    #[arg(long, env = "ATTEST_PROXY_CERTIFIER_UID")]
+    pub certifier_uid: Option<u32>,
+
+    /// The certifier's Unix socket.
+    #[arg(
+        long,
+        env = "ATTEST_PROXY_CERTIFIER_SOCKET",
+        default_value = "/run/joinservice/certifier/certifier.sock"
+    )]
+    pub certifier_socket: PathBuf,
+
+    /// How long a certified server key serves before the next is certified. Its certificate
+    /// reaches three hours ahead, so keep this well below that.
+    #[arg(long, env = "ATTEST_PROXY_SERVER_KEY_ROTATION", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub server_key_rotation: Duration,
+
     /// gRPC methods forwarded to join-core (full paths); everything else is refused.
     #[arg(long = "allowed-method", env = "ATTEST_PROXY_ALLOWED_METHODS", value_delimiter = ',',
           default_values_t = proto::JOIN_API_METHODS.iter().map(|m| (*m).to_owned()))]

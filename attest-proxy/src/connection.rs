@@ -24,7 +24,8 @@ use crate::verify_pool::{PoolError, VerifyPool};
 /// What every connection shares.
 #[derive(Debug)]
 pub struct Shared {
-    pub acceptor: atls::Acceptor,
+    /// Shared with the server-key rotator, which swaps its key.
+    pub acceptor: Arc<atls::Acceptor>,
     pub policy: Arc<Current>,
     pub admission: Admission,
     pub pool: VerifyPool,

@@ -51,6 +51,7 @@ pub mod metrics;
 mod peer_limit;
 pub mod policy;
 mod rate_limit;
+pub mod server_identity;
 mod status;
 mod upstream;
 mod verify_pool;
@@ -111,6 +112,8 @@ pub struct Proxy {
     drain_timeout: std::time::Duration,
     policy_poll_interval: std::time::Duration,
     admin: Option<plumbing::admin::AdminServer>,
+    /// Keeps the server key certified, when the service attests itself.
+    rotator: Option<server_identity::Rotator>,
 }
 
 impl Proxy {
@@ -141,7 +144,7 @@ impl Proxy {
         let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
         let metrics = metrics::Metrics::register(admin_endpoint.registry());
         let shared = connection::Shared {
-            acceptor: atls::Acceptor::new().map_err(Error::Atls)?,
+            acceptor: Arc::new(atls::Acceptor::new().map_err(Error::Atls)?),
             policy: Arc::new(policy),
             admission: admission::Admission::new(
                 config.max_handshakes,
@@ -164,6 +167,25 @@ impl Proxy {
             },
             metrics,
         };
+        let mut rotator = config.certifier_uid.map(|uid| {
+            let certifier =
+                server_identity::GrpcCertifier::new(&config.certifier_socket, uid, CERTIFY_TIMEOUT);
+            server_identity::Rotator::new(
+                Arc::new(certifier),
+                config.variant,
+                server_identity::Schedule {
+                    rotate_every: config.server_key_rotation,
+                    ..server_identity::Schedule::default()
+                },
+            )
+        });
+        // The first key is certified before the first node is served, when the certifier
+        // answers; otherwise the rotator keeps trying while the uncertified key serves.
+        if let Some(rotator) = rotator.as_mut() {
+            rotator
+                .step(&shared.acceptor, std::time::SystemTime::now())
+                .await;
+        }
         let listener = listen(config.listen).map_err(|source| Error::Listen {
             addr: config.listen,
             source,
@@ -173,6 +195,9 @@ impl Proxy {
         }
         if let Some(gce) = &gce {
             gce_identity::register_metrics(admin_endpoint.registry(), gce.cache().clone());
+        }
+        if let Some(rotator) = &rotator {
+            rotator.register_metrics(admin_endpoint.registry());
         }
         let admin = match config.admin_listen {
             Some(addr) => Some(
@@ -189,6 +214,7 @@ impl Proxy {
             shared: Arc::new(shared),
             drain_timeout: config.drain_timeout,
             policy_poll_interval: config.policy_poll_interval,
+            rotator,
         })
     }
 
@@ -223,6 +249,9 @@ impl Proxy {
                 .clone()
                 .watch(self.policy_poll_interval, shutdown.clone()),
         );
+        let rotator = self.rotator.take().map(|rotator| {
+            tokio::spawn(rotator.run(self.shared.acceptor.clone(), shutdown.clone()))
+        });
         let tracker = TaskTracker::new();
         loop {
             tokio::select! {
@@ -253,6 +282,9 @@ impl Proxy {
         }
         drop(self.listener);
         watcher.abort();
+        if let Some(rotator) = rotator {
+            rotator.abort();
+        }
         tracker.close();
         tracing::info!(open = tracker.len(), "draining connections");
         if tokio::time::timeout(self.drain_timeout, tracker.wait())
@@ -307,6 +339,17 @@ fn admin(
             }
         })
         .note("attestation-keys", move || policy.trust_any_ak_note())
+        .note("server-evidence", {
+            let acceptor = shared.acceptor.clone();
+            let attests = config.certifier_uid.is_some();
+            move || {
+                (attests && acceptor.current().variant().is_none()).then(|| {
+                    "serving an uncertified server key (the certifier has not certified one): \
+                     nodes with a service policy refuse this service"
+                        .to_owned()
+                })
+            }
+        })
         .note("collateral", {
             let collateral = collateral.cloned();
             move || {
@@ -321,6 +364,9 @@ fn admin(
             }
         })
 }
+
+/// How long one certification may take: a TPM quote takes a second or two.
+const CERTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// VCEKs the KDS cache keeps (and chips it backs off for, and VCEK fetches in flight): a node
 /// that leaves its VCEK out makes the proxy fetch one for whatever chip ID and TCB it claims, so

@@ -14,39 +14,9 @@ fn overlay_dir() -> PathBuf {
     deploy_dir().join("examples/gcp-sev-snp")
 }
 
-fn by_name(list: &mut Vec<Value>, item: Value) {
-    match list.iter_mut().find(|x| x["name"] == item["name"]) {
-        Some(existing) => {
-            for (key, value) in item.as_object().expect("an object") {
-                if key == "volumeMounts" {
-                    let mounts = existing[key].as_array_mut().expect("volumeMounts");
-                    mounts.extend(array(value));
-                } else {
-                    existing[key] = value.clone();
-                }
-            }
-        }
-        None => list.push(item),
-    }
-}
-
 /// The pod spec `kubectl apply -k deploy/examples/gcp-sev-snp` runs.
 fn gcp_pod_spec() -> Value {
-    let patch = read_docs(&overlay_dir().join("gce-identity.yaml"));
-    assert_eq!(patch.len(), 1);
-    let patch = &patch[0]["spec"]["template"]["spec"];
-    let mut spec = pod_spec();
-    let mut containers = array(&spec["containers"]);
-    for c in array(&patch["containers"]) {
-        by_name(&mut containers, c);
-    }
-    let mut volumes = array(&spec["volumes"]);
-    for v in array(&patch["volumes"]) {
-        by_name(&mut volumes, v);
-    }
-    spec["containers"] = Value::Array(containers);
-    spec["volumes"] = Value::Array(volumes);
-    spec
+    merged_pod_spec(&overlay_dir().join("gce-identity.yaml"))
 }
 
 fn gcp_container(name: &str) -> Value {

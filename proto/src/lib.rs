@@ -4,6 +4,8 @@
 //! - [`kms`]: the key service API join-core calls (Constellation's `kms.API`).
 //! - [`tokenissuer`]: the internal API between join-core and token-issuer.
 //! - [`gceidentity`]: the internal API between attest-proxy and gce-identity (gcp-sev-snp).
+//! - [`certifier`]: the internal API between attest-proxy and the certifier (the service's own
+//!   attestation).
 //! - [`components`]: Kubernetes component descriptors carried in join tickets.
 //!
 //! Package names, message names and field numbers match Constellation's, so the wire bytes do too.
@@ -39,6 +41,14 @@ pub mod tokenissuer {
 pub mod gceidentity {
     pub mod v1 {
         tonic::include_proto!("gceidentity.v1");
+    }
+    pub use v1::*;
+}
+
+/// The internal attest-proxy ↔ certifier API.
+pub mod certifier {
+    pub mod v1 {
+        tonic::include_proto!("certifier.v1");
     }
     pub use v1::*;
 }

@@ -210,10 +210,47 @@ pub fn assert_args_parse(containers: &[Value]) {
             "join-core" => join_core::Config::try_parse_from(argv).map(drop),
             "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
             "gce-identity" => gce_identity::Config::try_parse_from(argv).map(drop),
+            "certifier" => certifier::Config::try_parse_from(argv).map(drop),
             other => panic!("unexpected container {other}"),
         };
         if let Err(error) = parsed {
             panic!("{name}: {error}");
         }
     }
+}
+
+fn by_name(list: &mut Vec<Value>, item: Value) {
+    match list.iter_mut().find(|x| x["name"] == item["name"]) {
+        Some(existing) => {
+            for (key, value) in item.as_object().expect("an object") {
+                if key == "volumeMounts" {
+                    let mounts = existing[key].as_array_mut().expect("volumeMounts");
+                    mounts.extend(array(value));
+                } else {
+                    existing[key] = value.clone();
+                }
+            }
+        }
+        None => list.push(item),
+    }
+}
+
+/// The base pod spec with the DaemonSet patch at `patch` merged as kustomize's strategic merge
+/// does (containers and volumes by name, `args` replaced, `volumeMounts` appended).
+pub fn merged_pod_spec(patch: &Path) -> Value {
+    let patch = read_docs(patch);
+    assert_eq!(patch.len(), 1);
+    let patch = &patch[0]["spec"]["template"]["spec"];
+    let mut spec = pod_spec();
+    let mut containers = array(&spec["containers"]);
+    for c in array(&patch["containers"]) {
+        by_name(&mut containers, c);
+    }
+    let mut volumes = array(&spec["volumes"]);
+    for v in array(&patch["volumes"]) {
+        by_name(&mut volumes, v);
+    }
+    spec["containers"] = Value::Array(containers);
+    spec["volumes"] = Value::Array(volumes);
+    spec
 }

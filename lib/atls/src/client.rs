@@ -4,6 +4,7 @@ use std::fmt;
 use std::hash::Hasher;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
 
 use attestation::Issuer;
 use rustls::client::danger::{HandshakeSignatureValid, ServerIdentity, ServerVerifier};
@@ -13,14 +14,15 @@ use rustls::crypto::{
     SignatureScheme, VerifiedIdentity,
 };
 use rustls::enums::{ApplicationProtocol, CertificateType};
-use rustls::error::{Error, PeerIncompatible};
+use rustls::error::{CertificateError, Error, PeerIncompatible};
 use rustls::server::danger::SignatureVerificationInput;
-use rustls_pki_types::ServerName;
+use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::error::HandshakeError;
+use crate::error::{HandshakeError, ServerVerifyError};
 use crate::extension::{AttestedCertificate, attested_certificate};
 use crate::nonce;
+use crate::server_evidence::ServerPolicy;
 use crate::signature;
 use crate::stream::TlsStream;
 use crate::{ALPN_H2, ALPN_HTTP1, provider};
@@ -33,9 +35,11 @@ type MakeCertificate = dyn Fn(&[u8]) -> Result<AttestedCertificate, HandshakeErr
 type FailureSlot = Arc<Mutex<Option<HandshakeError>>>;
 
 /// Dials aTLS servers, presenting a certificate with a fresh attestation for each connection.
+#[derive(Clone)]
 pub struct Connector {
     provider: Arc<CryptoProvider>,
     make_certificate: Arc<MakeCertificate>,
+    server_policy: Option<ServerPolicy>,
 }
 
 impl fmt::Debug for Connector {
@@ -57,7 +61,22 @@ impl Connector {
         Self {
             provider: provider(),
             make_certificate,
+            server_policy: None,
         }
+    }
+
+    /// Same connector, but the server must prove with evidence that `policy` accepts that it is
+    /// the attested join service (ARCHITECTURE.md, "The service attests itself"). A server that
+    /// fails is refused during the handshake, before this node sends its own certificate or any
+    /// request byte, with [`HandshakeError::ServerRefused`].
+    pub fn with_server_policy(mut self, policy: ServerPolicy) -> Self {
+        self.server_policy = Some(policy);
+        self
+    }
+
+    /// Whether this connector checks the server (see [`with_server_policy`](Self::with_server_policy)).
+    pub fn verifies_server(&self) -> bool {
+        self.server_policy.is_some()
     }
 
     /// Same connector, other crypto provider (tests restrict TLS versions this way).
@@ -72,10 +91,12 @@ impl Connector {
     /// Offers ALPN `h2` then `http/1.1` (as Constellation's client), TLS 1.2 and 1.3, never
     /// resumes a session, and sends no SNI.
     ///
-    /// **The server is not authenticated.** Its certificate is accepted without any check
-    /// beyond the TLS signature proving it holds the certificate's key; this matches
-    /// Constellation's join flow, where only the client is attested. Do not send anything over
-    /// this stream that an impostor server must not see.
+    /// **Without a server policy the server is not authenticated.** Its certificate is accepted
+    /// without any check beyond the TLS signature proving it holds the certificate's key; this
+    /// matches Constellation's join flow, where only the client is attested. Do not send
+    /// anything over such a stream that an impostor server must not see. With a policy
+    /// ([`with_server_policy`](Self::with_server_policy)) the server's evidence is verified
+    /// inside the handshake (on the same blocking terms as the issuer, below).
     ///
     /// **This blocks.** When the server's CertificateRequest arrives, the issuer runs inside
     /// the TLS state machine (a TPM quote can take a second or more). On a multi-thread tokio
@@ -100,12 +121,14 @@ impl Connector {
         let resolver = Arc::new(AttestingResolver {
             provider: self.provider.clone(),
             make_certificate: self.make_certificate.clone(),
-            failure,
+            failure: failure.clone(),
         });
         let mut config = ClientConfig::builder(self.provider.clone())
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(UnauthenticatedServer {
+            .with_custom_certificate_verifier(Arc::new(ServerCheck {
                 provider: self.provider.clone(),
+                policy: self.server_policy.clone(),
+                failure,
             }))
             .with_client_credential_resolver(resolver)?;
         config.alpn_protocols = vec![
@@ -199,10 +222,11 @@ impl ClientCredentialResolver for AttestingResolver {
             Ok(credential) => Some(credential),
             Err(error) => {
                 tracing::warn!(error = %error, "cannot answer the aTLS certificate request");
-                *self
-                    .failure
+                // A server refusal recorded first is the more important news; keep it.
+                self.failure
                     .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(error);
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .get_or_insert(error);
                 None
             }
         }
@@ -217,19 +241,57 @@ impl ClientCredentialResolver for AttestingResolver {
     }
 }
 
-/// Accepts any server certificate, but still checks the handshake signature against it so the
-/// TLS key schedule is bound to the key the server showed.
-#[derive(Debug)]
-struct UnauthenticatedServer {
+/// Without a policy, accepts any server certificate; with one, requires the server's evidence
+/// to satisfy it. Either way it checks the handshake signature against the certificate, so the
+/// TLS key schedule is bound to the key the server showed (which is what makes the evidence,
+/// bound to that key, mean anything).
+struct ServerCheck {
     provider: Arc<CryptoProvider>,
+    policy: Option<ServerPolicy>,
+    failure: FailureSlot,
 }
 
-impl ServerVerifier for UnauthenticatedServer {
+impl fmt::Debug for ServerCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerCheck")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerCheck {
+    fn refuse(&self, certificate: CertificateDer<'static>, error: ServerVerifyError) -> Error {
+        tracing::warn!(check = error.check(), error = %attestation::audit::chain(&error), "refusing the server");
+        // Overrides a credential failure: that the server is an impostor matters more.
+        *self
+            .failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Some(HandshakeError::ServerRefused {
+                certificate: Box::new(certificate),
+                source: Box::new(error),
+            });
+        CertificateError::ApplicationVerificationFailure.into()
+    }
+}
+
+impl ServerVerifier for ServerCheck {
     fn verify_identity<'a>(
         &self,
         identity: &ServerIdentity<'a, '_>,
     ) -> Result<VerifiedIdentity<'a>, Error> {
-        Ok(VerifiedIdentity::assertion(identity.identity.clone()))
+        let Some(policy) = &self.policy else {
+            return Ok(VerifiedIdentity::assertion(identity.identity.clone()));
+        };
+        let Identity::X509(certificate) = identity.identity else {
+            return Err(PeerIncompatible::IncorrectCertificateTypeExtension.into());
+        };
+        let der = certificate.end_entity.as_ref();
+        let now = UNIX_EPOCH + Duration::from_secs(identity.now.as_secs());
+        match policy.verify(der, now) {
+            Ok(_) => Ok(VerifiedIdentity::assertion(identity.identity.clone())),
+            Err(error) => Err(self.refuse(CertificateDer::from(der.to_vec()), error)),
+        }
     }
 
     fn verify_tls12_signature(

@@ -79,14 +79,26 @@ pub(crate) fn self_signed(
     attestation: Option<(Variant, Vec<u8>)>,
     slack: Duration,
 ) -> Result<CertificateDer<'static>, rcgen::Error> {
+    let now = OffsetDateTime::now_utc();
+    self_signed_for(key, attestation, now - slack, now + slack)
+}
+
+/// A self-signed `CN=Constellation` certificate for `key`, valid from `not_before` to
+/// `not_after`, with the attestation extension if one is given. X.509 times have whole seconds;
+/// callers that bind the window elsewhere must pass whole seconds.
+pub(crate) fn self_signed_for(
+    key: &KeyPair,
+    attestation: Option<(Variant, Vec<u8>)>,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> Result<CertificateDer<'static>, rcgen::Error> {
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
     params
         .distinguished_name
         .push(DnType::CommonName, SUBJECT_COMMON_NAME);
-    let now = OffsetDateTime::now_utc();
-    params.not_before = now - slack;
-    params.not_after = now + slack;
+    params.not_before = not_before;
+    params.not_after = not_after;
     if let Some((variant, document)) = attestation {
         // rcgen places `content` verbatim inside extnValue's OCTET STRING, which is exactly
         // where Go puts the document.

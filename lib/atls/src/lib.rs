@@ -25,9 +25,13 @@
 //!    the certificate key ([`PeerEvidence::verify`]). Key possession + key hash in the evidence
 //!    + fresh nonce together mean: the attested machine is the TLS peer of *this* connection.
 //!
-//! Only the client is attested. The server's certificate is self-signed and not verified by the
-//! client (as in Constellation's join flow): the node trusts the join service because only an
-//! honest service can later hand out keys the node's own disk was sealed with.
+//! In Constellation's join flow only the client is attested: the server's certificate is
+//! self-signed and a Go node does not verify it, so the host, which controls the network, could
+//! terminate a join itself and replace the disk key in the answer. [`server_evidence`] closes
+//! that: the server presents a key certified with attestation evidence of the machine it runs on
+//! (made once per key and rotated, not per connection), and a [`Connector`] given a
+//! [`ServerPolicy`] refuses a server whose evidence does not satisfy it, inside the handshake.
+//! Without a policy the client accepts any server, as Go nodes do.
 //!
 //! The handshake itself does no attestation work: [`Acceptor::accept`] returns the evidence and
 //! the caller runs the CPU-heavy [`PeerEvidence::verify`] where it likes (a bounded blocking
@@ -65,6 +69,7 @@ pub mod error;
 pub mod extension;
 pub mod nonce;
 mod server;
+pub mod server_evidence;
 mod signature;
 mod stream;
 
@@ -76,8 +81,9 @@ use std::sync::{Arc, OnceLock};
 use rustls::crypto::CryptoProvider;
 
 pub use client::Connector;
-pub use error::{HandshakeError, SetupError, VerifyError};
+pub use error::{CertifyError, HandshakeError, ServerVerifyError, SetupError, VerifyError};
 pub use server::{Acceptor, MAX_CLIENT_CERTIFICATE_SIZE, PeerEvidence};
+pub use server_evidence::{ServerCredential, ServerKey, ServerPolicy, Window};
 pub use stream::TlsStream;
 
 /// The only ALPN protocol the server accepts: gRPC runs over HTTP/2.

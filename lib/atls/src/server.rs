@@ -1,33 +1,31 @@
 //! Server side: accept aTLS connections and hand out the client's evidence for verification.
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
 
 use attestation::{Validator, Verified};
-use rcgen::KeyPair;
 use ring::rand::SystemRandom;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::compress::CompressionCache;
 use rustls::crypto::SignatureScheme;
 use rustls::crypto::VerifiedIdentity;
-use rustls::crypto::{
-    CertificateIdentity, Credentials, CryptoProvider, Identity, SingleCredential,
-};
+use rustls::crypto::{CryptoProvider, Identity};
 use rustls::enums::ApplicationProtocol;
 use rustls::error::{CertificateError, Error, PeerIncompatible};
 use rustls::server::danger::{ClientIdentity, ClientVerifier, SignatureVerificationInput};
 use rustls::server::{InvalidSniPolicy, NoServerSessionStorage, ServerConfig, Tls13Tickets};
 use rustls::{Connection, DistinguishedName};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls_pki_types::CertificateDer;
 use subtle::ConstantTimeEq as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer as _;
 
 use crate::error::{HandshakeError, SetupError, VerifyError};
-use crate::extension::{self, attestation_oids, find_document, user_data_for_spki};
+use crate::extension::{attestation_oids, find_document, user_data_for_spki};
 use crate::nonce::{self, NONCE_LEN};
+use crate::server_evidence::{ServerCredential, ServerKey, Window};
 use crate::signature;
 use crate::stream::TlsStream;
 use crate::{ALPN_H2, provider};
@@ -47,7 +45,8 @@ const SERVER_CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 
 /// certificate and crypto provider are shared).
 pub struct Acceptor {
     provider: Arc<CryptoProvider>,
-    credentials: Arc<SingleCredential>,
+    /// Swapped whole by [`Acceptor::rotate`]; each connection clones the `Arc` it starts with.
+    credential: RwLock<ServerCredential>,
     rng: SystemRandom,
     // Shared by every per-connection config so building one allocates as little as possible.
     no_sessions: Arc<NoServerSessionStorage>,
@@ -61,33 +60,49 @@ impl fmt::Debug for Acceptor {
 }
 
 impl Acceptor {
-    /// Generates the server's self-signed ECDSA P-256 certificate and returns the acceptor.
+    /// Generates the server's self-signed ECDSA P-256 certificate, without evidence, and returns
+    /// the acceptor. This is the server of a service that does not attest itself.
     pub fn new() -> Result<Self, SetupError> {
-        let provider = provider();
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-            .map_err(SetupError::Certificate)?;
         // Go's client only parses the server certificate and checks its dates (no name, no
         // issuer), so it must be valid from before any plausible clock skew until well after
         // this process is gone.
-        let certificate = extension::self_signed(&key, None, SERVER_CERT_VALIDITY)
-            .map_err(SetupError::Certificate)?;
-        let signing_key = provider
-            .key_provider
-            .load_private_key(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
-                key.serialize_der(),
-            )))
-            .map_err(SetupError::Key)?;
-        let identity = Identity::X509(CertificateIdentity::new(certificate, Vec::new()));
-        // `new_unchecked`: the checked constructor needs rustls' webpki feature only to compare
-        // the key with the certificate we generated from that very key a moment ago.
-        let credentials = Credentials::new_unchecked(Arc::new(identity), signing_key);
-        Ok(Self {
-            provider,
-            credentials: Arc::new(SingleCredential::from(credentials)),
+        let now = SystemTime::now();
+        // As before server attestation existed: the same span either side of now, so a node
+        // whose clock is off by years still accepts it.
+        let window = Window::around(now, SERVER_CERT_VALIDITY);
+        Ok(Self::with_credential(
+            ServerKey::generate(window)?.unattested()?,
+        ))
+    }
+
+    /// An acceptor presenting `credential` (a certified key, see [`ServerKey`]) until
+    /// [`rotate`](Self::rotate) replaces it.
+    pub fn with_credential(credential: ServerCredential) -> Self {
+        Self {
+            provider: provider(),
+            credential: RwLock::new(credential),
             rng: SystemRandom::new(),
             no_sessions: Arc::new(NoServerSessionStorage {}),
             no_compression_cache: Arc::new(CompressionCache::Disabled),
-        })
+        }
+    }
+
+    /// Presents `credential` to every connection that starts from now on. A handshake already
+    /// under way finishes with the credential it started with, and the previous certificate
+    /// stays valid for its own window, so nodes connecting across a rotation are not refused.
+    pub fn rotate(&self, credential: ServerCredential) {
+        *self
+            .credential
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = credential;
+    }
+
+    /// The credential new connections get.
+    pub fn current(&self) -> ServerCredential {
+        self.credential
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Runs the TLS handshake on `io` and returns the stream with the client's evidence.
@@ -122,7 +137,7 @@ impl Acceptor {
         });
         let mut config = ServerConfig::builder(self.provider.clone())
             .with_client_cert_verifier(verifier)
-            .with_server_credential_resolver(self.credentials.clone())?;
+            .with_server_credential_resolver(self.current().single)?;
         config.alpn_protocols = vec![ApplicationProtocol::from(ALPN_H2)];
         // A Go node's SNI is base64 of its own nonce: not a host name. Ignore it (see crate docs).
         config.invalid_sni_policy = InvalidSniPolicy::IgnoreAll;
@@ -219,18 +234,19 @@ impl PeerEvidence {
 }
 
 fn parse_certificate(der: &[u8]) -> Result<X509Certificate<'_>, VerifyError> {
-    let (rest, cert) = X509Certificate::from_der(der).map_err(|e| {
-        VerifyError::MalformedCertificate(match e {
-            x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
-            x509_parser::nom::Err::Incomplete(_) => {
-                x509_parser::error::X509Error::InvalidCertificate
-            }
-        })
+    parse_der_certificate(der).map_err(VerifyError::MalformedCertificate)
+}
+
+/// Parses one DER certificate with nothing after it. Shared by both directions.
+pub(crate) fn parse_der_certificate(
+    der: &[u8],
+) -> Result<X509Certificate<'_>, x509_parser::error::X509Error> {
+    let (rest, cert) = X509Certificate::from_der(der).map_err(|e| match e {
+        x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
+        x509_parser::nom::Err::Incomplete(_) => x509_parser::error::X509Error::InvalidCertificate,
     })?;
     if !rest.is_empty() {
-        return Err(VerifyError::MalformedCertificate(
-            x509_parser::error::X509Error::InvalidCertificate,
-        ));
+        return Err(x509_parser::error::X509Error::InvalidCertificate);
     }
     Ok(cert)
 }
@@ -238,14 +254,30 @@ fn parse_certificate(der: &[u8]) -> Result<X509Certificate<'_>, VerifyError> {
 /// The self-signature proves nothing about the machine (the attestation does that), but Go
 /// checks it and a certificate that fails it is not something an honest node produces.
 fn check_self_signature(cert: &X509Certificate<'_>) -> Result<(), VerifyError> {
+    self_signature(cert).map_err(|e| match e {
+        SelfSignatureError::Weak { algorithm } => VerifyError::WeakSelfSignature { algorithm },
+        SelfSignatureError::Bad(e) => VerifyError::BadSelfSignature(e),
+    })
+}
+
+/// Why a self-signature was not accepted; each direction words it for its own peer.
+#[derive(Debug)]
+pub(crate) enum SelfSignatureError {
+    /// An algorithm Go refuses (SHA-1 RSA).
+    Weak { algorithm: String },
+    /// The signature does not verify with the certificate's own key.
+    Bad(x509_parser::error::X509Error),
+}
+
+/// Checks a self-signature as Go's `cert.Verify` with the certificate as its own root would.
+pub(crate) fn self_signature(cert: &X509Certificate<'_>) -> Result<(), SelfSignatureError> {
     // SHA-1 RSA signatures, which x509-parser still verifies for legacy use; Go rejects them.
     const WEAK: &[&str] = &["1.2.840.113549.1.1.5", "1.3.14.3.2.29"];
     let algorithm = cert.signature_algorithm.algorithm.to_id_string();
     if WEAK.contains(&algorithm.as_str()) {
-        return Err(VerifyError::WeakSelfSignature { algorithm });
+        return Err(SelfSignatureError::Weak { algorithm });
     }
-    cert.verify_signature(None)
-        .map_err(VerifyError::BadSelfSignature)
+    cert.verify_signature(None).map_err(SelfSignatureError::Bad)
 }
 
 /// The per-connection client verifier: it advertises the nonce and checks the client's proof of

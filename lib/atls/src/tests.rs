@@ -434,3 +434,62 @@ async fn vectored_writes_carry_every_slice_in_order() {
     client.flush().await.unwrap();
     reader.await.unwrap();
 }
+
+/// In both TLS versions a node with a server policy checks the server's evidence before it
+/// sends its own certificate: a server without evidence is refused and never completes a
+/// handshake (it holds no node evidence), one with evidence is accepted.
+async fn server_policy_in(provider: rustls::crypto::CryptoProvider) {
+    use crate::server_evidence::{ServerKey, ServerPolicy, Window};
+    let provider = Arc::new(provider);
+    let connector = Connector::new(Arc::new(TestIssuer::default()))
+        .with_provider(provider)
+        .with_server_policy(ServerPolicy::new(Arc::new(TestValidator)));
+
+    let (client, accepted) = one_connection(&connector).await;
+    assert!(
+        matches!(
+            &client,
+            Err(HandshakeError::ServerRefused { source, .. })
+                if source.check() == "server_evidence_missing"
+        ),
+        "{client:?}"
+    );
+    assert!(accepted.is_err(), "the refused server got no certificate");
+
+    let now = std::time::SystemTime::now();
+    let certified = ServerKey::generate(Window::for_rotation_at(now))
+        .unwrap()
+        .certify_with(&TestIssuer::default(), now)
+        .unwrap();
+    let (addr, server) = server(Arc::new(Acceptor::with_credential(certified)), 1).await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    connector.connect(tcp).await.unwrap();
+    let (_, evidence) = server.await.unwrap().remove(0).unwrap();
+    evidence.verify(&TestValidator).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_policy_in_tls13() {
+    server_policy_in(rustls_ring::DEFAULT_TLS13_PROVIDER).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_policy_in_tls12() {
+    server_policy_in(rustls_ring::DEFAULT_TLS12_PROVIDER).await;
+}
+
+#[test]
+fn an_unattested_server_certificate_spans_years_either_side_as_before() {
+    // Go nodes check the server certificate's dates; a node whose clock is far off must keep
+    // joining a service that does not attest itself, as it always did.
+    let acceptor = Acceptor::new().unwrap();
+    let window = acceptor.current().window();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let nine_years = 9 * 365 * 24 * 60 * 60;
+    assert!(window.not_before < now - nine_years, "{window:?}");
+    assert!(window.not_after > now + nine_years, "{window:?}");
+    assert_eq!(acceptor.current().variant(), None);
+}

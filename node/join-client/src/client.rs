@@ -1,14 +1,17 @@
 //! A join API client whose every connection is an aTLS handshake attested by the node's issuer.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use attestation::Issuer;
+use attestation::audit::Decision;
 use hyper_util::rt::TokioIo;
 use proto::join::api_client::ApiClient;
 use tokio::net::TcpStream;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::service_policy::ServicePolicy;
 
 /// Why a call to the join service failed.
 #[derive(Debug, thiserror::Error)]
@@ -19,7 +22,20 @@ pub enum ClientError {
     /// The service answered with an error status.
     #[error("join service refused: {0}")]
     Status(#[from] tonic::Status),
+    /// The server failed the node's service policy: it is not the attested join service.
+    /// Nothing was sent to it. `decision` is the audit record of the refusal.
+    #[error("the server at {peer} is not the attested join service (check {})", decision.check.as_deref().unwrap_or("evidence"))]
+    ServerRefused {
+        peer: SocketAddr,
+        decision: Box<Decision>,
+        #[source]
+        source: Box<atls::ServerVerifyError>,
+    },
 }
+
+/// Where a connection attempt leaves a server refusal, which tonic would otherwise flatten into
+/// a transport error.
+type RefusalSlot = Arc<Mutex<Option<ClientError>>>;
 
 /// A client of the join API.
 ///
@@ -31,6 +47,7 @@ pub struct Client {
     endpoint: Endpoint,
     addr: SocketAddr,
     connector: Arc<atls::Connector>,
+    service_policy: Option<ServicePolicy>,
 }
 
 impl Client {
@@ -49,27 +66,77 @@ impl Client {
             endpoint,
             addr,
             connector: Arc::new(atls::Connector::new(issuer)),
+            service_policy: None,
         })
     }
 
-    /// A fresh, lazily connecting channel for one call.
-    fn api(&self) -> ApiClient<Channel> {
+    /// Same client, but every connection refuses a server whose evidence does not satisfy
+    /// `policy`, before anything is sent to it.
+    pub fn with_service_policy(mut self, policy: ServicePolicy) -> Self {
+        self.connector = Arc::new(
+            self.connector
+                .as_ref()
+                .clone()
+                .with_server_policy(policy.server_policy().clone()),
+        );
+        self.service_policy = Some(policy);
+        self
+    }
+
+    /// Whether the server is verified (see [`with_service_policy`](Self::with_service_policy)).
+    pub fn verifies_service(&self) -> bool {
+        self.service_policy.is_some()
+    }
+
+    /// A fresh, lazily connecting channel for one call, and where its connection leaves a
+    /// server refusal.
+    fn api(&self) -> (ApiClient<Channel>, RefusalSlot) {
         let (addr, connector) = (self.addr, self.connector.clone());
+        let policy = self.service_policy.clone();
+        let refusal = RefusalSlot::default();
+        let slot = refusal.clone();
         let channel = self
             .endpoint
             .connect_with_connector_lazy(tower::service_fn(move |_| {
-                let connector = connector.clone();
+                let (connector, policy, slot) = (connector.clone(), policy.clone(), slot.clone());
                 async move {
                     let tcp = TcpStream::connect(addr).await?;
                     let _ = tcp.set_nodelay(true);
-                    let tls = connector
-                        .connect(tcp)
-                        .await
-                        .map_err(std::io::Error::other)?;
-                    Ok::<_, std::io::Error>(TokioIo::new(tls))
+                    match connector.connect(tcp).await {
+                        Ok(tls) => Ok::<_, std::io::Error>(TokioIo::new(tls)),
+                        Err(atls::HandshakeError::ServerRefused {
+                            certificate,
+                            source,
+                        }) => {
+                            let decision = policy.as_ref().map(|policy| {
+                                policy.refusal(addr, certificate.as_ref(), &source)
+                            });
+                            let text = attestation::audit::chain(source.as_ref());
+                            if let Some(decision) = decision {
+                                tracing::warn!(target: attestation::audit::TARGET, "{}", decision.to_json_line());
+                                *slot.lock().unwrap_or_else(PoisonError::into_inner) =
+                                    Some(ClientError::ServerRefused {
+                                        peer: addr,
+                                        decision: Box::new(decision),
+                                        source,
+                                    });
+                            }
+                            Err(std::io::Error::other(text))
+                        }
+                        Err(other) => Err(std::io::Error::other(other)),
+                    }
                 }
             }));
-        ApiClient::new(channel)
+        (ApiClient::new(channel), refusal)
+    }
+
+    /// A call's error: the server refusal its connection recorded, if any, else tonic's status.
+    fn failed(status: tonic::Status, refusal: &RefusalSlot) -> ClientError {
+        refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .unwrap_or(ClientError::Status(status))
     }
 
     /// Calls `IssueJoinTicket`.
@@ -88,7 +155,11 @@ impl Client {
         let request = proto::join::IssueRejoinTicketRequest {
             disk_uuid: disk_uuid.to_owned(),
         };
-        Ok(self.api().issue_rejoin_ticket(request).await?.into_inner())
+        let (mut api, refusal) = self.api();
+        match api.issue_rejoin_ticket(request).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(Self::failed(status, &refusal)),
+        }
     }
 
     /// A raw request through the attested channel, for tests and debugging: arbitrary metadata
@@ -97,6 +168,10 @@ impl Client {
         &self,
         request: tonic::Request<proto::join::IssueJoinTicketRequest>,
     ) -> Result<proto::join::IssueJoinTicketResponse, ClientError> {
-        Ok(self.api().issue_join_ticket(request).await?.into_inner())
+        let (mut api, refusal) = self.api();
+        match api.issue_join_ticket(request).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(Self::failed(status, &refusal)),
+        }
     }
 }

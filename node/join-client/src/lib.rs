@@ -8,8 +8,10 @@
 pub mod client;
 pub mod keys;
 pub mod retry;
+pub mod service_policy;
 pub mod snp;
 pub mod ticket;
 
 pub use client::{Client, ClientError};
 pub use retry::Backoff;
+pub use service_policy::{ServicePolicy, ServicePolicyError};

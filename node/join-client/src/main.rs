@@ -56,6 +56,15 @@ struct Common {
     /// `/sys/kernel/security/tpm0/binary_bios_measurements`.
     #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
     event_log: Option<PathBuf>,
+    /// The node's service policy: an attestation config (the service's format) that the join
+    /// service's own evidence must satisfy before anything is sent to it. Without it the server
+    /// is not verified, as with a Constellation node, and join-client says so.
+    #[arg(long, env = "JOIN_CLIENT_SERVICE_POLICY")]
+    service_policy: Option<PathBuf>,
+    /// The attestation variant of the control-plane node the service runs on (qemu-vtpm only,
+    /// for now).
+    #[arg(long, env = "JOIN_CLIENT_SERVICE_VARIANT", default_value = "qemu-vtpm")]
+    service_variant: Variant,
     /// The state disk's UUID.
     #[arg(long, env = "JOIN_CLIENT_DISK_UUID")]
     disk_uuid: String,
@@ -121,6 +130,12 @@ fn client(common: &Common) -> anyhow::Result<Client> {
             "join-client issues qemu-vtpm and aws-sev-snp documents only, not {other}"
         ),
     }
+    // Likewise a service policy that cannot be used.
+    let service_policy = common
+        .service_policy
+        .as_deref()
+        .map(|path| node_client::ServicePolicy::load(common.service_variant, path))
+        .transpose()?;
     let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
     config.ak = match common.ak {
         AkType::Rsa => tpm_issuer::AkSpec::RSA_DEFAULT,
@@ -137,7 +152,42 @@ fn client(common: &Common) -> anyhow::Result<Client> {
     } else {
         Arc::new(tpm)
     };
-    Ok(Client::new(common.endpoint, issuer, common.timeout)?)
+    let client = Client::new(common.endpoint, issuer, common.timeout)?;
+    Ok(match service_policy {
+        Some(policy) => {
+            eprintln!(
+                "verifying the join service at {} against service policy {} ({})",
+                common.endpoint,
+                policy.digest(),
+                common.service_variant
+            );
+            client.with_service_policy(policy)
+        }
+        None => {
+            eprintln!("{}", unverified_warning(common.endpoint));
+            client
+        }
+    })
+}
+
+/// What join-client says when it will not check the server: the secrets it receives could come
+/// from, and go to, whoever controls the network.
+fn unverified_warning(endpoint: SocketAddr) -> String {
+    format!(
+        "WARNING: the join service at {endpoint} is NOT VERIFIED (no --service-policy): anyone \
+         who controls the network can impersonate it, read this node's ticket and replace its \
+         state disk key"
+    )
+}
+
+/// Prints the audit record of a refused server before the error itself.
+fn report<T>(result: Result<T, node_client::ClientError>) -> anyhow::Result<T> {
+    result.map_err(|error| {
+        if let node_client::ClientError::ServerRefused { decision, .. } = &error {
+            eprintln!("{}", decision.explain());
+        }
+        anyhow::Error::new(error)
+    })
 }
 
 /// The host certificate principals to ask for: the node's addresses and name, then the extras,
@@ -179,7 +229,8 @@ async fn main() -> anyhow::Result<()> {
                 .backoff()
                 .run(|| client.join(request.clone()))
                 .await
-                .result?;
+                .result;
+            let ticket = report(ticket)?;
             let keys = ticket::NodeKeys {
                 kubelet_key_pem: &kubelet.key_pem,
                 ssh_host_key_pkcs8: &ssh.pkcs8,
@@ -204,7 +255,8 @@ async fn main() -> anyhow::Result<()> {
                 .backoff()
                 .run(|| client.rejoin(&common.disk_uuid))
                 .await
-                .result?;
+                .result;
+            let ticket = report(ticket)?;
             ticket::write_rejoin(&common.out, &ticket)?;
             println!("rejoined: disk {}", common.disk_uuid);
             println!(
@@ -260,6 +312,42 @@ mod tests {
             "{err}"
         );
         assert!(Cli::try_parse_from(["join-client", "rejoin", "--variant", "sev"]).is_err());
+    }
+
+    #[test]
+    fn an_unusable_service_policy_is_refused_before_the_tpm_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("policy.json");
+        std::fs::write(&bad, br#"{"measurements": {}}"#).unwrap();
+        let mut with_bad = common("qemu-vtpm");
+        with_bad.service_policy = Some(bad.clone());
+        let err = format!("{:#}", client(&with_bad).unwrap_err());
+        assert!(
+            err.contains("is not a valid qemu-vtpm attestation config"),
+            "{err}"
+        );
+
+        let mut missing = common("qemu-vtpm");
+        missing.service_policy = Some(dir.path().join("absent.json"));
+        let err = format!("{:#}", client(&missing).unwrap_err());
+        assert!(err.contains("cannot read the service policy"), "{err}");
+
+        let mut hardware = common("qemu-vtpm");
+        hardware.service_policy = Some(bad);
+        hardware.service_variant = Variant::AwsSevSnp;
+        let err = format!("{:#}", client(&hardware).unwrap_err());
+        assert!(
+            err.contains("verifies qemu-vtpm services only, not aws-sev-snp"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn without_a_service_policy_the_warning_says_the_server_is_not_verified() {
+        let warning = unverified_warning("10.0.0.1:30090".parse().unwrap());
+        assert!(warning.starts_with("WARNING: the join service at 10.0.0.1:30090 is NOT VERIFIED"));
+        assert!(warning.contains("--service-policy"));
+        assert!(common("qemu-vtpm").service_policy.is_none());
     }
 
     #[test]

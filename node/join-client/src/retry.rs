@@ -45,6 +45,9 @@ pub fn is_retryable(error: &ClientError) -> bool {
             Code::ResourceExhausted | Code::Unavailable | Code::Aborted
         ),
         ClientError::Endpoint(..) => false,
+        // The same server would be refused again; a genuine one cannot be reached by waiting
+        // out an impostor, and the operator must see this at once.
+        ClientError::ServerRefused { .. } => false,
     }
 }
 

@@ -77,6 +77,8 @@ fn no_service_crate_depends_on_soft_issuer() {
         "attest-proxy",
         "join-core",
         "token-issuer",
+        "gce-identity",
+        "certifier",
         "atls",
         "attestation",
     ] {

@@ -122,6 +122,10 @@ pub struct Options {
     /// gcp-sev-snp: the Google endpoints gce-identity calls (the test's GCE stand-in). With
     /// them the harness starts gce-identity as its own process and points attest-proxy at it.
     pub gce: Option<GceEndpoints>,
+    /// The service attests itself: the harness starts a second swtpm (the control-plane
+    /// node's TPM), the certifier on it as its own process, points attest-proxy at it
+    /// (`--certifier-uid`), and writes the nodes' service policy to [`Paths::service_policy`].
+    pub certifier: bool,
 }
 
 /// Where gce-identity finds the metadata server and the Compute API.
@@ -175,6 +179,8 @@ pub struct Uids {
     pub token_issuer: u32,
     /// gce-identity's (gcp-sev-snp only).
     pub gce_identity: u32,
+    /// The certifier's (when the service attests itself).
+    pub certifier: u32,
     /// In the pod, the fsGroup every container has; here every process's primary group.
     pub gid: u32,
 }
@@ -186,6 +192,7 @@ impl Uids {
         join_core: 10002,
         token_issuer: 10003,
         gce_identity: 10004,
+        certifier: 10005,
         gid: 10000,
     };
 
@@ -196,6 +203,7 @@ impl Uids {
             join_core: uid,
             token_issuer: uid,
             gce_identity: uid,
+            certifier: uid,
             gid,
         }
     }
@@ -231,6 +239,8 @@ pub struct System {
     pub keyservice: Process,
     /// gce-identity, for gcp-sev-snp ([`Options::gce`]).
     pub gce_identity: Option<Process>,
+    /// The certifier and the control-plane node's swtpm it holds ([`Options::certifier`]).
+    pub certifier: Option<(Process, Swtpm)>,
     pub kube: Running,
     pub swtpm: Swtpm,
     pub proxy_addr: SocketAddr,
@@ -254,7 +264,11 @@ pub struct Paths {
     pub join_core_socket: PathBuf,
     pub token_issuer_socket: PathBuf,
     pub gce_identity_socket: PathBuf,
+    pub certifier_socket: PathBuf,
     pub attestation_config: PathBuf,
+    /// The nodes' service policy ([`Options::certifier`]): the control-plane swtpm's boot
+    /// measurements and attestation key.
+    pub service_policy: PathBuf,
     pub pki_dir: PathBuf,
     pub ca_cert: PathBuf,
     pub ca_key: PathBuf,
@@ -272,7 +286,9 @@ impl Paths {
             join_core_socket: p("run/join-core/join-core.sock"),
             token_issuer_socket: p("run/token-issuer/token-issuer.sock"),
             gce_identity_socket: p("run/gce-identity/gce-identity.sock"),
+            certifier_socket: p("run/certifier/certifier.sock"),
             attestation_config: p("config/attestationConfig"),
+            service_policy: p("config/servicePolicy"),
             pki_dir: p("pki"),
             ca_cert: p("pki/ca.crt"),
             ca_key: p("pki/ca.key"),
@@ -501,6 +517,24 @@ impl System {
                 .with_context(|| format!("extending PCR {index}"))?;
         }
 
+        // The control-plane node's own TPM, for the certifier: its AK goes into the nodes'
+        // service policy, read now because swtpm serves one client at a time.
+        let control_plane_tpm = if options.certifier {
+            let tpm = Swtpm::start().context("starting the control-plane swtpm")?;
+            for (index, byte) in BOOT_MEASUREMENTS {
+                tpm.extend_pcr(index, &[byte; 32])
+                    .with_context(|| format!("extending control-plane PCR {index}"))?;
+            }
+            let trust = swtpm_ak_trust(&tpm)?;
+            write(
+                &paths.service_policy,
+                attestation_config(&trust, &[]).as_bytes(),
+            )?;
+            Some(tpm)
+        } else {
+            None
+        };
+
         // Cluster secrets and configuration, as the deployment would mount them.
         write_pki(&paths)?;
         write(&paths.kubeadm_config, cluster_configuration().as_bytes())?;
@@ -623,6 +657,34 @@ impl System {
             Some(gce) => gce_proxy_args(&paths.gce_identity_socket, uids.gce_identity, gce),
             None => Vec::new(),
         };
+        // The only process with the control-plane TPM; it certifies attest-proxy's key.
+        let certifier = match control_plane_tpm {
+            Some(tpm) => {
+                let mut process = Process::spawn_as(
+                    "certifier",
+                    command("certifier")?
+                        .arg("--socket")
+                        .arg(&paths.certifier_socket)
+                        .args(["--peer-uid", &uids.proxy.to_string()])
+                        .args(["--tcti", &tpm.tcti()]),
+                    &paths.logs,
+                    uids.user(uids.certifier),
+                )?;
+                process.wait_for_socket(&paths.certifier_socket)?;
+                Some((process, tpm))
+            }
+            None => None,
+        };
+        let certifier_proxy_args: Vec<String> = if certifier.is_some() {
+            vec![
+                "--certifier-uid".to_owned(),
+                uids.certifier.to_string(),
+                "--certifier-socket".to_owned(),
+                paths.certifier_socket.display().to_string(),
+            ]
+        } else {
+            Vec::new()
+        };
         let proxy_addr = match options.proxy_listen {
             Some(addr) => addr,
             None => SocketAddr::from(([127, 0, 0, 1], free_port()?)),
@@ -646,6 +708,7 @@ impl System {
                 .args(["--admin-listen", &admin.proxy.to_string()])
                 .args(&options.proxy_args)
                 .args(&gce_proxy_args)
+                .args(&certifier_proxy_args)
                 .args(per_peer_rate(&options.proxy_args)),
             &paths.logs,
             uids.user(uids.proxy),
@@ -677,6 +740,7 @@ impl System {
             token_issuer,
             keyservice,
             gce_identity,
+            certifier,
             kube,
             swtpm,
             proxy_addr: connect_addr,
@@ -763,6 +827,7 @@ impl System {
             Some(&self.token_issuer),
             Some(&self.keyservice),
             self.gce_identity.as_ref(),
+            self.certifier.as_ref().map(|(process, _)| process),
         ]
         .into_iter()
         .flatten()
@@ -822,6 +887,7 @@ fn hand_out_files(paths: &Paths, uids: &Uids) -> anyhow::Result<()> {
         (&paths.join_core_socket, uids.join_core),
         (&paths.token_issuer_socket, uids.token_issuer),
         (&paths.gce_identity_socket, uids.gce_identity),
+        (&paths.certifier_socket, uids.certifier),
     ] {
         let dir = socket.parent().context("socket path without a directory")?;
         std::fs::create_dir_all(dir)?;

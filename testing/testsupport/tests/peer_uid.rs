@@ -148,3 +148,39 @@ async fn as_root_attest_proxy_uid_is_refused_at_token_issuers_socket() {
         "token-issuer logs the refused uid:\n{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root to run a probe as another uid; scripts/test.sh runs it as root"]
+async fn as_root_only_attest_proxys_uid_reaches_the_certifier() {
+    assert_eq!(own_uid().unwrap(), 0, "run as root: scripts/test.sh does");
+    let (_probe_dir, probe) = reachable_copy_of_this_binary();
+    let system = System::start(Options {
+        certifier: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    assert!(system.uids.distinct(), "{:?}", system.uids);
+    // Whoever can ask the certifier can have a key of its choice certified as the service's;
+    // with the file opened to everyone, its peer check is the fence that keeps them out.
+    let socket = &system.paths.certifier_socket;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(
+        run_probe(&probe, socket, Some(system.uids.proxy)),
+        "answered",
+        "attest-proxy's uid is served"
+    );
+    for uid in [system.uids.join_core, system.uids.token_issuer, NOBODY] {
+        assert_eq!(
+            run_probe(&probe, socket, Some(uid)),
+            "closed",
+            "uid {uid} must be dropped by the certifier"
+        );
+    }
+    let (certifier, _) = system.certifier.as_ref().unwrap();
+    let log = certifier.log();
+    assert!(
+        log.contains(&format!("peer uid {NOBODY}")),
+        "the certifier logs the refused uid:\n{log}"
+    );
+}

@@ -1,0 +1,190 @@
+//! The certifier through its socket: it certifies a key for a current window with evidence the
+//! real qemu-vtpm validator accepts for that key and window, refuses other windows and malformed
+//! keys by name without touching the device, and serves only its peer uid.
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use atls::server_evidence::{Window, server_evidence_nonce};
+use attestation::{
+    AkTrust, IssueError, Issuer, Measurement, Policy, QemuVtpmValidator, Validator, Variant,
+};
+use certifier::Config;
+use plumbing::shutdown::{self, Trigger};
+use proto::certifier::CertifyRequest;
+use proto::certifier::certifier_client::CertifierClient;
+use soft_issuer::SoftIssuer;
+use tonic::Code;
+
+/// The device, counting how often it was asked.
+#[derive(Debug)]
+struct Device {
+    tpm: SoftIssuer,
+    quotes: AtomicUsize,
+}
+
+impl Issuer for Device {
+    fn variant(&self) -> Variant {
+        self.tpm.variant()
+    }
+    fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
+        self.quotes.fetch_add(1, Ordering::SeqCst);
+        self.tpm.issue(user_data, nonce)
+    }
+}
+
+fn own_uid(dir: &Path) -> u32 {
+    std::fs::metadata(dir).unwrap().uid()
+}
+
+async fn start(dir: &Path, peer_uid: u32) -> (Arc<Device>, Trigger, std::path::PathBuf) {
+    let device = Arc::new(Device {
+        tpm: SoftIssuer::ecdsa_p256()
+            .unwrap()
+            .with_pcrs([(4, [0x44; 32])])
+            .unwrap(),
+        quotes: AtomicUsize::new(0),
+    });
+    let socket = dir.join("certifier/certifier.sock");
+    let config = Config {
+        socket: socket.clone(),
+        socket_mode: 0o660,
+        peer_uid,
+        variant: Variant::QemuVtpm,
+        tcti: String::new(),
+        event_log: None,
+        grace_period: Duration::from_secs(1),
+        log_format: Default::default(),
+    };
+    let (trigger, shutdown) = shutdown::channel();
+    tokio::spawn(certifier::run(config, device.clone(), shutdown));
+    for _ in 0..100 {
+        if socket.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (device, trigger, socket)
+}
+
+fn request(spki: &[u8], window: Window) -> CertifyRequest {
+    CertifyRequest {
+        spki: spki.to_vec(),
+        not_before: window.not_before,
+        not_after: window.not_after,
+    }
+}
+
+fn server_key() -> Vec<u8> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    rcgen::PublicKeyData::subject_public_key_info(&key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certifies_a_current_window_and_refuses_the_rest_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let uid = own_uid(dir.path());
+    let (device, _trigger, socket) = start(dir.path(), uid).await;
+    let mut client = CertifierClient::new(plumbing::unix::channel(&socket, uid));
+    let spki = server_key();
+    let window = Window::for_rotation_at(SystemTime::now());
+
+    let answer = client
+        .certify(request(&spki, window))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.variant, "qemu-vtpm");
+    let validator = QemuVtpmValidator::new(
+        Policy::new(
+            [(
+                4,
+                Measurement {
+                    expected: vec![0x44; 32],
+                    warn_only: false,
+                },
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap(),
+        AkTrust::keys([device.tpm.ak_public()]),
+    );
+    let verified = validator
+        .validate(&answer.document, &server_evidence_nonce(&spki, window))
+        .unwrap();
+    assert_eq!(
+        verified.user_data,
+        atls::extension::user_data_for_spki(&spki).to_vec(),
+        "the evidence names the key"
+    );
+    assert_eq!(device.quotes.load(Ordering::SeqCst), 1);
+
+    let too_long = Window {
+        not_after: window.not_before + 6 * 3600,
+        ..window
+    };
+    let stale = Window {
+        not_before: window.not_before - 3600,
+        not_after: window.not_after - 3600,
+    };
+    for (req, code, words) in [
+        (
+            request(&spki, too_long),
+            Code::InvalidArgument,
+            "longer than",
+        ),
+        (
+            request(b"not a key", window),
+            Code::InvalidArgument,
+            "SubjectPublicKeyInfo",
+        ),
+        (
+            request(&spki, stale),
+            Code::FailedPrecondition,
+            "does not start now",
+        ),
+    ] {
+        let status = client.certify(req).await.unwrap_err();
+        assert_eq!(status.code(), code, "{status:?}");
+        assert!(status.message().contains(words), "{status:?}");
+    }
+    assert_eq!(
+        device.quotes.load(Ordering::SeqCst),
+        1,
+        "refusals never reach the device"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_only_its_peer_uid() {
+    let dir = tempfile::tempdir().unwrap();
+    let uid = own_uid(dir.path());
+    // The certifier admits only another uid (attest-proxy's); this test runs as someone else.
+    let (device, _trigger, socket) = start(dir.path(), uid.wrapping_add(4242)).await;
+    let mut client = CertifierClient::new(plumbing::unix::channel(&socket, uid));
+    let window = Window::for_rotation_at(SystemTime::now());
+    let status = client
+        .certify(request(&server_key(), window))
+        .await
+        .unwrap_err();
+    // The certifier's peer check closes the connection unread: a transport failure (its code
+    // depends on when hyper notices), never one of the certifier's own answers.
+    assert!(
+        !matches!(
+            status.code(),
+            Code::Ok | Code::InvalidArgument | Code::FailedPrecondition
+        ),
+        "{status:?}"
+    );
+    assert_eq!(
+        device.quotes.load(Ordering::SeqCst),
+        0,
+        "the device was not asked"
+    );
+}
