@@ -235,7 +235,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
     }
 }
 
-fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+/// A file's bytes, its path named when it cannot be read (every subcommand reads its inputs so).
+pub(crate) fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 

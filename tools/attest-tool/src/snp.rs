@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::read;
 use anyhow::{Context, bail};
 use attestation::snp::{
     Cert, Crl, Product, Report, SnpConfig, Tcb, Trust, VerifiedReport, certs_from_pem,
@@ -57,10 +58,6 @@ pub enum SnpCommand {
         #[arg(long)]
         product: Option<String>,
     },
-}
-
-fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// The signer from a DER file or a PEM file; a PEM bundle (as Azure serves the VCEK with its

@@ -2,8 +2,9 @@
 //! as the service verifies it with the collateral it fetched from Intel's PCS.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use crate::read;
 use anyhow::Context;
 use attestation::tdx::{Collateral, TdQuote, TdxConfig, VerifiedQuote, verify_quote};
 use clap::Subcommand;
@@ -35,10 +36,6 @@ pub enum TdxCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// What the quote claims, before anything is trusted: the fields a policy is written from.
