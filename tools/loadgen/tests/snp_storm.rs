@@ -26,9 +26,9 @@ use attestation::Variant;
 use attestation::snp::Product;
 use common::{MACHINE, Outage, Storm, collateral_wait, retry};
 use kds_standin::Fault;
-use loadgen::{NodeAttestation, Target};
+use loadgen::NodeAttestation;
 use soft_issuer::snp::SimulatedAmd;
-use testsupport::harness::{Options, System, Uids, own_uid};
+use testsupport::harness::{Uids, own_uid};
 use testsupport::snp::{SnpMachines, SnpSite};
 
 struct SnpStorm {
@@ -55,20 +55,15 @@ async fn storm(crl_valid_for: Duration, fault: Fault) -> SnpStorm {
         .leave_out_certificates();
     machines.publish_vceks(&site.kds, Product::Milan);
     site.kds.set_fault(fault);
-    let system = System::start(Options {
-        variant: Some(Variant::AzureSevSnp),
-        attestation_config: Some(site.attestation_config_path()),
-        proxy_args: site.proxy_args(collateral_wait()),
-        ..Options::default()
-    })
-    .await
-    .unwrap();
-    let target = Arc::new(Target::Atls {
-        addr: system.proxy_addr,
-        attestation: NodeAttestation::Snp(Arc::new(machines)),
-    });
+    let storm = Storm::start(
+        Variant::AzureSevSnp,
+        site.attestation_config_path(),
+        site.proxy_args(collateral_wait()),
+        NodeAttestation::Snp(Arc::new(machines)),
+    )
+    .await;
     SnpStorm {
-        storm: Storm { system, target },
+        storm,
         site,
         _dir: dir,
     }

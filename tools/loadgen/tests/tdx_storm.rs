@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use attestation::Variant;
 use common::{MACHINE, Outage, Storm, collateral_wait, retry};
-use loadgen::{NodeAttestation, Target};
+use loadgen::NodeAttestation;
 use pcs_standin::{Fault, SimulatedIntel};
-use testsupport::harness::{Options, System, Uids, own_uid};
+use testsupport::harness::{Uids, own_uid};
 use testsupport::tdx::{TdxMachines, TdxSite};
 
 struct TdxStorm {
@@ -61,20 +61,15 @@ async fn storm(valid_for: Duration, fault: Fault) -> TdxStorm {
     .await
     .unwrap();
     site.pcs.set_fault(fault);
-    let system = System::start(Options {
-        variant: Some(Variant::QemuTdx),
-        attestation_config: Some(site.attestation_config_path()),
-        proxy_args: site.proxy_args(collateral_wait()),
-        ..Options::default()
-    })
-    .await
-    .unwrap();
-    let target = Arc::new(Target::Atls {
-        addr: system.proxy_addr,
-        attestation: NodeAttestation::Tdx(Arc::new(machines)),
-    });
+    let storm = Storm::start(
+        Variant::QemuTdx,
+        site.attestation_config_path(),
+        site.proxy_args(collateral_wait()),
+        NodeAttestation::Tdx(Arc::new(machines)),
+    )
+    .await;
     TdxStorm {
-        storm: Storm { system, target },
+        storm,
         site,
         _dir: dir,
     }

@@ -51,6 +51,29 @@ pub struct Storm {
 }
 
 impl Storm {
+    /// The whole system serving `variant` under the attestation config at `config`, attest-proxy
+    /// fetching collateral with `proxy_args`, and nodes attesting as `attestation`.
+    pub async fn start(
+        variant: attestation::Variant,
+        config: std::path::PathBuf,
+        proxy_args: Vec<String>,
+        attestation: loadgen::NodeAttestation,
+    ) -> Storm {
+        let system = System::start(testsupport::harness::Options {
+            variant: Some(variant),
+            attestation_config: Some(config),
+            proxy_args,
+            ..testsupport::harness::Options::default()
+        })
+        .await
+        .unwrap();
+        let target = Arc::new(Target::Atls {
+            addr: system.proxy_addr,
+            attestation,
+        });
+        Storm { system, target }
+    }
+
     /// `count` nodes, `CONCURRENCY` at a time; with `retry`, as node-client retries.
     pub async fn joins(&self, label: &str, count: u64, retry: Option<Backoff>) -> Report {
         let config = LoadConfig {
