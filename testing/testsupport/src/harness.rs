@@ -956,6 +956,48 @@ pub fn project_config_map(dir: &Path, files: &[(&str, &[u8])]) -> anyhow::Result
     Ok(())
 }
 
+/// The gRPC status a call that should have been refused ended with: a ticket, or a transport
+/// error in place of a status, fails the test.
+pub fn refusal(
+    result: Result<proto::join::IssueJoinTicketResponse, node_client::ClientError>,
+) -> tonic::Status {
+    match result {
+        Err(node_client::ClientError::Status(status)) => status,
+        other => panic!("expected a gRPC status, got {other:?}"),
+    }
+}
+
+impl System {
+    /// Each node in `refused` asks to join as `node_name` and must be refused `Unauthenticated`
+    /// with its needle (the check that failed) in the message; `what` labels a failure.
+    pub async fn assert_refused_by_name(
+        &self,
+        what: &str,
+        node_name: &str,
+        disk_uuid: &str,
+        refused: Vec<(Arc<dyn attestation::Issuer>, &str)>,
+    ) -> anyhow::Result<()> {
+        for (i, (node, needle)) in refused.into_iter().enumerate() {
+            let status = refusal(
+                self.client(node)?
+                    .join(join_request(node_name, disk_uuid)?)
+                    .await,
+            );
+            assert_eq!(
+                status.code(),
+                tonic::Code::Unauthenticated,
+                "{what} #{i}: {status:?}"
+            );
+            assert!(
+                status.message().contains(needle),
+                "{what} #{i} {needle}: {}",
+                status.message()
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A worker's join request as a node makes it: a fresh kubelet key and CSR for `node_name`
 /// (IP 10.0.0.7) and a fresh SSH host key.
 pub fn join_request(

@@ -7,19 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use node_client::ClientError;
-use proto::join::IssueJoinTicketResponse;
-use testsupport::harness::{Options, System, join_request};
+use testsupport::harness::{Options, System, join_request, refusal};
 use tonic::Code;
 
 const DISK: &str = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d";
-
-fn refusal(result: Result<IssueJoinTicketResponse, ClientError>) -> tonic::Status {
-    match result {
-        Err(ClientError::Status(status)) => status,
-        other => panic!("expected a gRPC status, got {other:?}"),
-    }
-}
 
 /// Sends `signal` (`STOP`, `CONT`) to a process this test started.
 fn signal(pid: u32, signal: &str) {

@@ -11,10 +11,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use node_client::ClientError;
-use proto::join::IssueJoinTicketResponse;
 use soft_issuer::{KeyType, SoftIssuer};
-use testsupport::harness::{self, BOOT_MEASUREMENTS, Options, System, join_request};
+use testsupport::harness::{self, BOOT_MEASUREMENTS, Options, System, join_request, refusal};
 use tonic::Code;
 
 const DISK: &str = "3f2e1d0c-9b8a-4f6e-8d5c-4b3a2f1e0d9c";
@@ -30,13 +28,6 @@ fn forger(key_type: KeyType) -> SoftIssuer {
                 .map(|&(index, byte)| (index, harness::extended_once(&[byte; 32]))),
         )
         .unwrap()
-}
-
-fn refusal(result: Result<IssueJoinTicketResponse, ClientError>) -> tonic::Status {
-    match result {
-        Err(ClientError::Status(status)) => status,
-        other => panic!("expected a gRPC status, got {other:?}"),
-    }
 }
 
 async fn wait_for_log(system: &System, needles: &[&str]) {

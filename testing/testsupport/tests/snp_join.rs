@@ -9,14 +9,12 @@
 
 use std::sync::Arc;
 
-use attestation::Variant;
 use attestation::snp::InstanceRef;
 use attestation::snp::{Product, Tcb};
+use attestation::{Issuer, Variant};
 use gce_standin::{Fault as GceFault, GceStandin};
 use kds_standin::{Fault, KdsStandin};
-use node_client::ClientError;
 use node_client::snp::AwsSnpIssuer;
-use proto::join::IssueJoinTicketResponse;
 use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{
     GcpReportData, ReportFields, SimulatedAmd, SimulatedSigner, SnpDocumentIssuer,
@@ -24,7 +22,7 @@ use soft_issuer::snp::{
 use soft_issuer::tsm::FakeConfigfsTsm;
 use soft_issuer::{KeyType, SoftIssuer};
 use testsupport::harness::{
-    BOOT_MEASUREMENTS, GceEndpoints, Options, System, extended_once, join_request,
+    BOOT_MEASUREMENTS, GceEndpoints, Options, System, extended_once, join_request, refusal,
 };
 use tonic::Code;
 
@@ -132,13 +130,6 @@ async fn start_with(s: &Setup, variant: Variant, measurements: serde_json::Value
     })
     .await
     .unwrap()
-}
-
-fn refusal(result: Result<IssueJoinTicketResponse, ClientError>) -> tonic::Status {
-    match result {
-        Err(ClientError::Status(status)) => status,
-        other => panic!("expected a gRPC status, got {other:?}"),
-    }
 }
 
 fn aws_node(s: &Setup, fields: ReportFields) -> Arc<SnpDocumentIssuer> {
@@ -371,25 +362,14 @@ async fn joins_and_shared_refusals(variant: Variant) -> (Setup, System) {
             "AMD certificate chain",
         ),
     ];
-    for (i, (node, needle)) in refused.into_iter().enumerate() {
-        let status = refusal(
-            system
-                .client(node)
-                .unwrap()
-                .join(join_request("worker-snp-2", DISK).unwrap())
-                .await,
-        );
-        assert_eq!(
-            status.code(),
-            Code::Unauthenticated,
-            "{variant} #{i}: {status:?}"
-        );
-        assert!(
-            status.message().contains(needle),
-            "{variant} #{i} {needle}: {}",
-            status.message()
-        );
-    }
+    let refused = refused
+        .into_iter()
+        .map(|(node, needle)| (node as Arc<dyn Issuer>, needle))
+        .collect();
+    system
+        .assert_refused_by_name(&variant.to_string(), "worker-snp-2", DISK, refused)
+        .await
+        .unwrap();
     (s, system)
 }
 

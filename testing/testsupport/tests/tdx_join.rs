@@ -10,10 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use attestation::{Issuer, Variant};
-use node_client::ClientError;
 use pcs_standin::intel::OUT_OF_DATE_TDX_TCB_SVNS;
 use pcs_standin::{PckCa, SimulatedIntel};
-use proto::join::IssueJoinTicketResponse;
 use soft_issuer::tdx::{
     PckSpec, RTMRS, ReportData, TD_ATTRIBUTES_DEBUG, TD_ATTRIBUTES_SEPT_VE_DISABLE, TdFields,
     TdxDocumentIssuer, TdxMachine,
@@ -21,7 +19,6 @@ use soft_issuer::tdx::{
 use soft_issuer::{KeyType, SoftIssuer};
 use testsupport::harness::{Options, System, Uids, boot_pcrs, join_request, own_uid};
 use testsupport::tdx::{TdxMachines, TdxSite};
-use tonic::Code;
 
 const DISK: &str = "6e5d4c3b-2a1f-4e0d-9c8b-7a6f5e4d3c2b";
 
@@ -67,13 +64,6 @@ async fn start(s: &Setup, variant: Variant) -> System {
     })
     .await
     .unwrap()
-}
-
-fn refusal(result: Result<IssueJoinTicketResponse, ClientError>) -> tonic::Status {
-    match result {
-        Err(ClientError::Status(status)) => status,
-        other => panic!("expected a gRPC status, got {other:?}"),
-    }
 }
 
 /// A node whose TD runs on `host` with `td`, bound as a node binds its documents.
@@ -202,25 +192,10 @@ async fn joins_and_refusals(variant: Variant) {
             "measurements do not match the policy",
         ));
     }
-    for (i, (node, needle)) in refused.into_iter().enumerate() {
-        let status = refusal(
-            system
-                .client(node)
-                .unwrap()
-                .join(join_request("worker-tdx-2", DISK).unwrap())
-                .await,
-        );
-        assert_eq!(
-            status.code(),
-            Code::Unauthenticated,
-            "{variant} #{i}: {status:?}"
-        );
-        assert!(
-            status.message().contains(needle),
-            "{variant} #{i} {needle}: {}",
-            status.message()
-        );
-    }
+    system
+        .assert_refused_by_name(&variant.to_string(), "worker-tdx-2", DISK, refused)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
