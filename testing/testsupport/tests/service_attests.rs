@@ -73,3 +73,24 @@ async fn a_node_refuses_a_service_that_does_not_attest() {
     assert_eq!(decision.check.as_deref(), Some("server_evidence_missing"));
     assert!(system.kube.secrets("kube-system").is_empty());
 }
+
+/// A node without a service policy (as every Go Constellation node is: it passes no validator
+/// and only checks the certificate's self-signature and dates) joins the attested service exactly
+/// as it joins one that does not attest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_service_policy_joins_the_attested_service() {
+    let system = System::start(attesting()).await.unwrap();
+    let client = system.client(system.issuer().unwrap()).unwrap();
+    assert!(!client.verifies_service());
+    let disk = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+    let ticket = client
+        .join(join_request("worker-2", disk).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+    assert_eq!(ticket.state_disk_key.len(), 32);
+    assert!(
+        system.logs().contains("certified a server key"),
+        "the service presented certified evidence: {}",
+        system.logs()
+    );
+}
