@@ -192,6 +192,24 @@ fn the_certifier_is_locked_down_and_holds_no_credential() {
 fn attest_proxy_and_the_others_stay_as_the_base_has_them() {
     let base = pod_spec();
     let overlay = spec();
+    // The patch touches the pod's containers and volumes, nothing else of the DaemonSet (the
+    // merge below reads only those two, so this is what makes it the whole picture).
+    let patch = &read_docs(&overlay_dir().join("certifier.yaml"))[0];
+    let keys = |v: &Value| -> BTreeSet<String> {
+        v.as_object().expect("an object").keys().cloned().collect()
+    };
+    assert_eq!(
+        keys(patch),
+        names(&["apiVersion", "kind", "metadata", "spec"])
+    );
+    assert_eq!(keys(&patch["metadata"]), names(&["name", "namespace"]));
+    assert_eq!(keys(&patch["spec"]), names(&["template"]));
+    assert_eq!(keys(&patch["spec"]["template"]), names(&["spec"]));
+    assert_eq!(
+        keys(&patch["spec"]["template"]["spec"]),
+        names(&["containers", "volumes"]),
+        "the patch changes pod-wide settings (supplementalGroups, host namespaces, …)"
+    );
     // Pod-wide settings (identity, host namespaces, security context) are the base's.
     for (key, value) in base.as_object().expect("a pod spec") {
         if key != "containers" && key != "volumes" {
