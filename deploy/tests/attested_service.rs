@@ -134,6 +134,11 @@ fn only_the_certifier_requests_the_tpm_and_no_container_mounts_dev() {
     }
 }
 
+/// The keys of a JSON object.
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object().expect("an object").keys().cloned().collect()
+}
+
 fn mount_names(c: &Value) -> BTreeSet<String> {
     array(&c["volumeMounts"])
         .iter()
@@ -165,15 +170,9 @@ fn the_certifier_is_locked_down_and_holds_no_credential() {
             .into_iter()
             .find(|v| v["name"] == m["name"])
             .unwrap_or_else(|| panic!("no volume {}", m["name"]));
-        let sources: BTreeSet<&String> = volume
-            .as_object()
-            .expect("a volume")
-            .keys()
-            .filter(|k| *k != "name")
-            .collect();
         assert_eq!(
-            sources,
-            BTreeSet::from([&"emptyDir".to_owned()]),
+            keys(&volume),
+            names(&["name", "emptyDir"]),
             "the certifier mounts {}",
             m["name"]
         );
@@ -195,9 +194,6 @@ fn attest_proxy_and_the_others_stay_as_the_base_has_them() {
     // The patch touches the pod's containers and volumes, nothing else of the DaemonSet (the
     // merge below reads only those two, so this is what makes it the whole picture).
     let patch = &read_docs(&overlay_dir().join("certifier.yaml"))[0];
-    let keys = |v: &Value| -> BTreeSet<String> {
-        v.as_object().expect("an object").keys().cloned().collect()
-    };
     assert_eq!(
         keys(patch),
         names(&["apiVersion", "kind", "metadata", "spec"])
@@ -444,6 +440,40 @@ fn the_device_plugin_lives_in_a_namespace_of_its_own() {
 #[test]
 fn the_device_plugin_has_exactly_the_privileges_it_declares() {
     let spec = plugin_pod_spec();
+    // Nothing beyond what is checked below: no init container, no sysctl, no host alias, …
+    assert_eq!(
+        keys(&spec),
+        names(&[
+            "priorityClassName",
+            "nodeSelector",
+            "tolerations",
+            "serviceAccountName",
+            "automountServiceAccountToken",
+            "enableServiceLinks",
+            "hostNetwork",
+            "hostPID",
+            "hostIPC",
+            "securityContext",
+            "containers",
+            "volumes",
+        ])
+    );
+    assert_eq!(
+        spec["securityContext"],
+        json!({"seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        keys(&plugin_container()),
+        names(&[
+            "name",
+            "image",
+            "imagePullPolicy",
+            "args",
+            "resources",
+            "securityContext",
+            "volumeMounts",
+        ])
+    );
     assert_eq!(
         spec["serviceAccountName"],
         plugin_object("ServiceAccount")["metadata"]["name"]
