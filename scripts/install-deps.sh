@@ -8,8 +8,9 @@
 #   pkg-config          finds libtss2 at build time
 #   openssh-client      ssh-keygen, an independent check of the SSH host certificates in tests
 #   python3, python3-venv  run the pinned offline manifest validator (scripts/validate-manifests.sh)
+#   binutils            readelf, which the deploy tests use to read the certifier's DT_NEEDED
 set -euo pipefail
-packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps pkg-config openssh-client python3 python3-venv)
+packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps pkg-config openssh-client python3 python3-venv binutils)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
