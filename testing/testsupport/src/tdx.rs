@@ -39,25 +39,15 @@ pub const FLEET_FMSPCS: [[u8; 6]; 3] = [
 /// qemu-tdx enforces the simulated TDs' MRTD and RTMR0..3 at 0..4 ([`MRTD`], [`RTMRS`]);
 /// azure-tdx the harness's boot measurements in the vTPM's PCRs, as for the SNP variants.
 pub fn attestation_config(variant: Variant, intel: &SimulatedIntel) -> anyhow::Result<String> {
-    let measurements = match variant {
-        Variant::QemuTdx => std::iter::once(MRTD)
-            .chain(RTMRS)
-            .enumerate()
-            .map(|(index, value)| {
-                (
-                    index.to_string(),
-                    serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
-                )
-            })
-            .collect(),
-        Variant::AzureTdx => boot_measurements(),
+    match variant {
+        Variant::QemuTdx => Ok(soft_issuer::tdx::qemu_attestation_config(intel).to_string()),
+        Variant::AzureTdx => Ok(serde_json::json!({
+            "measurements": boot_measurements(),
+            "intelRootKey": intel.root_pem(),
+        })
+        .to_string()),
         other => anyhow::bail!("{other} is not a TDX variant"),
-    };
-    Ok(serde_json::json!({
-        "measurements": measurements,
-        "intelRootKey": intel.root_pem(),
-    })
-    .to_string())
+    }
 }
 
 /// A simulated Intel and the PCS stand-in serving its collateral.
