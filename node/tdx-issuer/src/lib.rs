@@ -161,6 +161,19 @@ impl QemuTdxIssuer<RealFs> {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         QemuTdxIssuer::with_source(ConfigfsTdx::new(root))
     }
+
+    /// Quotes from the kernel's configfs-tsm under `root`, which must be there: a process
+    /// that will need quotes says at start that it cannot get any, not at its first request.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, TdxQuoteError> {
+        let root = root.into();
+        if !root.is_dir() {
+            return Err(TdxQuoteError::Tsm {
+                interface: format!("configfs-tsm at {}", root.display()),
+                source: TsmError::NoConfigfs(root),
+            });
+        }
+        Ok(QemuTdxIssuer::new(root))
+    }
 }
 
 impl<F: TsmFs> QemuTdxIssuer<F> {
