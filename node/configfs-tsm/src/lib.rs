@@ -203,10 +203,6 @@ impl<F: TsmFs> Tsm<F> {
         &self.root
     }
 
-    pub fn provider(&self) -> &'static str {
-        self.provider
-    }
-
     /// The interface, for messages.
     pub fn describe(&self) -> String {
         format!("configfs-tsm at {}", self.root.display())

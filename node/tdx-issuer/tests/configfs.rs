@@ -10,7 +10,7 @@ use std::io;
 use std::sync::Arc;
 
 use attestation::{Issuer, Validator, Variant};
-use configfs_tsm::TsmError;
+use configfs_tsm::{Request, Tsm, TsmError};
 use pcs_standin::SimulatedIntel;
 use soft_issuer::tdx::{QuoteVersion, TdFields, TdxMachine, qemu_validator};
 use soft_issuer::tsm::FakeConfigfsTsm;
@@ -247,4 +247,40 @@ fn no_configfs_is_said_as_such() {
         matches!(&err, TdxQuoteError::Tsm { source: TsmError::NoConfigfs(p), .. } if *p == missing),
         "{err}"
     );
+}
+
+#[test]
+fn the_kernel_quotes_only_a_whole_report_data() {
+    // tdx-guest refuses an inblob of other than 64 bytes when the quote is read, which is why
+    // the issuer pads extraData to 64 itself.
+    let s = site();
+    let fake = FakeConfigfsTsm::tdx(s.machine.clone(), TdFields::default()).unwrap();
+    let tsm = Tsm::with_fs(&fake, fake.root(), tdx_issuer::TDX_GUEST_PROVIDER);
+    let err = tsm
+        .request(&Request {
+            inblob: &[1; 32],
+            privlevel: None,
+            auxblob: false,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, TsmError::Attribute { path, action: "read", source }
+            if path.ends_with("outblob") && source.raw_os_error() == Some(22)),
+        "{err:?}"
+    );
+    // Nor has a TD a privlevel to write.
+    let err = tsm
+        .request(&Request {
+            inblob: &[1; 64],
+            privlevel: Some(0),
+            auxblob: false,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, TsmError::Attribute { path, action: "write", source }
+            if path.ends_with("privlevel") && source.kind() == io::ErrorKind::NotFound),
+        "{err:?}"
+    );
+    assert_eq!(fake.reports_made(), 0);
+    assert_eq!(fake.entries_present().unwrap(), 0);
 }

@@ -23,10 +23,8 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use configfs_tsm::{RealFs, TsmFs};
 use snp_issuer::certtable::{CertTable, Guid};
