@@ -28,9 +28,13 @@ pub struct Config {
     /// service.
     #[arg(long, env = "CERTIFIER_PEER_UID")]
     pub peer_uid: u32,
-    /// The variant to attest as; the certifier issues qemu-vtpm documents for now.
+    /// The variant to attest as: qemu-vtpm (the TPM) or qemu-tdx (the TD's quote, through
+    /// configfs-tsm).
     #[arg(long, env = "CERTIFIER_VARIANT", default_value = "qemu-vtpm")]
     pub variant: Variant,
+    /// qemu-tdx: Linux's configfs-tsm report directory.
+    #[arg(long, env = "CERTIFIER_TSM_REPORT_DIR", default_value = tdx_issuer::DEFAULT_ROOT)]
+    pub tsm_report_dir: PathBuf,
     /// The TPM, as a TSS TCTI string.
     #[arg(long, env = "CERTIFIER_TCTI", default_value = "device:/dev/tpmrm0")]
     pub tcti: String,
@@ -62,6 +66,10 @@ mod tests {
         );
         assert_eq!(c.tcti, "device:/dev/tpmrm0");
         assert_eq!(c.variant, Variant::QemuVtpm);
+        assert_eq!(
+            c.tsm_report_dir,
+            PathBuf::from("/sys/kernel/config/tsm/report")
+        );
         assert!(
             Config::try_parse_from(["certifier"]).is_err(),
             "the peer uid has no default"

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use attestation::Variant;
+use attestation::{Issuer, Variant};
 use certifier::Config;
 use clap::Parser;
 use plumbing::shutdown::Shutdown;
@@ -12,16 +12,23 @@ use plumbing::shutdown::Shutdown;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     plumbing::telemetry::init(config.log_format);
-    if config.variant != Variant::QemuVtpm {
-        anyhow::bail!(
-            "the certifier issues qemu-vtpm documents only, not {}",
-            config.variant
-        );
-    }
-    let mut tpm = tpm_issuer::TpmIssuerConfig::new(&config.tcti);
-    tpm.event_log = config.event_log.clone();
-    let issuer = tpm_issuer::TpmIssuer::open(&tpm)
-        .with_context(|| format!("opening the TPM at {}", config.tcti))?;
-    certifier::run(config, Arc::new(issuer), Shutdown::on_signal()).await?;
+    let issuer: Arc<dyn Issuer> = match config.variant {
+        Variant::QemuVtpm => {
+            let mut tpm = tpm_issuer::TpmIssuerConfig::new(&config.tcti);
+            tpm.event_log = config.event_log.clone();
+            Arc::new(
+                tpm_issuer::TpmIssuer::open(&tpm)
+                    .with_context(|| format!("opening the TPM at {}", config.tcti))?,
+            )
+        }
+        Variant::QemuTdx => Arc::new(
+            tdx_issuer::QemuTdxIssuer::open(&config.tsm_report_dir)
+                .context("opening the TDX quote interface")?,
+        ),
+        other => {
+            anyhow::bail!("the certifier issues qemu-vtpm and qemu-tdx documents only, not {other}")
+        }
+    };
+    certifier::run(config, issuer, Shutdown::on_signal()).await?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The certifier through its socket: it certifies a key for a current window with evidence the
 //! real qemu-vtpm validator accepts for that key and window, refuses other windows and malformed
-//! keys by name without touching the device, and serves only its peer uid.
+//! keys by name without touching the device, and serves only its peer uid. As qemu-tdx, with the
+//! real TDX issuer on a simulated configfs-tsm, its evidence passes the real qemu-tdx validator.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,10 +16,14 @@ use attestation::{
     AkTrust, IssueError, Issuer, Measurement, Policy, QemuVtpmValidator, Validator, Variant,
 };
 use certifier::Config;
+use pcs_standin::SimulatedIntel;
 use plumbing::shutdown::{self, Trigger};
 use proto::certifier::CertifyRequest;
 use proto::certifier::certifier_client::CertifierClient;
 use soft_issuer::SoftIssuer;
+use soft_issuer::tdx::{TdFields, TdxMachine, qemu_validator};
+use soft_issuer::tsm::FakeConfigfsTsm;
+use tdx_issuer::{ConfigfsTdx, QemuTdxIssuer};
 use tonic::Code;
 
 /// The device, counting how often it was asked.
@@ -50,26 +55,37 @@ async fn start(dir: &Path, peer_uid: u32) -> (Arc<Device>, Trigger, std::path::P
             .unwrap(),
         quotes: AtomicUsize::new(0),
     });
+    let (trigger, socket) = serve(dir, peer_uid, device.clone()).await;
+    (device, trigger, socket)
+}
+
+/// Serves the certifier on a socket in `dir` with documents from `issuer`.
+async fn serve(
+    dir: &Path,
+    peer_uid: u32,
+    issuer: Arc<dyn Issuer>,
+) -> (Trigger, std::path::PathBuf) {
     let socket = dir.join("certifier/certifier.sock");
     let config = Config {
         socket: socket.clone(),
         socket_mode: 0o660,
         peer_uid,
-        variant: Variant::QemuVtpm,
+        variant: issuer.variant(),
         tcti: String::new(),
         event_log: None,
+        tsm_report_dir: dir.join("tsm/report"),
         grace_period: Duration::from_secs(1),
         log_format: Default::default(),
     };
     let (trigger, shutdown) = shutdown::channel();
-    tokio::spawn(certifier::run(config, device.clone(), shutdown));
+    tokio::spawn(certifier::run(config, issuer, shutdown));
     for _ in 0..100 {
         if socket.exists() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    (device, trigger, socket)
+    (trigger, socket)
 }
 
 fn request(spki: &[u8], window: Window) -> CertifyRequest {
@@ -187,4 +203,85 @@ async fn serves_only_its_peer_uid() {
         0,
         "the device was not asked"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certifies_as_qemu_tdx_with_a_quote_from_configfs_tsm() {
+    let intel = SimulatedIntel::new().unwrap();
+    let machine = Arc::new(TdxMachine::new(&intel, Default::default()).unwrap());
+    let guest = Arc::new(FakeConfigfsTsm::tdx(machine.clone(), TdFields::default()).unwrap());
+    let issuer =
+        QemuTdxIssuer::with_source(ConfigfsTdx::with_fs(guest.clone(), guest.root().to_owned()));
+    let dir = tempfile::tempdir().unwrap();
+    let uid = own_uid(dir.path());
+    let (_trigger, socket) = serve(dir.path(), uid, Arc::new(issuer)).await;
+    let mut client = CertifierClient::new(plumbing::unix::channel(&socket, uid));
+    let spki = server_key();
+    let window = Window::for_rotation_at(SystemTime::now());
+
+    let answer = client
+        .certify(request(&spki, window))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.variant, "qemu-tdx");
+    let validator = qemu_validator(&intel, &machine).unwrap();
+    let verified = validator
+        .validate(&answer.document, &server_evidence_nonce(&spki, window))
+        .unwrap();
+    assert_eq!(
+        verified.user_data,
+        atls::extension::user_data_for_spki(&spki).to_vec(),
+        "the evidence names the key"
+    );
+    // Made for this window: the nonce of another one is refused.
+    let later = Window::for_rotation_at(SystemTime::now() + Duration::from_secs(3600));
+    let err = validator
+        .validate(&answer.document, &server_evidence_nonce(&spki, later))
+        .unwrap_err();
+    assert!(err.to_string().contains("REPORT_DATA"), "{err}");
+    assert_eq!(guest.reports_made(), 1);
+    assert_eq!(guest.entries_present().unwrap(), 0);
+
+    // A refused window never reaches the TSM.
+    let too_long = Window {
+        not_after: window.not_before + 6 * 3600,
+        ..window
+    };
+    let status = client.certify(request(&spki, too_long)).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(guest.reports_made(), 1);
+}
+
+/// The binary opens the device of its variant at start and says what is missing there, before it
+/// serves anyone; a variant it cannot issue is refused by name.
+#[test]
+fn the_binary_refuses_to_start_without_its_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("tsm/report");
+    let run = |variant: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_certifier"))
+            .args(["--peer-uid", "10001", "--variant", variant, "--socket"])
+            .arg(dir.path().join("certifier.sock"))
+            .arg("--tsm-report-dir")
+            .arg(&missing)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{variant}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run("qemu-tdx");
+    assert!(
+        err.contains(&format!(
+            "configfs-tsm is not available at {}",
+            missing.display()
+        )),
+        "{err}"
+    );
+    let err = run("azure-sev-snp");
+    assert!(
+        err.contains("issues qemu-vtpm and qemu-tdx documents only, not azure-sev-snp"),
+        "{err}"
+    );
+    assert!(!dir.path().join("certifier.sock").exists());
 }

@@ -127,7 +127,7 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 14] = [
+pub const TARGETS: [(&str, Target); 15] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
@@ -142,6 +142,7 @@ pub const TARGETS: [(&str, Target); 14] = [
     ("qemu_tdx_document", qemu_tdx_document),
     ("azure_tdx_instance_info", azure_tdx_instance_info),
     ("tdx_collateral", tdx_collateral),
+    ("tdx_outblob", tdx_outblob),
 ];
 
 /// A real Milan VCEK with its ASK and ARK (bare-metal vector), for targets that need a chain.
@@ -311,6 +312,33 @@ fn tdx_verify(quote: &attestation::tdx::TdQuote) {
 pub fn tdx_quote(data: &[u8]) {
     if let Ok(quote) = attestation::tdx::TdQuote::parse(data) {
         tdx_verify(&quote);
+    }
+}
+
+/// What a TDX guest's configfs-tsm returns as `outblob` (the host's quote generation service
+/// makes it) as the node's TDX issuer checks it: against zeros, and against the bytes where a v4
+/// and a v5 quote carry REPORT_DATA, so the accepting path is reached too. What the node takes
+/// for a TD quote over some REPORT_DATA and the verifier can parse must carry that REPORT_DATA
+/// for the verifier as well.
+pub fn tdx_outblob(data: &[u8]) {
+    let _ = tdx_issuer::check_quote(data, &[0; 64]);
+    for at in [48 + 520, 48 + 6 + 520] {
+        let Some(report_data) = data
+            .get(at..at + 64)
+            .and_then(|bytes| <[u8; 64]>::try_from(bytes).ok())
+        else {
+            continue;
+        };
+        if tdx_issuer::check_quote(data, &report_data).is_err() {
+            continue;
+        }
+        if let Ok(quote) = attestation::tdx::TdQuote::parse(data) {
+            assert_eq!(
+                quote.td().report_data,
+                report_data,
+                "the node and the verifier read REPORT_DATA at different places"
+            );
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use node_client::{Backoff, Client, keys, ticket};
 #[derive(Debug, Parser)]
 #[command(
     name = "join-client",
-    about = "Join a cluster through its join service, attesting with the node's TPM (and SEV-SNP report)"
+    about = "Join a cluster through its join service, attesting with the node's TPM (and SEV-SNP report) or its TDX quote"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,12 +41,13 @@ struct Common {
     /// The attestation key type.
     #[arg(long, env = "JOIN_CLIENT_AK", value_enum, default_value_t = AkType::Rsa)]
     ak: AkType,
-    /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone) or
-    /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key).
+    /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone),
+    /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key) or `qemu-tdx` (a TD
+    /// quote alone, no TPM).
     #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
     variant: Variant,
-    /// aws-sev-snp: Linux's configfs-tsm report directory; when it does not exist, the SEV guest
-    /// device is used instead.
+    /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
+    /// SEV guest device instead when it does not exist; qemu-tdx needs it.
     #[arg(long, env = "JOIN_CLIENT_TSM_REPORT_DIR", default_value = snp_issuer::configfs::DEFAULT_ROOT)]
     tsm_report_dir: PathBuf,
     /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
@@ -121,13 +122,13 @@ enum AkType {
 fn client(common: &Common) -> anyhow::Result<Client> {
     // Refuse what cannot be issued before touching the TPM.
     match common.variant {
-        Variant::QemuVtpm | Variant::AwsSevSnp => {}
+        Variant::QemuVtpm | Variant::AwsSevSnp | Variant::QemuTdx => {}
         Variant::AzureSevSnp => anyhow::bail!(
-            "join-client issues qemu-vtpm and aws-sev-snp documents only: azure-sev-snp needs \
-             Azure's HCL report from the vTPM's NV index, which join-client does not read"
+            "join-client issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only: azure-sev-snp \
+             needs Azure's HCL report from the vTPM's NV index, which join-client does not read"
         ),
         other => anyhow::bail!(
-            "join-client issues qemu-vtpm and aws-sev-snp documents only, not {other}"
+            "join-client issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only, not {other}"
         ),
     }
     // Likewise a service policy that cannot be used.
@@ -136,22 +137,7 @@ fn client(common: &Common) -> anyhow::Result<Client> {
         .as_deref()
         .map(|path| node_client::ServicePolicy::load(common.service_variant, path))
         .transpose()?;
-    let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
-    config.ak = match common.ak {
-        AkType::Rsa => tpm_issuer::AkSpec::RSA_DEFAULT,
-        AkType::Ecc => tpm_issuer::AkSpec::ECC_DEFAULT,
-    };
-    config.event_log = common.event_log.clone();
-    let tpm = tpm_issuer::TpmIssuer::open(&config)
-        .with_context(|| format!("opening the TPM at {}", common.tcti))?;
-    let issuer: Arc<dyn attestation::Issuer> = if common.variant == Variant::AwsSevSnp {
-        let source =
-            snp_issuer::open_kernel_source(&common.tsm_report_dir, &common.sev_guest_device)
-                .context("opening the SEV-SNP report interface")?;
-        Arc::new(node_client::snp::AwsSnpIssuer::new(tpm, source)?)
-    } else {
-        Arc::new(tpm)
-    };
+    let issuer = issuer(common)?;
     let client = Client::new(common.endpoint, issuer, common.timeout)?;
     Ok(match service_policy {
         Some(policy) => {
@@ -167,6 +153,32 @@ fn client(common: &Common) -> anyhow::Result<Client> {
             eprintln!("{}", unverified_warning(common.endpoint));
             client
         }
+    })
+}
+
+/// The node's issuer for its variant (one join-client can issue).
+fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
+    // qemu-tdx attests with the TD's quote alone: no TPM.
+    if common.variant == Variant::QemuTdx {
+        let tdx = tdx_issuer::QemuTdxIssuer::open(&common.tsm_report_dir)
+            .context("opening the TDX quote interface")?;
+        return Ok(Arc::new(tdx));
+    }
+    let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
+    config.ak = match common.ak {
+        AkType::Rsa => tpm_issuer::AkSpec::RSA_DEFAULT,
+        AkType::Ecc => tpm_issuer::AkSpec::ECC_DEFAULT,
+    };
+    config.event_log = common.event_log.clone();
+    let tpm = tpm_issuer::TpmIssuer::open(&config)
+        .with_context(|| format!("opening the TPM at {}", common.tcti))?;
+    Ok(if common.variant == Variant::AwsSevSnp {
+        let source =
+            snp_issuer::open_kernel_source(&common.tsm_report_dir, &common.sev_guest_device)
+                .context("opening the SEV-SNP report interface")?;
+        Arc::new(node_client::snp::AwsSnpIssuer::new(tpm, source)?)
+    } else {
+        Arc::new(tpm)
     })
 }
 
@@ -286,6 +298,8 @@ mod tests {
             "/tmp/x",
             "--tcti",
             "device:/nonexistent/tpm",
+            "--tsm-report-dir",
+            "/nonexistent/tsm/report",
             "--variant",
             variant,
         ])
@@ -305,10 +319,19 @@ mod tests {
         );
         let err = client(&common("gcp-sev-snp")).unwrap_err().to_string();
         assert!(err.contains("not gcp-sev-snp"), "{err}");
-        // The supported ones get as far as the TPM.
+        // The supported ones get as far as the TPM, or for qemu-tdx the TSM (the test's
+        // --tsm-report-dir does not exist).
         let err = format!("{:#}", client(&common("aws-sev-snp")).unwrap_err());
         assert!(
             err.contains("opening the TPM at device:/nonexistent/tpm"),
+            "{err}"
+        );
+        let err = format!("{:#}", client(&common("qemu-tdx")).unwrap_err());
+        assert!(
+            err.contains(
+                "opening the TDX quote interface: asking configfs-tsm at /nonexistent/tsm/report \
+                 for a TD quote: configfs-tsm is not available at /nonexistent/tsm/report"
+            ),
             "{err}"
         );
         assert!(Cli::try_parse_from(["join-client", "rejoin", "--variant", "sev"]).is_err());

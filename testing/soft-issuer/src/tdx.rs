@@ -62,6 +62,10 @@ pub enum TdxSimulationError {
     TooLong(usize),
     #[error("the document: {0}")]
     Issue(#[from] crate::SoftIssuerError),
+    #[error("the simulated collateral: {0}")]
+    Collateral(#[from] attestation::tdx::TdxError),
+    #[error("the attestation config: {0}")]
+    Config(#[from] attestation::PolicyError),
 }
 
 /// What a machine's PCK certificate says about the platform.
@@ -448,6 +452,65 @@ impl TdxMachine {
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// What the simulated `intel` publishes for `machine`'s platform, as a verifier gets it from
+/// PCS: the TCB info of its FMSPC, the QE identity, its PCK CA's CRL (revoking nothing) and the
+/// root CA's CRL, issued an hour ago and current for a day.
+pub fn current_collateral(
+    intel: &SimulatedIntel,
+    machine: &TdxMachine,
+) -> Result<attestation::tdx::Collateral, TdxSimulationError> {
+    let now = std::time::SystemTime::now();
+    let issued = now - std::time::Duration::from_secs(3600);
+    let next = now + std::time::Duration::from_secs(86_400);
+    let tcb = intel.signed_tcb_info(&machine.fmspc_hex(), issued, next)?;
+    let qe = intel.sign_qe_identity(&intel.qe_identity_json(issued, next)?)?;
+    let chain = intel.tcb_issuer_chain_pem();
+    let ca = machine.pck.ca;
+    Ok(attestation::tdx::Collateral::from_pcs(
+        attestation::tdx::collateral::PcsResponses {
+            tcb_info: tcb.as_bytes(),
+            tcb_info_issuer_chain: &chain,
+            qe_identity: qe.as_bytes(),
+            qe_identity_issuer_chain: &chain,
+            pck_crl: &intel.pck_crl(ca, &[], issued, next)?,
+            pck_crl_issuer_chain: &intel.pck_issuer_chain_pem(ca),
+            root_ca_crl: &intel.root_crl(&[], issued, next)?,
+        },
+    )?)
+}
+
+/// A qemu-tdx attestation config trusting only `intel`'s root and enforcing the simulated TDs'
+/// [`MRTD`] and [`RTMRS`] as measurements 0..4.
+pub fn qemu_attestation_config(intel: &SimulatedIntel) -> serde_json::Value {
+    let measurements: serde_json::Map<String, serde_json::Value> = std::iter::once(MRTD)
+        .chain(RTMRS)
+        .enumerate()
+        .map(|(index, value)| {
+            (
+                index.to_string(),
+                serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
+            )
+        })
+        .collect();
+    serde_json::json!({ "measurements": measurements, "intelRootKey": intel.root_pem() })
+}
+
+/// The real qemu-tdx validator as a verifier of `intel`'s platforms runs it, for TDs on
+/// `machine`: [`qemu_attestation_config`], with [`current_collateral`].
+pub fn qemu_validator(
+    intel: &SimulatedIntel,
+    machine: &TdxMachine,
+) -> Result<attestation::variants::tdx::TdxValidator, TdxSimulationError> {
+    let collateral =
+        attestation::tdx::StaticCollateral::new().with(current_collateral(intel, machine)?);
+    let (validator, _digest) = attestation::variants::tdx::TdxValidator::from_attestation_config(
+        attestation::variants::tdx::TdxKind::Qemu,
+        qemu_attestation_config(intel).to_string().as_bytes(),
+        Arc::new(collateral),
+    )?;
+    Ok(validator)
 }
 
 /// A qemu-tdx document as Constellation's issuer writes it with Go's `encoding/json`.

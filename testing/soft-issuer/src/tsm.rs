@@ -1,37 +1,47 @@
 //! A simulated configfs-tsm: the kernel's report interface over a temporary directory, with
-//! simulated SNP firmware behind it, for the node's SNP issuer to run against where no SNP guest
-//! kernel is.
+//! simulated SNP firmware or a simulated TDX machine behind it, for the node's SNP and TDX
+//! issuers to run against where no confidential guest kernel is.
 //!
-//! It implements `snp_issuer::configfs::TsmFs` with the kernel's semantics (Linux
-//! `drivers/virt/coco/tsm.c`, `Documentation/ABI/testing/configfs-tsm`): `mkdir` makes an entry
-//! holding `provider`, `generation`, `privlevel_floor`, `inblob`, `privlevel`, `outblob` and
-//! `auxblob`; `inblob` takes at most 64 bytes and `privlevel` a number from the floor to 3, and
-//! each write bumps `generation`; `inblob` is write-only and the blobs read-only; reading
-//! `outblob` or `auxblob` asks the firmware for a report over the current inputs once per
-//! generation. Every file operation itself is done on real files by
-//! `snp_issuer::configfs::RealFs`, so the production path is exercised too; only the kernel's
-//! side effects are simulated.
+//! It implements `configfs_tsm::TsmFs` with the kernel's semantics (Linux
+//! `drivers/virt/coco/tsm.c`, `drivers/virt/coco/tdx-guest`, `Documentation/ABI/testing/
+//! configfs-tsm`): `mkdir` makes an entry holding the attributes its provider shows. An SEV-SNP
+//! guest's (`sev_guest`) are `provider`, `generation`, `privlevel_floor`, `inblob`, `privlevel`,
+//! `outblob` and `auxblob`; `inblob` takes at most 64 bytes (zero-padded) and `privlevel` a
+//! number from the floor to 3. A TDX guest's (`tdx_guest`) are only `provider`, `generation`,
+//! `inblob` and `outblob`, and its quote needs exactly 64 bytes of `inblob` (`EINVAL` at the
+//! read otherwise). Each write bumps `generation`; `inblob` is write-only and the blobs
+//! read-only; an attribute the provider does not show is not there (`ENOENT`); reading
+//! `outblob` or `auxblob` asks the firmware for a report (TDX: a quote, made by the host's
+//! quoting enclave) over the current inputs once per generation. Every file operation itself is
+//! done on real files by `configfs_tsm::RealFs`, so the production path is exercised too; only
+//! the kernel's side effects are simulated.
 //!
 //! Faults: another provider, a writer racing on the same entry, and whatever the firmware
-//! closure returns (a short report, a certificate table without a VLEK).
+//! closure returns (a short report, a certificate table without a VLEK, a quote over other
+//! data, something that is no quote).
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use configfs_tsm::{RealFs, TsmFs};
 use snp_issuer::certtable::{CertTable, Guid};
-use snp_issuer::configfs::{RealFs, TsmFs};
 
 use crate::snp::{ReportFields, SimulatedAmd, SimulatedSigner};
+use crate::tdx::{TdFields, TdxMachine};
 
 /// The firmware behind the interface: a report (the outblob) and the host's certificate table
 /// (the auxblob; `None`: the provider shows none) for REPORT_DATA at a VMPL.
 pub type Firmware =
     Box<dyn Fn(&[u8; 64], u32) -> io::Result<(Vec<u8>, Option<Vec<u8>>)> + Send + Sync>;
 
-const ATTRIBUTES: [&str; 7] = [
+/// The TDX module and the host's quoting enclave behind a TDX guest: a quote (the outblob)
+/// over REPORT_DATA.
+pub type TdxFirmware = Box<dyn Fn(&[u8; 64]) -> io::Result<Vec<u8>> + Send + Sync>;
+
+const SEV_ATTRIBUTES: &[&str] = &[
     "provider",
     "generation",
     "privlevel_floor",
@@ -40,6 +50,16 @@ const ATTRIBUTES: [&str; 7] = [
     "outblob",
     "auxblob",
 ];
+
+/// `tdx_report_attr_visible` and `tdx_report_bin_attr_visible`.
+const TDX_ATTRIBUTES: &[&str] = &["provider", "generation", "inblob", "outblob"];
+
+/// Which guest driver serves the interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Guest {
+    Sev,
+    Tdx,
+}
 
 #[derive(Default)]
 struct Entry {
@@ -53,6 +73,7 @@ struct Entry {
 /// The simulated kernel interface; [`FakeConfigfsTsm::root`] is its `tsm/report` directory.
 pub struct FakeConfigfsTsm {
     dir: tempfile::TempDir,
+    guest: Guest,
     provider: String,
     privlevel_floor: u32,
     firmware: Firmware,
@@ -65,6 +86,7 @@ impl std::fmt::Debug for FakeConfigfsTsm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FakeConfigfsTsm")
             .field("root", &self.dir.path())
+            .field("guest", &self.guest)
             .field("provider", &self.provider)
             .finish_non_exhaustive()
     }
@@ -79,6 +101,7 @@ impl FakeConfigfsTsm {
     pub fn new(firmware: Firmware) -> io::Result<Self> {
         Ok(FakeConfigfsTsm {
             dir: tempfile::tempdir()?,
+            guest: Guest::Sev,
             provider: "sev_guest".to_owned(),
             privlevel_floor: 0,
             firmware,
@@ -111,7 +134,25 @@ impl FakeConfigfsTsm {
         }))
     }
 
-    /// Another TSM (`tdx_guest`, say).
+    /// A TDX guest's interface (provider `tdx_guest`) whose quotes `firmware` makes.
+    pub fn new_tdx(firmware: TdxFirmware) -> io::Result<Self> {
+        let mut tsm = Self::new(Box::new(move |report_data, _| {
+            Ok((firmware(report_data)?, None))
+        }))?;
+        tsm.guest = Guest::Tdx;
+        tsm.provider = "tdx_guest".to_owned();
+        Ok(tsm)
+    }
+
+    /// A TD on `machine` with `td`'s report body: each quote is the machine's, over the
+    /// REPORT_DATA written to `inblob`.
+    pub fn tdx(machine: Arc<TdxMachine>, td: TdFields) -> io::Result<Self> {
+        Self::new_tdx(Box::new(move |report_data| {
+            machine.quote(&td, report_data).map_err(io::Error::other)
+        }))
+    }
+
+    /// Another TSM (`tdx_guest` on an SEV-SNP guest's interface, say): only the name changes.
     pub fn with_provider(mut self, provider: &str) -> Self {
         self.provider = provider.to_owned();
         self
@@ -156,6 +197,13 @@ impl FakeConfigfsTsm {
         Ok((entry.to_owned(), attr))
     }
 
+    fn attributes(&self) -> &'static [&'static str] {
+        match self.guest {
+            Guest::Sev => SEV_ATTRIBUTES,
+            Guest::Tdx => TDX_ATTRIBUTES,
+        }
+    }
+
     fn set_generation(entry_dir: &Path, entry: &mut Entry) -> io::Result<()> {
         entry.generation += 1;
         std::fs::write(
@@ -174,7 +222,10 @@ impl FakeConfigfsTsm {
             return Ok(());
         }
         let mut report_data = [0u8; 64];
-        // The kernel zero-pads a short inblob.
+        // sev-guest zero-pads a short inblob; tdx-guest refuses one (`tdx_report_new`).
+        if self.guest == Guest::Tdx && entry.inblob.len() != report_data.len() {
+            return Err(errno(rustix::io::Errno::INVAL));
+        }
         report_data[..entry.inblob.len()].copy_from_slice(&entry.inblob);
         self.requests.fetch_add(1, Ordering::SeqCst);
         let (outblob, auxblob) = (self.firmware)(&report_data, entry.privlevel)?;
@@ -198,7 +249,7 @@ impl TsmFs for FakeConfigfsTsm {
             return Err(errno(rustix::io::Errno::NOENT));
         }
         RealFs.create_dir(path)?;
-        for attr in ATTRIBUTES {
+        for &attr in self.attributes() {
             let initial = match attr {
                 "provider" => format!("{}\n", self.provider),
                 "generation" => "0\n".to_owned(),
@@ -231,7 +282,7 @@ impl TsmFs for FakeConfigfsTsm {
             return Err(errno(rustix::io::Errno::NOENT));
         }
         // configfs drops an entry's attributes with it; a plain directory needs them gone first.
-        for attr in ATTRIBUTES {
+        for attr in self.attributes() {
             match std::fs::remove_file(path.join(attr)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}
@@ -249,6 +300,9 @@ impl TsmFs for FakeConfigfsTsm {
         let entry = entries
             .get_mut(&entry_dir)
             .ok_or_else(|| errno(rustix::io::Errno::NOENT))?;
+        if !self.attributes().contains(&attr) {
+            return Err(errno(rustix::io::Errno::NOENT));
+        }
         match attr {
             "inblob" => return Err(errno(rustix::io::Errno::ACCESS)),
             "outblob" | "auxblob" => self.produce(&entry_dir, entry)?,
@@ -266,6 +320,9 @@ impl TsmFs for FakeConfigfsTsm {
         let entry = entries
             .get_mut(&entry_dir)
             .ok_or_else(|| errno(rustix::io::Errno::NOENT))?;
+        if !self.attributes().contains(&attr) {
+            return Err(errno(rustix::io::Errno::NOENT));
+        }
         match attr {
             "inblob" => {
                 if data.len() > 64 {

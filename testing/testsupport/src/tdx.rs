@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use attestation::Variant;
 use pcs_standin::{PckCa, PcsStandin, SimulatedIntel};
-use soft_issuer::tdx::{MRTD, PckSpec, RTMRS, ReportData, TdFields, TdxDocumentIssuer, TdxMachine};
+use soft_issuer::tdx::{PckSpec, ReportData, TdFields, TdxDocumentIssuer, TdxMachine};
 
 use crate::harness::{SiteDir, boot_measurements, boot_pcrs};
 
@@ -36,28 +36,19 @@ pub const FLEET_FMSPCS: [[u8; 6]; 3] = [
 ];
 
 /// A Constellation attestation config for a TDX variant, trusting only `intel`'s root:
-/// qemu-tdx enforces the simulated TDs' MRTD and RTMR0..3 at 0..4 ([`MRTD`], [`RTMRS`]);
+/// qemu-tdx enforces the simulated TDs' MRTD and RTMR0..3 at 0..4
+/// ([`soft_issuer::tdx::qemu_attestation_config`]);
 /// azure-tdx the harness's boot measurements in the vTPM's PCRs, as for the SNP variants.
 pub fn attestation_config(variant: Variant, intel: &SimulatedIntel) -> anyhow::Result<String> {
-    let measurements = match variant {
-        Variant::QemuTdx => std::iter::once(MRTD)
-            .chain(RTMRS)
-            .enumerate()
-            .map(|(index, value)| {
-                (
-                    index.to_string(),
-                    serde_json::json!({"expected": hex::encode(value), "warnOnly": false}),
-                )
-            })
-            .collect(),
-        Variant::AzureTdx => boot_measurements(),
+    match variant {
+        Variant::QemuTdx => Ok(soft_issuer::tdx::qemu_attestation_config(intel).to_string()),
+        Variant::AzureTdx => Ok(serde_json::json!({
+            "measurements": boot_measurements(),
+            "intelRootKey": intel.root_pem(),
+        })
+        .to_string()),
         other => anyhow::bail!("{other} is not a TDX variant"),
-    };
-    Ok(serde_json::json!({
-        "measurements": measurements,
-        "intelRootKey": intel.root_pem(),
-    })
-    .to_string())
+    }
 }
 
 /// A simulated Intel and the PCS stand-in serving its collateral.
@@ -167,8 +158,8 @@ impl TdxSite {
 ///
 /// Every host is a machine of the same platform model (one FMSPC, so one TCB info serves them
 /// all) with its own PCK from the Platform CA (serials `0x1000 + host`); nodes are spread over
-/// the hosts round robin. Every TD is a production TD at the UpToDate level with [`MRTD`] and
-/// [`RTMRS`] (qemu-tdx measures them). azure-tdx nodes share soft-issuer's one RSA key as
+/// the hosts round robin. Every TD is a production TD at the UpToDate level with soft-issuer's
+/// `MRTD` and `RTMRS` (qemu-tdx measures them). azure-tdx nodes share soft-issuer's one RSA key as
 /// their vTPM key (Azure's are RSA and ring makes none), quoting the harness's boot
 /// measurements; each node's TD quote still binds it through the runtime data.
 pub struct TdxMachines {

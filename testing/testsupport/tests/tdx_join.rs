@@ -2,7 +2,8 @@
 //! simulated Intel (trusted only through the config's intelRootKey), with TCB info, QE identity
 //! and CRLs fetched from the PCS stand-in over TLS. The nodes are TDs on simulated TDX machines:
 //! qemu-tdx documents made per connection, azure-tdx vTPM documents whose TD quote binds the
-//! vTPM key through Azure's runtime data.
+//! vTPM key through Azure's runtime data. A qemu-tdx node also joins as `join-client --variant
+//! qemu-tdx` does: its real issuer asking a simulated configfs-tsm for each quote.
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,7 +17,9 @@ use soft_issuer::tdx::{
     PckSpec, RTMRS, ReportData, TD_ATTRIBUTES_DEBUG, TD_ATTRIBUTES_SEPT_VE_DISABLE, TdFields,
     TdxDocumentIssuer, TdxMachine,
 };
+use soft_issuer::tsm::FakeConfigfsTsm;
 use soft_issuer::{KeyType, SoftIssuer};
+use tdx_issuer::{ConfigfsTdx, QemuTdxIssuer};
 use testsupport::harness::{Options, System, Uids, boot_pcrs, join_request, own_uid};
 use testsupport::tdx::{TdxMachines, TdxSite};
 
@@ -206,4 +209,66 @@ async fn qemu_tdx_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure_tdx_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
     joins_and_refusals(Variant::AzureTdx).await;
+}
+
+/// A node as `join-client --variant qemu-tdx` builds it: `tdx-issuer` asking the guest's
+/// configfs-tsm, simulated here over a temporary directory with a simulated TDX machine behind
+/// it, for a fresh quote per attestation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qemu_tdx_node_quoting_through_configfs_tsm_joins_and_rejoins() {
+    let s = setup(Variant::QemuTdx).await;
+    let system = start(&s, Variant::QemuTdx).await;
+    let node = |td: TdFields| {
+        let guest = Arc::new(FakeConfigfsTsm::tdx(s.machines.host(0), td).unwrap());
+        let issuer = QemuTdxIssuer::with_source(ConfigfsTdx::with_fs(
+            guest.clone(),
+            guest.root().to_owned(),
+        ));
+        (Arc::new(issuer), guest)
+    };
+
+    let (issuer, guest) = node(TdFields::default());
+    let client = system.client(issuer).unwrap();
+    client
+        .join(join_request("worker-tdx-tsm", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+    client
+        .rejoin(DISK)
+        .await
+        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+    assert_eq!(guest.reports_made(), 2, "one fresh quote per attestation");
+    assert_eq!(guest.entries_present().unwrap(), 0);
+    assert!(
+        system
+            .proxy
+            .log()
+            .contains("TDX quote v4, FMSPC 00806f050000"),
+        "{}",
+        system.proxy.log()
+    );
+
+    // The same issuer in a TD whose RTMR2 differs, or that the host may debug, is refused by
+    // name.
+    let mut rtmrs = RTMRS;
+    rtmrs[2] = [0xee; 48];
+    let (measured, _) = node(with(|f| f.rtmrs = rtmrs));
+    let (debug, _) = node(with(|f| {
+        f.td_attributes = TD_ATTRIBUTES_DEBUG | TD_ATTRIBUTES_SEPT_VE_DISABLE
+    }));
+    system
+        .assert_refused_by_name(
+            "qemu-tdx through configfs-tsm",
+            "worker-tdx-tsm-2",
+            DISK,
+            vec![
+                (
+                    measured as Arc<dyn Issuer>,
+                    "measurements do not match the policy",
+                ),
+                (debug as Arc<dyn Issuer>, "debug TD"),
+            ],
+        )
+        .await
+        .unwrap();
 }
