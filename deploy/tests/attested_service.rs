@@ -58,7 +58,7 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
     let k = &read_docs(&overlay_dir().join("kustomization.yaml"))[0];
     assert_eq!(
         str_set(k["resources"].as_array().expect("resources")),
-        names(&["../.."])
+        names(&["../../base"])
     );
     let patches = array(&k["patches"]);
     assert_eq!(patches.len(), 1);

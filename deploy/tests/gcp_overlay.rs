@@ -32,7 +32,7 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
     let k = &docs[0];
     assert_eq!(
         str_set(k["resources"].as_array().expect("resources")),
-        names(&["../..", "egress.yaml"])
+        names(&["../../base", "egress.yaml"])
     );
     let patches = array(&k["patches"]);
     assert_eq!(patches.len(), 1);

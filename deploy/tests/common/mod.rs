@@ -1,4 +1,5 @@
-//! Reading the manifests: every YAML document of every file the kustomization lists.
+//! Reading the manifests: every YAML document of every file the base kustomization lists
+//! (`deploy/base`, which `kubectl apply -k deploy/` applies and the overlays build on).
 
 #![allow(dead_code)] // Each test binary uses a different part.
 
@@ -10,7 +11,13 @@ use serde_json::Value;
 /// The service account token-issuer runs as, as RBAC and the admission policy name it.
 pub const TOKEN_ISSUER_USER: &str = "system:serviceaccount:kube-system:join-token-issuer";
 
+/// `deploy/`: the crate, the Dockerfile, the thin kustomization and `examples/`.
 pub fn deploy_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `deploy/base/`: the manifests and the kustomization every entry point builds on.
+pub fn base_dir() -> PathBuf {
     PathBuf::from(deploy::MANIFEST_DIR)
 }
 
@@ -28,8 +35,9 @@ pub fn read_docs(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The base's kustomization (`deploy/base/kustomization.yaml`).
 pub fn kustomization() -> Value {
-    let docs = read_docs(&deploy_dir().join("kustomization.yaml"));
+    let docs = read_docs(&base_dir().join("kustomization.yaml"));
     assert_eq!(docs.len(), 1, "kustomization.yaml holds one document");
     docs.into_iter().next().expect("one document")
 }
@@ -48,7 +56,7 @@ pub fn resource_files() -> Vec<String> {
 pub fn objects() -> Vec<Value> {
     resource_files()
         .iter()
-        .flat_map(|f| read_docs(&deploy_dir().join(f)))
+        .flat_map(|f| read_docs(&base_dir().join(f)))
         .collect()
 }
 
