@@ -69,6 +69,15 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
     );
 }
 
+/// The base's `images:` does not reach a container the overlay adds; the overlay pins the
+/// certifier's own image by digest.
+#[test]
+fn the_certifier_image_is_pinned_by_the_overlay() {
+    let pins = overlay_image_pins(&overlay_dir(), &overlay_dir().join("certifier.yaml"));
+    assert_eq!(pins.len(), 1);
+    assert_eq!(pins[0]["name"], "join-service-certifier");
+}
+
 /// A container's extended resources (devices), from its limits and requests.
 fn extended_resources(c: &Value) -> BTreeMap<String, Value> {
     let mut found = BTreeMap::new();

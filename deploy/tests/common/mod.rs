@@ -227,6 +227,53 @@ pub fn assert_args_parse(containers: &[Value]) {
     }
 }
 
+/// An `images:` entry pins its image by digest, not by a tag a registry can move.
+pub fn assert_pinned_by_digest(image: &Value) {
+    assert!(
+        image.get("newTag").is_none(),
+        "the image is pinned by digest, not by a tag a registry can move: {image:?}"
+    );
+    let digest = image["digest"].as_str().expect("the image has a digest");
+    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+    assert!(
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{digest} is a sha256 digest"
+    );
+}
+
+/// The `images:` entries of the overlay at `overlay` that pin the containers its DaemonSet patch
+/// `patch` adds or sets an image on, each pinned by digest. kustomize runs a kustomization's
+/// image rewrite on what that kustomization has loaded when it runs, so the base's `images:` never
+/// reaches a container an overlay's patch adds: the overlay must pin it itself, or the kubelet
+/// pulls the bare name (Docker Hub's `library/<name>:latest`).
+pub fn overlay_image_pins(overlay: &Path, patch: &Path) -> Vec<Value> {
+    let k = &read_docs(&overlay.join("kustomization.yaml"))[0];
+    let pins = array(&k["images"]);
+    let patch = &read_docs(patch)[0]["spec"]["template"]["spec"];
+    let mut used = Vec::new();
+    for c in array(&patch["containers"])
+        .iter()
+        .chain(array(&patch["initContainers"]).iter())
+    {
+        let Some(image) = c.get("image") else {
+            continue;
+        };
+        let pin = pins
+            .iter()
+            .find(|p| p["name"] == *image)
+            .unwrap_or_else(|| {
+                panic!(
+                    "container {} runs {image}, which {}'s images: does not pin",
+                    c["name"],
+                    overlay.display()
+                )
+            });
+        assert_pinned_by_digest(pin);
+        used.push(pin.clone());
+    }
+    used
+}
+
 fn by_name(list: &mut Vec<Value>, item: Value) {
     match list.iter_mut().find(|x| x["name"] == item["name"]) {
         Some(existing) => {
