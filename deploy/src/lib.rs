@@ -1,4 +1,5 @@
-//! The join service's deployment manifests live next to this crate (`kubectl apply -k deploy/`).
+//! The join service's deployment manifests live next to this crate: the base in `base/`, which
+//! `kubectl apply -k deploy/` applies, and the overlays in `examples/`.
 //!
 //! The crate's integration tests (`tests/`) read the manifests and check their least-privilege
 //! properties, so a change that widens what a container may do fails `cargo test -p deploy`.
@@ -12,8 +13,8 @@ use kube_standin::admission::AdmissionPolicy;
 use kube_standin::{Grant, PolicyRule};
 use serde::Deserialize;
 
-/// The directory holding the manifests and `kustomization.yaml`.
-pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+/// The directory holding the base manifests and their `kustomization.yaml` (`deploy/base`).
+pub const MANIFEST_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/base");
 
 /// The manifest that holds every Role, ClusterRole and binding of the join service.
 pub const RBAC_FILE: &str = "rbac.yaml";
@@ -21,7 +22,7 @@ pub const RBAC_FILE: &str = "rbac.yaml";
 /// The manifest that holds the ValidatingAdmissionPolicy narrowing token-issuer's Secrets.
 pub const ADMISSION_POLICY_FILE: &str = "admission-policy.yaml";
 
-/// The admission policies (with their bindings) in `deploy/admission-policy.yaml`, for the
+/// The admission policies (with their bindings) in `deploy/base/admission-policy.yaml`, for the
 /// stand-in to evaluate as the API server would.
 pub fn admission_policies() -> Result<Vec<AdmissionPolicy>, kube_standin::admission::LoadError> {
     AdmissionPolicy::from_file(&Path::new(MANIFEST_DIR).join(ADMISSION_POLICY_FILE))
@@ -86,7 +87,7 @@ struct Subject {
     namespace: Option<String>,
 }
 
-/// The grants the RBAC objects in `deploy/rbac.yaml` give the service account
+/// The grants the RBAC objects in `deploy/base/rbac.yaml` give the service account
 /// `namespace/name`, resolved the way the RBAC authorizer resolves them: a RoleBinding grants
 /// its Role's (or a ClusterRole's) rules in the binding's namespace, a ClusterRoleBinding
 /// grants its ClusterRole's rules cluster-wide.

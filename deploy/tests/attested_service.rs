@@ -58,7 +58,7 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
     let k = &read_docs(&overlay_dir().join("kustomization.yaml"))[0];
     assert_eq!(
         str_set(k["resources"].as_array().expect("resources")),
-        names(&["../.."])
+        names(&["../../base"])
     );
     let patches = array(&k["patches"]);
     assert_eq!(patches.len(), 1);
@@ -67,6 +67,15 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
         patches[0]["target"]["name"],
         daemonset()["metadata"]["name"]
     );
+}
+
+/// The base's `images:` does not reach a container the overlay adds; the overlay pins the
+/// certifier's own image by digest.
+#[test]
+fn the_certifier_image_is_pinned_by_the_overlay() {
+    let pins = overlay_image_pins(&overlay_dir(), &overlay_dir().join("certifier.yaml"));
+    assert_eq!(pins.len(), 1);
+    assert_eq!(pins[0]["name"], "join-service-certifier");
 }
 
 /// A container's extended resources (devices), from its limits and requests.

@@ -32,7 +32,7 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
     let k = &docs[0];
     assert_eq!(
         str_set(k["resources"].as_array().expect("resources")),
-        names(&["../..", "egress.yaml"])
+        names(&["../../base", "egress.yaml"])
     );
     let patches = array(&k["patches"]);
     assert_eq!(patches.len(), 1);
@@ -45,6 +45,26 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
     let patch = &read_docs(&overlay_dir().join("gce-identity.yaml"))[0];
     assert_eq!(patch["metadata"]["name"], daemonset()["metadata"]["name"]);
     assert_eq!(patch["metadata"]["namespace"], "kube-system");
+}
+
+/// gce-identity runs the service image, and the base's `images:` does not reach a container the
+/// overlay's patch adds: without the overlay's own pin it would pull `join-service` from Docker
+/// Hub, unpinned.
+#[test]
+fn gce_identity_runs_the_base_image_pinned_by_the_overlay() {
+    assert_eq!(gcp_container("gce-identity")["image"], "join-service");
+    let pins = overlay_image_pins(&overlay_dir(), &overlay_dir().join("gce-identity.yaml"));
+    let base = array(&kustomization()["images"]);
+    assert_eq!(pins.len(), 1);
+    let base_pin = base
+        .iter()
+        .find(|p| p["name"] == "join-service")
+        .expect("the base pins join-service");
+    assert_eq!(
+        (&pins[0]["newName"], &pins[0]["digest"]),
+        (&base_pin["newName"], &base_pin["digest"]),
+        "gce-identity runs the same image as the base's containers"
+    );
 }
 
 #[test]

@@ -17,7 +17,7 @@ fn kustomization_lists_every_manifest_once() {
     );
 
     let mut on_disk = BTreeSet::new();
-    for entry in std::fs::read_dir(deploy_dir()).expect("deploy/") {
+    for entry in std::fs::read_dir(base_dir()).expect("deploy/base/") {
         let name = entry
             .expect("entry")
             .file_name()
@@ -29,7 +29,7 @@ fn kustomization_lists_every_manifest_once() {
     }
     assert_eq!(
         unique, on_disk,
-        "kustomization resources vs. manifests in deploy/"
+        "kustomization resources vs. manifests in deploy/base/"
     );
 }
 

@@ -31,7 +31,7 @@ fn own_uid() -> u32 {
     f.as_file().metadata().unwrap().uid()
 }
 
-/// The grants deploy/rbac.yaml gives token-issuer's service account.
+/// The grants deploy/base/rbac.yaml gives token-issuer's service account.
 fn deployed_grants() -> Vec<Grant> {
     deploy::grants_for_service_account("kube-system", "join-token-issuer").unwrap()
 }
@@ -50,7 +50,7 @@ fn issuer_user(secret_verbs: &[&str]) -> User {
     User::service_account(TOKEN, "kube-system", "join-token-issuer", grants)
 }
 
-/// The RBAC token-issuer gets in deploy/.
+/// The RBAC token-issuer gets in deploy/base/.
 fn full_user() -> User {
     User::service_account(TOKEN, "kube-system", "join-token-issuer", deployed_grants())
 }
@@ -1309,7 +1309,7 @@ async fn without_rbac_to_list_nodes_control_plane_files_are_refused() {
         .collect();
     assert!(
         grants.len() < deployed_grants().len(),
-        "deploy/rbac.yaml grants list nodes"
+        "deploy/base/rbac.yaml grants list nodes"
     );
     let user = User::service_account(TOKEN, "kube-system", "join-token-issuer", grants);
     let h = Harness::start(user, own_uid()).await;

@@ -1,4 +1,5 @@
-//! Reading the manifests: every YAML document of every file the kustomization lists.
+//! Reading the manifests: every YAML document of every file the base kustomization lists
+//! (`deploy/base`, which `kubectl apply -k deploy/` applies and the overlays build on).
 
 #![allow(dead_code)] // Each test binary uses a different part.
 
@@ -10,7 +11,13 @@ use serde_json::Value;
 /// The service account token-issuer runs as, as RBAC and the admission policy name it.
 pub const TOKEN_ISSUER_USER: &str = "system:serviceaccount:kube-system:join-token-issuer";
 
+/// `deploy/`: the crate, the Dockerfile, the thin kustomization and `examples/`.
 pub fn deploy_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `deploy/base/`: the manifests and the kustomization every entry point builds on.
+pub fn base_dir() -> PathBuf {
     PathBuf::from(deploy::MANIFEST_DIR)
 }
 
@@ -28,8 +35,9 @@ pub fn read_docs(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The base's kustomization (`deploy/base/kustomization.yaml`).
 pub fn kustomization() -> Value {
-    let docs = read_docs(&deploy_dir().join("kustomization.yaml"));
+    let docs = read_docs(&base_dir().join("kustomization.yaml"));
     assert_eq!(docs.len(), 1, "kustomization.yaml holds one document");
     docs.into_iter().next().expect("one document")
 }
@@ -48,7 +56,7 @@ pub fn resource_files() -> Vec<String> {
 pub fn objects() -> Vec<Value> {
     resource_files()
         .iter()
-        .flat_map(|f| read_docs(&deploy_dir().join(f)))
+        .flat_map(|f| read_docs(&base_dir().join(f)))
         .collect()
 }
 
@@ -217,6 +225,53 @@ pub fn assert_args_parse(containers: &[Value]) {
             panic!("{name}: {error}");
         }
     }
+}
+
+/// An `images:` entry pins its image by digest, not by a tag a registry can move.
+pub fn assert_pinned_by_digest(image: &Value) {
+    assert!(
+        image.get("newTag").is_none(),
+        "the image is pinned by digest, not by a tag a registry can move: {image:?}"
+    );
+    let digest = image["digest"].as_str().expect("the image has a digest");
+    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+    assert!(
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{digest} is a sha256 digest"
+    );
+}
+
+/// The `images:` entries of the overlay at `overlay` that pin the containers its DaemonSet patch
+/// `patch` adds or sets an image on, each pinned by digest. kustomize runs a kustomization's
+/// image rewrite on what that kustomization has loaded when it runs, so the base's `images:` never
+/// reaches a container an overlay's patch adds: the overlay must pin it itself, or the kubelet
+/// pulls the bare name (Docker Hub's `library/<name>:latest`).
+pub fn overlay_image_pins(overlay: &Path, patch: &Path) -> Vec<Value> {
+    let k = &read_docs(&overlay.join("kustomization.yaml"))[0];
+    let pins = array(&k["images"]);
+    let patch = &read_docs(patch)[0]["spec"]["template"]["spec"];
+    let mut used = Vec::new();
+    for c in array(&patch["containers"])
+        .iter()
+        .chain(array(&patch["initContainers"]).iter())
+    {
+        let Some(image) = c.get("image") else {
+            continue;
+        };
+        let pin = pins
+            .iter()
+            .find(|p| p["name"] == *image)
+            .unwrap_or_else(|| {
+                panic!(
+                    "container {} runs {image}, which {}'s images: does not pin",
+                    c["name"],
+                    overlay.display()
+                )
+            });
+        assert_pinned_by_digest(pin);
+        used.push(pin.clone());
+    }
+    used
 }
 
 fn by_name(list: &mut Vec<Value>, item: Value) {

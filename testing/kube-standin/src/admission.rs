@@ -1,7 +1,7 @@
 //! ValidatingAdmissionPolicy: the deployed policies' CEL, evaluated as kube-apiserver does.
 //!
 //! RBAC says which verbs a user may use; a `ValidatingAdmissionPolicy` narrows what a request may
-//! contain. The deployment ships one (`deploy/admission-policy.yaml`) that limits token-issuer to
+//! contain. The deployment ships one (`deploy/base/admission-policy.yaml`) that limits token-issuer to
 //! bootstrap-token Secrets, so the end-to-end tests must run it against what token-issuer writes,
 //! or a policy that refuses token-issuer (or admits too much) would only show in a real cluster.
 //!

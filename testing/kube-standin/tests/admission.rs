@@ -1,4 +1,4 @@
-//! The deployed ValidatingAdmissionPolicy (`deploy/admission-policy.yaml`), evaluated by the
+//! The deployed ValidatingAdmissionPolicy (`deploy/base/admission-policy.yaml`), evaluated by the
 //! stand-in: what token-issuer writes passes, anything else is refused with the API server's
 //! Status, and other users are not matched.
 
@@ -24,7 +24,7 @@ const LABEL: &str = "joinservice.edgeless.systems/issued-by";
 
 async fn standin() -> Running {
     let _ = rustls23::crypto::ring::default_provider().install_default();
-    // Patch too, so that the policy's own refusal of UPDATE shows (deploy/rbac.yaml has none).
+    // Patch too, so that the policy's own refusal of UPDATE shows (deploy/base/rbac.yaml has none).
     let mut grants = token_issuer_grants();
     grants.push(Grant::namespaced(
         "kube-system",
@@ -32,7 +32,8 @@ async fn standin() -> Running {
     ));
     let issuer = User::service_account(ISSUER, "kube-system", "join-token-issuer", grants);
     let mut config = StandinConfig::new(vec![User::admin(ADMIN), issuer]);
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/admission-policy.yaml");
+    let manifest =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/base/admission-policy.yaml");
     config.admission = AdmissionPolicy::from_file(&manifest).unwrap();
     assert_eq!(config.admission.len(), 1);
     KubeStandin::start(config).await.unwrap()

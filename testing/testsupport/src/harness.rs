@@ -111,7 +111,7 @@ pub struct Options {
     /// a load balancer.
     pub proxy_args: Vec<String>,
     /// The RBAC manifest whose grants token-issuer's token gets in the API stand-in;
-    /// `deploy/rbac.yaml`, what operators deploy, if unset.
+    /// `deploy/base/rbac.yaml`, what operators deploy, if unset.
     pub rbac: Option<PathBuf>,
     /// Run every process as the caller's uid even as root: for tests whose own process talks
     /// to the services' sockets (an in-process attest-proxy), which the pod's uids would refuse.
@@ -186,7 +186,7 @@ pub struct Uids {
 }
 
 impl Uids {
-    /// The uids of `deploy/daemonset.yaml`.
+    /// The uids of `deploy/base/daemonset.yaml`.
     pub const POD: Uids = Uids {
         proxy: 10001,
         join_core: 10002,
@@ -558,7 +558,7 @@ impl System {
         }
 
         // The Kubernetes API, with the token-issuer's service account allowed exactly what the
-        // deployment's RBAC (deploy/rbac.yaml) allows it, so a call the manifests do not permit
+        // deployment's RBAC (deploy/base/rbac.yaml) allows, so a call the manifests do not permit
         // fails here with the API server's 403; and the cluster's version as Constellation's
         // node operator records it. The cluster is a fresh one: it expects
         // EXPECTED_CONTROL_PLANE_NODES control-plane nodes and has none yet, so token-issuer
@@ -848,7 +848,7 @@ fn per_peer_rate(proxy_args: &[String]) -> &'static [&'static str] {
 
 /// Gives each file to the process that reads it in the pod, readable by it alone, and each
 /// socket directory to its server, writable by it alone (its peer may only search it): what the
-/// pod's mounts and fsGroup do (`deploy/daemonset.yaml`).
+/// pod's mounts and fsGroup do (`deploy/base/daemonset.yaml`).
 fn hand_out_files(paths: &Paths, uids: &Uids) -> anyhow::Result<()> {
     use std::os::unix::fs::{PermissionsExt, chown};
     let give = |path: &Path, uid: u32, mode: u32| -> anyhow::Result<()> {

@@ -1,4 +1,4 @@
-//! The API stand-in enforces the deployed RBAC (`deploy/rbac.yaml`) for token-issuer's token, so
+//! The API stand-in enforces the deployed RBAC (`deploy/base/rbac.yaml`) for token-issuer's token, so
 //! the end-to-end joins pass only because the manifests allow exactly what the code does. This
 //! test takes one verb out of a copy of the manifest and shows the join then fails where the
 //! real API server would refuse it: with a 403, named in the node's status, and nothing left.
