@@ -57,6 +57,8 @@ async fn start(dir: &Path, peer_uid: u32) -> (Arc<Device>, Trigger, std::path::P
         peer_uid,
         variant: Variant::QemuVtpm,
         tcti: String::new(),
+        tsm_report_dir: std::path::PathBuf::new(),
+        sev_guest_device: std::path::PathBuf::new(),
         event_log: None,
         grace_period: Duration::from_secs(1),
         log_format: Default::default(),

@@ -148,7 +148,7 @@ fn client(common: &Common) -> anyhow::Result<Client> {
         let source =
             snp_issuer::open_kernel_source(&common.tsm_report_dir, &common.sev_guest_device)
                 .context("opening the SEV-SNP report interface")?;
-        Arc::new(node_client::snp::AwsSnpIssuer::new(tpm, source)?)
+        Arc::new(tpm_issuer::aws_sev_snp::AwsSnpIssuer::new(tpm, source)?)
     } else {
         Arc::new(tpm)
     };
