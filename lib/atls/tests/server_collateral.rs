@@ -378,3 +378,249 @@ fn collateral_of_the_wrong_vendor_or_shape_is_refused_by_name() {
             .contains("more than the limit")
     );
 }
+
+// TDX: a qemu-tdx service on a simulated TDX machine certified by a simulated Intel.
+
+mod tdx {
+    use super::*;
+
+    use attestation::tdx::collateral::PcsResponses;
+    use attestation::tdx::{Collateral, StaticCollateral as TdxStatic};
+    use attestation::variants::tdx::{TdxKind, TdxValidator};
+    use pcs_standin::SimulatedIntel;
+    use soft_issuer::tdx::{
+        MRTD, PckSpec, RTMRS, ReportData, TdFields, TdxDocumentIssuer, TdxMachine,
+    };
+
+    struct TdxSite {
+        intel: SimulatedIntel,
+        machine: Arc<TdxMachine>,
+        service: TdxDocumentIssuer,
+    }
+
+    fn site() -> TdxSite {
+        let intel = SimulatedIntel::new().unwrap();
+        let machine = Arc::new(TdxMachine::new(&intel, PckSpec::default()).unwrap());
+        let service =
+            TdxDocumentIssuer::qemu(machine.clone(), TdFields::default(), ReportData::Bound);
+        TdxSite {
+            intel,
+            machine,
+            service,
+        }
+    }
+
+    /// What attest-proxy's PCS cache would hold: `intel`'s collateral for the machine, issued
+    /// at `issued`, due at `next`.
+    fn pcs(intel: &SimulatedIntel, machine: &TdxMachine, issued: u64, next: u64) -> TdxStatic {
+        let at = |secs: u64| UNIX_EPOCH + Duration::from_secs(secs);
+        let (issued, next) = (at(issued), at(next));
+        let ca = machine.pck().ca;
+        let tcb = intel
+            .signed_tcb_info(&machine.fmspc_hex(), issued, next)
+            .unwrap();
+        let qe = intel
+            .sign_qe_identity(&intel.qe_identity_json(issued, next).unwrap())
+            .unwrap();
+        let chain = intel.tcb_issuer_chain_pem();
+        TdxStatic::new().with(
+            Collateral::from_pcs(PcsResponses {
+                tcb_info: tcb.as_bytes(),
+                tcb_info_issuer_chain: &chain,
+                qe_identity: qe.as_bytes(),
+                qe_identity_issuer_chain: &chain,
+                pck_crl: &intel.pck_crl(ca, &[], issued, next).unwrap(),
+                pck_crl_issuer_chain: &intel.pck_issuer_chain_pem(ca),
+                root_ca_crl: &intel.root_crl(&[], issued, next).unwrap(),
+            })
+            .unwrap(),
+        )
+    }
+
+    fn current_pcs(site: &TdxSite) -> TdxStatic {
+        let now = unix(SystemTime::now());
+        pcs(&site.intel, &site.machine, now - 3600, now + 86_400)
+    }
+
+    fn attest_tdx(issuer: &dyn Issuer, source: &TdxStatic) -> ServerCredential {
+        let now = SystemTime::now();
+        let key = ServerKey::generate(Window::for_rotation_at(now)).unwrap();
+        let document = certify(issuer, key.spki(), key.window(), now).unwrap();
+        let collateral = gather(issuer.variant(), &document, None, Some(source))
+            .unwrap()
+            .unwrap();
+        key.with_evidence_and_collateral(issuer.variant(), document, &collateral)
+            .unwrap()
+    }
+
+    /// The node's qemu-tdx service policy: MRTD = `mrtd`, the RTMRs of the simulated TD, `root`
+    /// the only trusted Intel root.
+    fn tdx_policy(root: &SimulatedIntel, mrtd: [u8; 48], max_stale: Duration) -> ServerPolicy {
+        let mut measurements = serde_json::Map::new();
+        for (i, value) in std::iter::once(mrtd).chain(RTMRS).enumerate() {
+            measurements.insert(
+                i.to_string(),
+                serde_json::json!({ "expected": hex::encode(value), "warnOnly": false }),
+            );
+        }
+        let config =
+            serde_json::json!({ "measurements": measurements, "intelRootKey": root.root_pem() });
+        let (validator, _) = TdxValidator::from_attestation_config(
+            TdxKind::Qemu,
+            config.to_string().as_bytes(),
+            Arc::new(TdxStatic::new()),
+        )
+        .unwrap();
+        ServerPolicy::intel(validator, max_stale)
+    }
+
+    fn good_tdx_policy(site: &TdxSite) -> ServerPolicy {
+        tdx_policy(&site.intel, MRTD, DAY)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_accepts_a_qemu_tdx_service_with_the_collateral_its_certificate_carries() {
+        let site = site();
+        let credential = attest_tdx(&site.service, &current_pcs(&site));
+        let (reply, server_accepted) = connect(credential.clone(), good_tdx_policy(&site)).await;
+        assert_eq!(reply.unwrap(), b"request");
+        assert!(server_accepted);
+        let verified = good_tdx_policy(&site)
+            .verify(credential.certificate().as_ref(), SystemTime::now())
+            .unwrap();
+        assert_eq!(verified.variant, Variant::QemuTdx);
+    }
+
+    #[test]
+    fn a_node_refuses_a_tdx_service_with_another_mrtd_or_rtmr() {
+        let site = site();
+        let credential = attest_tdx(&site.service, &current_pcs(&site));
+        refused(
+            &tdx_policy(&site.intel, [0x5d; 48], DAY),
+            &credential,
+            "measurements",
+        );
+        let other_rtmr = TdxDocumentIssuer::qemu(
+            site.machine.clone(),
+            TdFields {
+                rtmrs: [[0x77; 48]; 4],
+                ..TdFields::default()
+            },
+            ReportData::Bound,
+        );
+        let credential = attest_tdx(&other_rtmr, &current_pcs(&site));
+        refused(&good_tdx_policy(&site), &credential, "measurements");
+    }
+
+    #[test]
+    fn a_node_refuses_tdx_collateral_of_another_intel() {
+        let site = site();
+        let impostor = SimulatedIntel::new().unwrap();
+        let now = unix(SystemTime::now());
+        let forged = pcs(&impostor, &site.machine, now - 3600, now + 86_400);
+        let credential = attest_tdx(&site.service, &forged);
+        let error = policy_refusal(&good_tdx_policy(&site), &credential);
+        // The TCB signing chain of the collateral ends in a root the node does not trust.
+        assert_eq!(
+            error.check(),
+            "tdx_chain",
+            "{}",
+            attestation::audit::chain(&error)
+        );
+        assert!(
+            attestation::audit::chain(&error).contains("is not one the configuration trusts"),
+            "{}",
+            attestation::audit::chain(&error)
+        );
+        // And a node trusting another Intel refuses the genuine service at its PCK chain.
+        let credential = attest_tdx(&site.service, &current_pcs(&site));
+        refused(&tdx_policy(&impostor, MRTD, DAY), &credential, "tdx_chain");
+    }
+
+    #[test]
+    fn a_node_refuses_tdx_collateral_stale_beyond_its_allowance() {
+        let site = site();
+        let now = unix(SystemTime::now());
+        let stale = pcs(&site.intel, &site.machine, now - 3 * 86_400, now - 2 * 3600);
+        let credential = attest_tdx(&site.service, &stale);
+        refused(
+            &tdx_policy(&site.intel, MRTD, Duration::from_secs(3600)),
+            &credential,
+            "tdx_collateral_not_current",
+        );
+        tdx_policy(&site.intel, MRTD, Duration::from_secs(3 * 3600))
+            .verify(credential.certificate().as_ref(), SystemTime::now())
+            .unwrap();
+    }
+
+    #[test]
+    fn a_node_refuses_a_tdx_service_without_collateral_or_with_amds() {
+        let site = site();
+        let now = SystemTime::now();
+        let key = ServerKey::generate(Window::for_rotation_at(now)).unwrap();
+        let document = certify(&site.service, key.spki(), key.window(), now).unwrap();
+        let bare = key
+            .with_evidence(Variant::QemuTdx, document.clone())
+            .unwrap();
+        let error = refused(&good_tdx_policy(&site), &bare, "server_collateral_missing");
+        assert!(error.to_string().contains("no Intel collateral"), "{error}");
+
+        let amd = SimulatedAmd::new(Product::Milan).unwrap();
+        let amds = gather(
+            Variant::AwsSevSnp,
+            &snp_machine_document(),
+            Some(&current_kds(&amd)),
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        let key = ServerKey::generate(Window::for_rotation_at(now)).unwrap();
+        let document = certify(&site.service, key.spki(), key.window(), now).unwrap();
+        let mixed = key
+            .with_evidence_and_collateral(Variant::QemuTdx, document, &amds)
+            .unwrap();
+        let error = refused(
+            &good_tdx_policy(&site),
+            &mixed,
+            "server_collateral_malformed",
+        );
+        assert!(
+            attestation::audit::chain(&error).contains("it holds AMD collateral"),
+            "{}",
+            attestation::audit::chain(&error)
+        );
+    }
+
+    #[test]
+    fn intel_collateral_round_trips_through_the_extension() {
+        let site = site();
+        let credential = attest_tdx(&site.service, &current_pcs(&site));
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(credential.certificate().as_ref()).unwrap();
+        let bytes = atls::server_collateral::find_collateral(&cert).unwrap();
+        let ServerCollateral::Intel(collateral) = ServerCollateral::decode(bytes).unwrap() else {
+            panic!("expected Intel collateral");
+        };
+        assert_eq!(
+            collateral.fmspc().to_vec(),
+            hex::decode(site.machine.fmspc_hex()).unwrap()
+        );
+        assert_eq!(
+            ServerCollateral::Intel(collateral).encode().unwrap(),
+            bytes,
+            "encoding round-trips"
+        );
+    }
+}
+
+/// An aws-sev-snp document of a fresh simulated machine, for a certificate of another variant.
+fn snp_machine_document() -> Vec<u8> {
+    snp_machine().with_chain.issue(&[0; 32], &[0; 32]).unwrap()
+}
+
+/// The policy refuses `credential`; returns the error, whatever its check.
+fn policy_refusal(policy: &ServerPolicy, credential: &ServerCredential) -> ServerVerifyError {
+    policy
+        .verify(credential.certificate().as_ref(), SystemTime::now())
+        .unwrap_err()
+}

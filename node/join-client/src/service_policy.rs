@@ -160,3 +160,58 @@ impl ServicePolicy {
         .with_check(error.check())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The example with each `"<N hex: ...>"` placeholder replaced by N hex digits.
+    fn filled_in(example: &str) -> String {
+        let mut out = String::new();
+        let mut rest = example;
+        while let Some(start) = rest.find("\"<") {
+            out.push_str(&rest[..start]);
+            let end = start + rest[start..].find(">\"").unwrap() + 2;
+            let digits: String = rest[start + 2..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            out.push_str(&format!("\"{}\"", "a".repeat(digits.parse().unwrap())));
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    #[test]
+    fn hardware_service_policies_load_in_the_services_own_format() {
+        // The deployment's own example configs: a node's service policy has their format.
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples");
+        let dir = tempfile::tempdir().unwrap();
+        for variant in [
+            Variant::AwsSevSnp,
+            Variant::AzureSevSnp,
+            Variant::QemuTdx,
+            Variant::AzureTdx,
+        ] {
+            let example =
+                std::fs::read_to_string(examples.join(format!("{variant}.attestationConfig.json")))
+                    .unwrap();
+            let path = dir.path().join(variant.name());
+            std::fs::write(&path, filled_in(&example)).unwrap();
+            let policy = ServicePolicy::load(variant, &path).unwrap();
+            assert_eq!(policy.server_policy().variant(), variant);
+            assert!(!policy.digest().is_empty());
+            let debug = format!("{:?}", policy.server_policy());
+            assert!(
+                debug.contains("collateral_max_stale: 86400s"),
+                "{variant}: {debug}"
+            );
+        }
+        let gcp = examples.join("gcp-sev-snp.attestationConfig.json");
+        let err = ServicePolicy::load(Variant::GcpSevSnp, &gcp).unwrap_err();
+        assert!(matches!(err, ServicePolicyError::GcpUnsupported), "{err}");
+    }
+}
