@@ -13,7 +13,9 @@
 //! The document sits in the certificate's extension of its variant's OID, as aTLS embeds every
 //! document, and the certificate is valid for exactly that window. [`certify`] is what a
 //! certifier runs (it computes both inputs itself and bounds the window); [`ServerKey`] is the
-//! server's side; [`verify_server_certificate`] the node's.
+//! server's side; [`verify_server_certificate`] the node's. SEV-SNP and TDX evidence needs the
+//! vendor's collateral, which the certificate carries beside it ([`crate::server_collateral`];
+//! [`ServerPolicy::amd`], [`ServerPolicy::intel`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -409,7 +411,7 @@ impl ServerPolicy {
             } => match certificate_collateral(cert, variant, "AMD")? {
                 ServerCollateral::Amd(collateral) => {
                     let source = CertificateSnpCollateral::new(collateral, *max_stale);
-                    Ok(Chosen::Built(Arc::new(
+                    Ok(Chosen::Built(Box::new(
                         SevSnpValidator::clone(validator).with_collateral(Arc::new(source)),
                     )))
                 }
@@ -421,7 +423,7 @@ impl ServerPolicy {
             } => match certificate_collateral(cert, variant, "Intel")? {
                 ServerCollateral::Intel(collateral) => {
                     let source = CertificateTdxCollateral::new(collateral, *max_stale);
-                    Ok(Chosen::Built(Arc::new(
+                    Ok(Chosen::Built(Box::new(
                         TdxValidator::clone(validator).with_collateral(Arc::new(source)),
                     )))
                 }
@@ -455,9 +457,11 @@ fn wrong_vendor(variant: Variant, carried: &str) -> ServerVerifyError {
 /// The node's check of a server certificate, in order: it parses (within
 /// [`MAX_CLIENT_CERTIFICATE_SIZE`](crate::MAX_CLIENT_CERTIFICATE_SIZE), the same bound as a
 /// client's); its self-signature verifies; it carries an extension of `validator`'s variant;
-/// `now` lies in its window; the window is no longer than [`MAX_SERVER_WINDOW`]; the validator accepts
-/// that document for the nonce of the certificate's key and window; and the document's user data
-/// is SHA-256 of the certificate's key. TLS itself proves the server holds that key.
+/// `now` lies in its window; the window is no longer than [`MAX_SERVER_WINDOW`]; (for
+/// [`ServerPolicy::amd`] and [`ServerPolicy::intel`]: it carries that vendor's collateral, which
+/// becomes the validator's source;) the validator accepts that document for the nonce of the
+/// certificate's key and window; and the document's user data is SHA-256 of the certificate's
+/// key. TLS itself proves the server holds that key.
 pub fn verify_server_certificate(
     der: &[u8],
     validator: &dyn Validator,
@@ -472,7 +476,7 @@ pub fn verify_server_certificate(
 /// certificate carries.
 enum Chosen<'v> {
     Borrowed(&'v dyn Validator),
-    Built(Arc<dyn Validator>),
+    Built(Box<dyn Validator>),
 }
 
 impl Chosen<'_> {
