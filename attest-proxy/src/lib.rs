@@ -178,6 +178,14 @@ impl Proxy {
                     ..server_identity::Schedule::default()
                 },
             )
+            .with_collateral(server_identity::OwnCollateral {
+                amd: snp
+                    .clone()
+                    .map(|c| Arc::new(c) as Arc<dyn attestation::snp::SnpCollateral>),
+                intel: tdx
+                    .clone()
+                    .map(|c| Arc::new(c) as Arc<dyn attestation::tdx::TdxCollateral>),
+            })
         });
         // The first key is certified before the first node is served, when the certifier
         // answers; otherwise the rotator keeps trying while the uncertified key serves.

@@ -56,6 +56,44 @@ pub enum RotationError {
     /// The certifier answered with evidence of another variant than the proxy's own.
     #[error("the certifier answered with {actual} evidence; this service attests as {expected}")]
     Variant { expected: Variant, actual: Variant },
+    /// The vendor collateral nodes need to check the evidence is not available (yet): evidence
+    /// nodes cannot check is not served.
+    #[error("no vendor collateral for the certified evidence, so nodes could not check it")]
+    Collateral(#[source] atls::server_collateral::GatherError),
+    /// The collateral task failed.
+    #[error("the collateral task failed: {0}")]
+    Task(String),
+}
+
+/// The vendor collateral sources attest-proxy runs to verify nodes; they also serve what nodes
+/// need to check the service's own SEV-SNP or TDX evidence, which goes into its certificate.
+#[derive(Clone, Debug, Default)]
+pub struct OwnCollateral {
+    pub amd: Option<Arc<dyn attestation::snp::SnpCollateral>>,
+    pub intel: Option<Arc<dyn attestation::tdx::TdxCollateral>>,
+}
+
+impl OwnCollateral {
+    /// What nodes need beside `document`; `None` for variants that need nothing from a vendor.
+    /// Runs off the runtime's workers: the sources wait (boundedly) for a fetch.
+    async fn gather(
+        &self,
+        variant: Variant,
+        document: Arc<Vec<u8>>,
+    ) -> Result<Option<atls::server_collateral::ServerCollateral>, RotationError> {
+        let sources = self.clone();
+        tokio::task::spawn_blocking(move || {
+            atls::server_collateral::gather(
+                variant,
+                &document,
+                sources.amd.as_deref(),
+                sources.intel.as_deref(),
+            )
+        })
+        .await
+        .map_err(|e| RotationError::Task(e.to_string()))?
+        .map_err(RotationError::Collateral)
+    }
 }
 
 /// The certifier process, asked over its Unix socket (after checking it runs as its uid).
@@ -146,6 +184,7 @@ pub enum Step {
 pub struct Rotator {
     certifier: Arc<dyn Certifier>,
     variant: Variant,
+    collateral: OwnCollateral,
     schedule: Schedule,
     /// The wait after the next failure.
     retry: Duration,
@@ -162,12 +201,20 @@ impl Rotator {
         Self {
             certifier,
             variant,
+            collateral: OwnCollateral::default(),
             schedule,
             retry: schedule.retry_min,
             next: Duration::ZERO,
             certified: Gauge::default(),
             not_after: Gauge::default(),
         }
+    }
+
+    /// Takes the vendor collateral for the certified documents from `collateral`; a rotation
+    /// whose collateral cannot be had fails as a certifier failure does.
+    pub fn with_collateral(mut self, collateral: OwnCollateral) -> Self {
+        self.collateral = collateral;
+        self
     }
 
     /// Registers `server_key_certified` (1 while nodes with a service policy can verify this
@@ -199,8 +246,14 @@ impl Rotator {
                 actual: variant,
             });
         }
-        key.with_evidence(variant, document)
-            .map_err(RotationError::Key)
+        let document = Arc::new(document);
+        let collateral = self.collateral.gather(variant, document.clone()).await?;
+        let document = Arc::unwrap_or_clone(document);
+        match collateral {
+            Some(collateral) => key.with_evidence_and_collateral(variant, document, &collateral),
+            None => key.with_evidence(variant, document),
+        }
+        .map_err(RotationError::Key)
     }
 
     /// Tries to certify a new key at `now` and installs what the outcome calls for; returns
@@ -372,6 +425,87 @@ mod tests {
             fallback.window().contains(at_expiry),
             "the fallback is valid now, so Go nodes keep joining"
         );
+    }
+
+    #[tokio::test]
+    async fn snp_evidence_is_served_only_with_the_collateral_nodes_need_to_check_it() {
+        use attestation::snp::{Crl, Product, StaticCollateral, Tcb};
+        use soft_issuer::snp::{ReportFields, SimulatedAmd, SnpDocumentIssuer};
+
+        let amd = SimulatedAmd::new(Product::Milan).unwrap();
+        let tcb = Tcb {
+            fmc: None,
+            bootloader: 3,
+            tee: 0,
+            snp: 8,
+            microcode: 115,
+        };
+        let vlek = amd.vlek("cc-eu-west-1.aws.example", tcb).unwrap();
+        let machine = SnpDocumentIssuer::aws(
+            SoftIssuer::ecdsa_p256().unwrap(),
+            &vlek,
+            &amd.vlek_chain_pem(),
+            ReportFields::default(),
+        )
+        .unwrap();
+        #[derive(Debug)]
+        struct Snp(SnpDocumentIssuer);
+        impl Certifier for Snp {
+            fn certify<'a>(
+                &'a self,
+                spki: &'a [u8],
+                window: Window,
+            ) -> BoxFuture<'a, Result<(Variant, Vec<u8>), CertifierError>> {
+                Box::pin(async move {
+                    atls::server_evidence::certify(&self.0, spki, window, SystemTime::now())
+                        .map(|document| (Variant::AwsSevSnp, document))
+                        .map_err(|e| CertifierError::Refused(e.to_string()))
+                })
+            }
+        }
+        let certifier = Arc::new(Snp(machine));
+        let rotator = |collateral: StaticCollateral| {
+            Rotator::new(certifier.clone(), Variant::AwsSevSnp, Schedule::default())
+                .with_collateral(OwnCollateral {
+                    amd: Some(Arc::new(collateral)),
+                    intel: None,
+                })
+        };
+
+        // AMD's CRL is not at hand yet: the rotation fails as a certifier failure does, and the
+        // evidence is not served.
+        let mut waiting = rotator(StaticCollateral::new());
+        let error = waiting.certified(SystemTime::now()).await.unwrap_err();
+        assert!(matches!(error, RotationError::Collateral(_)), "{error}");
+        assert!(
+            attestation::audit::chain(&error).contains("no CRL for Milan"),
+            "{}",
+            attestation::audit::chain(&error)
+        );
+        let acceptor = Acceptor::new().unwrap();
+        let (step, wait) = waiting.step(&acceptor, SystemTime::now()).await;
+        assert_eq!((step, wait), (Step::Kept, Schedule::default().retry_min));
+        assert_eq!(acceptor.current().variant(), None);
+        assert_eq!(waiting.certified.get(), 0);
+
+        // With it, the certificate carries the evidence and AMD's CRL.
+        let now = std::time::UNIX_EPOCH.elapsed().unwrap().as_secs();
+        let crl = Crl::from_der(amd.crl(&[], now - 3600, now + 86_400).unwrap()).unwrap();
+        let mut ready = rotator(StaticCollateral::new().with_crl(Product::Milan, crl));
+        let (step, _) = ready.step(&acceptor, SystemTime::now()).await;
+        assert_eq!(step, Step::Certified);
+        let current = acceptor.current();
+        assert_eq!(current.variant(), Some(Variant::AwsSevSnp));
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(current.certificate().as_ref()).unwrap();
+        let carried = atls::server_collateral::find_collateral(&cert).unwrap();
+        match atls::server_collateral::ServerCollateral::decode(carried).unwrap() {
+            atls::server_collateral::ServerCollateral::Amd(amd) => {
+                assert!(amd.intermediate.is_none(), "the document carries the ASVK");
+                assert!(amd.signer.is_none(), "the document carries the VLEK");
+            }
+            other => panic!("expected AMD collateral, got {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -197,3 +197,21 @@ async fn the_proxy_asks_no_certifier_of_another_uid() {
         "{ready}"
     );
 }
+
+#[test]
+fn nodes_accept_the_services_collateral_as_stale_as_the_service_does_by_default() {
+    // A node's default allowance for the collateral in the certificate is the proxy's own, so a
+    // proxy that still verifies nodes with what it has is still verifiable by them.
+    let config = attest_proxy::Config::try_parse_from([
+        "attest-proxy",
+        "--upstream-uid",
+        "1",
+        "--attestation-config",
+        "/nonexistent",
+    ])
+    .unwrap();
+    assert_eq!(
+        config.collateral_max_stale,
+        node_client::service_policy::DEFAULT_COLLATERAL_MAX_STALE
+    );
+}

@@ -28,16 +28,21 @@ pub struct Config {
     /// service.
     #[arg(long, env = "CERTIFIER_PEER_UID")]
     pub peer_uid: u32,
-    /// The variant to attest as: qemu-vtpm (the TPM) or qemu-tdx (the TD's quote, through
-    /// configfs-tsm).
+    /// The variant to attest as: `qemu-vtpm` (the TPM alone), `aws-sev-snp` (the TPM, and an
+    /// SEV-SNP report vouching for its key) or `qemu-tdx` (the TD's quote alone, through
+    /// configfs-tsm), the documents join-client issues.
     #[arg(long, env = "CERTIFIER_VARIANT", default_value = "qemu-vtpm")]
     pub variant: Variant,
-    /// qemu-tdx: Linux's configfs-tsm report directory.
-    #[arg(long, env = "CERTIFIER_TSM_REPORT_DIR", default_value = tdx_issuer::DEFAULT_ROOT)]
-    pub tsm_report_dir: PathBuf,
     /// The TPM, as a TSS TCTI string.
     #[arg(long, env = "CERTIFIER_TCTI", default_value = "device:/dev/tpmrm0")]
     pub tcti: String,
+    /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory; for aws-sev-snp, when it
+    /// does not exist, the SEV guest device is used instead.
+    #[arg(long, env = "CERTIFIER_TSM_REPORT_DIR", default_value = snp_issuer::configfs::DEFAULT_ROOT)]
+    pub tsm_report_dir: PathBuf,
+    /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
+    #[arg(long, env = "CERTIFIER_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
+    pub sev_guest_device: PathBuf,
     /// The firmware event log to send with the quote.
     #[arg(long, env = "CERTIFIER_EVENT_LOG")]
     pub event_log: Option<PathBuf>,
@@ -68,7 +73,11 @@ mod tests {
         assert_eq!(c.variant, Variant::QemuVtpm);
         assert_eq!(
             c.tsm_report_dir,
-            PathBuf::from("/sys/kernel/config/tsm/report")
+            PathBuf::from(snp_issuer::configfs::DEFAULT_ROOT)
+        );
+        assert_eq!(
+            c.sev_guest_device,
+            PathBuf::from(snp_issuer::sev_guest::DEFAULT_DEVICE)
         );
         assert!(
             Config::try_parse_from(["certifier"]).is_err(),

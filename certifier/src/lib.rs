@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod device;
 pub mod service;
 
 use std::sync::Arc;

@@ -72,6 +72,7 @@ async fn serve(
         peer_uid,
         variant: issuer.variant(),
         tcti: String::new(),
+        sev_guest_device: std::path::PathBuf::new(),
         event_log: None,
         tsm_report_dir: dir.join("tsm/report"),
         grace_period: Duration::from_secs(1),
@@ -280,7 +281,9 @@ fn the_binary_refuses_to_start_without_its_device() {
     );
     let err = run("azure-sev-snp");
     assert!(
-        err.contains("issues qemu-vtpm and qemu-tdx documents only, not azure-sev-snp"),
+        err.contains(
+            "issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only, not azure-sev-snp"
+        ),
         "{err}"
     );
     assert!(!dir.path().join("certifier.sock").exists());

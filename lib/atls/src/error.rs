@@ -23,6 +23,9 @@ pub enum SetupError {
     /// The server key could not be certified.
     #[error("cannot certify the aTLS server key")]
     Certify(#[source] CertifyError),
+    /// The vendor collateral cannot go into the certificate (too large).
+    #[error("cannot attach the vendor collateral to the aTLS server certificate")]
+    Collateral(#[source] crate::server_collateral::CollateralFormatError),
 }
 
 /// A certifier refused or failed to certify a server key.
@@ -198,6 +201,23 @@ pub enum ServerVerifyError {
         /// The attestation extensions the certificate does carry, as dotted OIDs.
         present: Vec<String>,
     },
+    /// The certificate carries no vendor collateral, which a node needs to check SEV-SNP or
+    /// TDX evidence (it does not reach AMD or Intel itself).
+    #[error(
+        "server certificate carries no {vendor} collateral (extension {}) for its {variant} evidence, and the node fetches none itself",
+        crate::server_collateral::oid_string()
+    )]
+    MissingCollateral {
+        variant: Variant,
+        vendor: &'static str,
+    },
+    /// The collateral extension is malformed, too large, or another vendor's.
+    #[error("server certificate's collateral for its {variant} evidence is unusable")]
+    BadCollateral {
+        variant: Variant,
+        #[source]
+        source: crate::server_collateral::CollateralFormatError,
+    },
     /// The validator rejected the evidence (measurements, signatures, nonce, ...).
     #[error("server's {variant} evidence rejected")]
     Attestation {
@@ -226,6 +246,8 @@ impl ServerVerifyError {
             ServerVerifyError::NotValidNow { .. } => "server_evidence_expired",
             ServerVerifyError::WindowTooLong { .. } => "server_window_too_long",
             ServerVerifyError::MissingEvidence { .. } => "server_evidence_missing",
+            ServerVerifyError::MissingCollateral { .. } => "server_collateral_missing",
+            ServerVerifyError::BadCollateral { .. } => "server_collateral_malformed",
             ServerVerifyError::Attestation { source, .. } => attestation::audit::check_name(source),
             ServerVerifyError::VariantMismatch { .. } => "server_variant_mismatch",
             ServerVerifyError::UserDataMismatch => "server_key_mismatch",

@@ -80,15 +80,17 @@ pub(crate) fn self_signed(
     slack: Duration,
 ) -> Result<CertificateDer<'static>, rcgen::Error> {
     let now = OffsetDateTime::now_utc();
-    self_signed_for(key, attestation, now - slack, now + slack)
+    self_signed_for(key, attestation, None, now - slack, now + slack)
 }
 
 /// A self-signed `CN=Constellation` certificate for `key`, valid from `not_before` to
-/// `not_after`, with the attestation extension if one is given. X.509 times have whole seconds;
-/// callers that bind the window elsewhere must pass whole seconds.
+/// `not_after`, with the attestation extension if one is given, and the collateral extension
+/// ([`crate::server_collateral`]) if that is given. X.509 times have whole seconds; callers that
+/// bind the window elsewhere must pass whole seconds.
 pub(crate) fn self_signed_for(
     key: &KeyPair,
     attestation: Option<(Variant, Vec<u8>)>,
+    collateral: Option<Vec<u8>>,
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
 ) -> Result<CertificateDer<'static>, rcgen::Error> {
@@ -106,6 +108,14 @@ pub(crate) fn self_signed_for(
             .custom_extensions
             .push(CustomExtension::from_oid_content(variant.oid(), document));
     }
+    if let Some(collateral) = collateral {
+        params
+            .custom_extensions
+            .push(CustomExtension::from_oid_content(
+                crate::server_collateral::SERVER_COLLATERAL_OID,
+                collateral,
+            ));
+    }
     Ok(params.self_signed(key)?.der().clone())
 }
 
@@ -118,13 +128,14 @@ pub fn find_document<'a>(cert: &X509Certificate<'a>, variant: Variant) -> Option
         .map(|ext| ext.value)
 }
 
-/// The dotted OIDs of all attestation extensions (Constellation's arc) in `cert`, for telling
-/// an operator what a rejected node did present.
+/// The dotted OIDs of all attestation extensions (Constellation's arc, without the server
+/// collateral's) in `cert`, for telling an operator what a rejected node did present.
 pub fn attestation_oids(cert: &X509Certificate<'_>) -> Vec<String> {
+    let collateral = crate::server_collateral::oid_string();
     cert.extensions()
         .iter()
         .map(|ext| ext.oid.to_id_string())
-        .filter(|oid| oid.starts_with(CONSTELLATION_ARC))
+        .filter(|oid| oid.starts_with(CONSTELLATION_ARC) && *oid != collateral)
         .collect()
 }
 

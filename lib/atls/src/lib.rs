@@ -69,6 +69,7 @@ pub mod error;
 pub mod extension;
 pub mod nonce;
 mod server;
+pub mod server_collateral;
 pub mod server_evidence;
 mod signature;
 mod stream;

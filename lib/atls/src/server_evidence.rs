@@ -13,12 +13,16 @@
 //! The document sits in the certificate's extension of its variant's OID, as aTLS embeds every
 //! document, and the certificate is valid for exactly that window. [`certify`] is what a
 //! certifier runs (it computes both inputs itself and bounds the window); [`ServerKey`] is the
-//! server's side; [`verify_server_certificate`] the node's.
+//! server's side; [`verify_server_certificate`] the node's. SEV-SNP and TDX evidence needs the
+//! vendor's collateral, which the certificate carries beside it ([`crate::server_collateral`];
+//! [`ServerPolicy::amd`], [`ServerPolicy::intel`]).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use attestation::variants::sev_snp::SevSnpValidator;
+use attestation::variants::tdx::TdxValidator;
 use attestation::{Issuer, Validator, Variant, Verified};
 use rcgen::{KeyPair, PublicKeyData as _};
 use ring::digest;
@@ -26,12 +30,17 @@ use rustls::crypto::{CertificateIdentity, Credentials, Identity, SingleCredentia
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use subtle::ConstantTimeEq as _;
 use time::OffsetDateTime;
+use x509_parser::certificate::X509Certificate;
 
 use crate::der::split_spki;
 use crate::error::{CertifyError, ServerVerifyError, SetupError};
 use crate::extension::{self, attestation_oids, find_document, user_data_for_spki};
 use crate::provider;
 use crate::server::{SelfSignatureError, parse_der_certificate, self_signature};
+use crate::server_collateral::{
+    CertificateSnpCollateral, CertificateTdxCollateral, CollateralFormatError, ServerCollateral,
+    find_collateral,
+};
 
 /// Separates the server-evidence nonce from every other use of the attestation device: no
 /// other nonce starts from these bytes through SHA-256.
@@ -226,24 +235,38 @@ impl ServerKey {
         variant: Variant,
         document: Vec<u8>,
     ) -> Result<ServerCredential, SetupError> {
-        self.credential(Some((variant, document)))
+        self.credential(Some((variant, document)), None)
+    }
+
+    /// [`ServerKey::with_evidence`], with the vendor collateral a node needs to check the
+    /// document (SEV-SNP and TDX) in the certificate's collateral extension.
+    pub fn with_evidence_and_collateral(
+        self,
+        variant: Variant,
+        document: Vec<u8>,
+        collateral: &ServerCollateral,
+    ) -> Result<ServerCredential, SetupError> {
+        let collateral = collateral.encode().map_err(SetupError::Collateral)?;
+        self.credential(Some((variant, document)), Some(collateral))
     }
 
     /// Builds a credential without evidence: what a server without an attestation configuration
     /// (or whose certifier is unreachable) presents. Go nodes accept it; nodes with a service
     /// policy refuse it.
     pub fn unattested(self) -> Result<ServerCredential, SetupError> {
-        self.credential(None)
+        self.credential(None, None)
     }
 
     fn credential(
         self,
         attestation: Option<(Variant, Vec<u8>)>,
+        collateral: Option<Vec<u8>>,
     ) -> Result<ServerCredential, SetupError> {
         let variant = attestation.as_ref().map(|(variant, _)| *variant);
         let (not_before, not_after) = self.window.offset_date_times()?;
-        let certificate = extension::self_signed_for(&self.key, attestation, not_before, not_after)
-            .map_err(SetupError::Certificate)?;
+        let certificate =
+            extension::self_signed_for(&self.key, attestation, collateral, not_before, not_after)
+                .map_err(SetupError::Certificate)?;
         let signing_key = provider()
             .key_provider
             .load_private_key(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
@@ -298,47 +321,183 @@ impl ServerCredential {
     }
 }
 
-/// What a node requires of the server: evidence that `validator` accepts.
+/// What a node requires of the server: evidence that its validator accepts.
 #[derive(Clone)]
 pub struct ServerPolicy {
-    validator: Arc<dyn Validator>,
+    check: Check,
+}
+
+/// How the node gets the validator for one certificate.
+#[derive(Clone)]
+enum Check {
+    /// The same validator for every certificate (qemu-vtpm: nothing from a vendor is needed).
+    Fixed(Arc<dyn Validator>),
+    /// An SEV-SNP validator whose AMD collateral comes from the certificate.
+    Amd {
+        validator: Arc<SevSnpValidator>,
+        max_stale: Duration,
+    },
+    /// A TDX validator whose Intel collateral comes from the certificate.
+    Intel {
+        validator: Arc<TdxValidator>,
+        max_stale: Duration,
+    },
 }
 
 impl fmt::Debug for ServerPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServerPolicy")
-            .field("variant", &self.validator.variant())
-            .finish()
+        let mut out = f.debug_struct("ServerPolicy");
+        out.field("variant", &self.variant());
+        match &self.check {
+            Check::Fixed(_) => {}
+            Check::Amd { max_stale, .. } | Check::Intel { max_stale, .. } => {
+                out.field("collateral_max_stale", max_stale);
+            }
+        }
+        out.finish()
     }
 }
 
 impl ServerPolicy {
-    /// Requires server evidence that `validator` accepts.
+    /// Requires server evidence that `validator` accepts, with whatever collateral source it
+    /// was built with.
     pub fn new(validator: Arc<dyn Validator>) -> Self {
-        Self { validator }
+        Self {
+            check: Check::Fixed(validator),
+        }
+    }
+
+    /// Requires SEV-SNP server evidence that `validator` accepts with the AMD collateral the
+    /// server's certificate carries ([`crate::server_collateral`]), its CRL accepted at most
+    /// `max_stale` past its `nextUpdate`.
+    pub fn amd(validator: SevSnpValidator, max_stale: Duration) -> Self {
+        Self {
+            check: Check::Amd {
+                validator: Arc::new(validator),
+                max_stale,
+            },
+        }
+    }
+
+    /// Requires TDX server evidence that `validator` accepts with the Intel collateral the
+    /// server's certificate carries, accepted at most `max_stale` past its `nextUpdate`.
+    pub fn intel(validator: TdxValidator, max_stale: Duration) -> Self {
+        Self {
+            check: Check::Intel {
+                validator: Arc::new(validator),
+                max_stale,
+            },
+        }
     }
 
     /// The variant the server must attest with.
     pub fn variant(&self) -> Variant {
-        self.validator.variant()
+        match &self.check {
+            Check::Fixed(validator) => validator.variant(),
+            Check::Amd { validator, .. } => validator.variant(),
+            Check::Intel { validator, .. } => validator.variant(),
+        }
     }
 
-    /// See [`verify_server_certificate`].
+    /// See [`verify_server_certificate`]; for SEV-SNP and TDX, the validator takes its vendor
+    /// collateral from the certificate, which must carry it.
     pub fn verify(&self, der: &[u8], now: SystemTime) -> Result<Verified, ServerVerifyError> {
-        verify_server_certificate(der, self.validator.as_ref(), now)
+        let variant = self.variant();
+        verify_certificate(der, variant, now, &|cert| match &self.check {
+            Check::Fixed(validator) => Ok(Chosen::Borrowed(validator.as_ref())),
+            Check::Amd {
+                validator,
+                max_stale,
+            } => match certificate_collateral(cert, variant, "AMD")? {
+                ServerCollateral::Amd(collateral) => {
+                    let source = CertificateSnpCollateral::new(collateral, *max_stale);
+                    Ok(Chosen::Built(Box::new(
+                        SevSnpValidator::clone(validator).with_collateral(Arc::new(source)),
+                    )))
+                }
+                ServerCollateral::Intel(_) => Err(wrong_vendor(variant, "Intel")),
+            },
+            Check::Intel {
+                validator,
+                max_stale,
+            } => match certificate_collateral(cert, variant, "Intel")? {
+                ServerCollateral::Intel(collateral) => {
+                    let source = CertificateTdxCollateral::new(collateral, *max_stale);
+                    Ok(Chosen::Built(Box::new(
+                        TdxValidator::clone(validator).with_collateral(Arc::new(source)),
+                    )))
+                }
+                ServerCollateral::Amd(_) => Err(wrong_vendor(variant, "AMD")),
+            },
+        })
+    }
+}
+
+/// The collateral extension of `cert`, decoded; its absence is a refusal of its own.
+fn certificate_collateral(
+    cert: &X509Certificate<'_>,
+    variant: Variant,
+    vendor: &'static str,
+) -> Result<ServerCollateral, ServerVerifyError> {
+    let bytes =
+        find_collateral(cert).ok_or(ServerVerifyError::MissingCollateral { variant, vendor })?;
+    ServerCollateral::decode(bytes)
+        .map_err(|source| ServerVerifyError::BadCollateral { variant, source })
+}
+
+fn wrong_vendor(variant: Variant, carried: &str) -> ServerVerifyError {
+    ServerVerifyError::BadCollateral {
+        variant,
+        source: CollateralFormatError(format!(
+            "it holds {carried} collateral, which cannot vouch for {variant} evidence"
+        )),
     }
 }
 
 /// The node's check of a server certificate, in order: it parses (within
 /// [`MAX_CLIENT_CERTIFICATE_SIZE`](crate::MAX_CLIENT_CERTIFICATE_SIZE), the same bound as a
 /// client's); its self-signature verifies; it carries an extension of `validator`'s variant;
-/// `now` lies in its window; the window is no longer than [`MAX_SERVER_WINDOW`]; the validator accepts
-/// that document for the nonce of the certificate's key and window; and the document's user data
-/// is SHA-256 of the certificate's key. TLS itself proves the server holds that key.
+/// `now` lies in its window; the window is no longer than [`MAX_SERVER_WINDOW`]; (for
+/// [`ServerPolicy::amd`] and [`ServerPolicy::intel`]: it carries that vendor's collateral, which
+/// becomes the validator's source;) the validator accepts that document for the nonce of the
+/// certificate's key and window; and the document's user data is SHA-256 of the certificate's
+/// key. TLS itself proves the server holds that key.
 pub fn verify_server_certificate(
     der: &[u8],
     validator: &dyn Validator,
     now: SystemTime,
+) -> Result<Verified, ServerVerifyError> {
+    verify_certificate(der, validator.variant(), now, &|_| {
+        Ok(Chosen::Borrowed(validator))
+    })
+}
+
+/// The validator for one certificate: the node's own, or one built over the collateral the
+/// certificate carries.
+enum Chosen<'v> {
+    Borrowed(&'v dyn Validator),
+    Built(Box<dyn Validator>),
+}
+
+impl Chosen<'_> {
+    fn get(&self) -> &dyn Validator {
+        match self {
+            Chosen::Borrowed(validator) => *validator,
+            Chosen::Built(validator) => validator.as_ref(),
+        }
+    }
+}
+
+type ValidatorFor<'a, 'v> =
+    dyn Fn(&X509Certificate<'_>) -> Result<Chosen<'v>, ServerVerifyError> + 'a;
+
+/// [`verify_server_certificate`] with the validator chosen once the certificate's window is
+/// checked, so a certificate is judged on its evidence only when it is current.
+fn verify_certificate(
+    der: &[u8],
+    variant: Variant,
+    now: SystemTime,
+    validator_for: &ValidatorFor<'_, '_>,
 ) -> Result<Verified, ServerVerifyError> {
     if der.len() > crate::MAX_CLIENT_CERTIFICATE_SIZE {
         return Err(ServerVerifyError::CertificateTooLarge {
@@ -356,7 +515,6 @@ pub fn verify_server_certificate(
 
     // A certificate without evidence is the common refusal (an unattested service, an
     // impostor); say that before anything about its dates.
-    let variant = validator.variant();
     let document =
         find_document(&cert, variant).ok_or_else(|| ServerVerifyError::MissingEvidence {
             expected: variant,
@@ -376,8 +534,10 @@ pub fn verify_server_certificate(
         });
     }
 
+    let validator = validator_for(&cert)?;
     let spki = cert.tbs_certificate.subject_pki.raw;
     let verified = validator
+        .get()
         .validate(document, &server_evidence_nonce(spki, window))
         .map_err(|source| ServerVerifyError::Attestation { variant, source })?;
     if verified.variant != variant {

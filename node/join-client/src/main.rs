@@ -62,10 +62,15 @@ struct Common {
     /// is not verified, as with a Constellation node, and join-client says so.
     #[arg(long, env = "JOIN_CLIENT_SERVICE_POLICY")]
     service_policy: Option<PathBuf>,
-    /// The attestation variant of the control-plane node the service runs on (qemu-vtpm only,
-    /// for now).
+    /// The attestation variant of the control-plane node the service runs on: qemu-vtpm,
+    /// aws-sev-snp, azure-sev-snp, qemu-tdx or azure-tdx.
     #[arg(long, env = "JOIN_CLIENT_SERVICE_VARIANT", default_value = "qemu-vtpm")]
     service_variant: Variant,
+    /// SEV-SNP and TDX services: how long past its nextUpdate the AMD or Intel collateral in the
+    /// service's certificate is still accepted (the service serves what it has while the vendor
+    /// is unreachable). The default is attest-proxy's `--collateral-max-stale` default.
+    #[arg(long, env = "JOIN_CLIENT_SERVICE_COLLATERAL_MAX_STALE", default_value = "24h", value_parser = humantime::parse_duration)]
+    service_collateral_max_stale: Duration,
     /// The state disk's UUID.
     #[arg(long, env = "JOIN_CLIENT_DISK_UUID")]
     disk_uuid: String,
@@ -135,7 +140,13 @@ fn client(common: &Common) -> anyhow::Result<Client> {
     let service_policy = common
         .service_policy
         .as_deref()
-        .map(|path| node_client::ServicePolicy::load(common.service_variant, path))
+        .map(|path| {
+            node_client::ServicePolicy::load_allowing_stale(
+                common.service_variant,
+                path,
+                common.service_collateral_max_stale,
+            )
+        })
         .transpose()?;
     let issuer = issuer(common)?;
     let client = Client::new(common.endpoint, issuer, common.timeout)?;
@@ -176,7 +187,7 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
         let source =
             snp_issuer::open_kernel_source(&common.tsm_report_dir, &common.sev_guest_device)
                 .context("opening the SEV-SNP report interface")?;
-        Arc::new(node_client::snp::AwsSnpIssuer::new(tpm, source)?)
+        Arc::new(tpm_issuer::aws_sev_snp::AwsSnpIssuer::new(tpm, source)?)
     } else {
         Arc::new(tpm)
     })
@@ -356,12 +367,35 @@ mod tests {
         assert!(err.contains("cannot read the service policy"), "{err}");
 
         let mut hardware = common("qemu-vtpm");
-        hardware.service_policy = Some(bad);
+        hardware.service_policy = Some(bad.clone());
         hardware.service_variant = Variant::AwsSevSnp;
         let err = format!("{:#}", client(&hardware).unwrap_err());
         assert!(
-            err.contains("verifies qemu-vtpm services only, not aws-sev-snp"),
+            err.contains("is not a valid aws-sev-snp attestation config"),
             "{err}"
+        );
+
+        let mut gcp = common("qemu-vtpm");
+        gcp.service_policy = Some(bad.clone());
+        gcp.service_variant = Variant::GcpSevSnp;
+        let err = format!("{:#}", client(&gcp).unwrap_err());
+        assert!(
+            err.contains("cannot verify a gcp-sev-snp service: its attestation key is vouched for by the GCE API"),
+            "{err}"
+        );
+
+        let mut nitro = common("qemu-vtpm");
+        nitro.service_policy = Some(bad);
+        nitro.service_variant = Variant::AwsNitroTpm;
+        let err = format!("{:#}", client(&nitro).unwrap_err());
+        assert!(err.contains("services, not aws-nitro-tpm"), "{err}");
+    }
+
+    #[test]
+    fn the_service_collateral_staleness_defaults_to_the_services_own() {
+        assert_eq!(
+            common("qemu-vtpm").service_collateral_max_stale,
+            node_client::service_policy::DEFAULT_COLLATERAL_MAX_STALE
         );
     }
 

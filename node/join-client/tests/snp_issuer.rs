@@ -10,13 +10,13 @@ use std::sync::Arc;
 use attestation::snp::{Crl, Product, StaticCollateral, Tcb};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Issuer, Validator, Variant};
-use node_client::snp::AwsSnpIssuer;
 use snp_issuer::certtable::{CertTable, Guid};
 use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{ReportFields, SimulatedAmd};
 use soft_issuer::tsm::FakeConfigfsTsm;
 use testsupport::harness::extended_once;
 use testsupport::swtpm::Swtpm;
+use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
 
 const TCB: Tcb = Tcb {
     fmc: None,

@@ -6,8 +6,10 @@
 //! the verifier's nonce and the caller's user data, and writes the document exactly as
 //! Constellation's Go issuer does (the wire types come from [`attestation::vtpm::document`], which
 //! the validator uses too). The SNP variants' documents are the same with an InstanceInfo in
-//! them ([`TpmIssuer::issue_document_with_instance_info`]), which `join-client` gets from
-//! `snp-issuer`.
+//! them ([`TpmIssuer::issue_document_with_instance_info`]); [`aws_sev_snp`] makes aws-sev-snp
+//! documents with a report from `snp-issuer`.
+
+pub mod aws_sev_snp;
 
 use std::path::PathBuf;
 use std::str::FromStr;

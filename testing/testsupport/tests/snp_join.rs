@@ -14,7 +14,6 @@ use attestation::snp::{Product, Tcb};
 use attestation::{Issuer, Variant};
 use gce_standin::{Fault as GceFault, GceStandin};
 use kds_standin::{Fault, KdsStandin};
-use node_client::snp::AwsSnpIssuer;
 use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{
     GcpReportData, ReportFields, SimulatedAmd, SimulatedSigner, SnpDocumentIssuer,
@@ -25,6 +24,7 @@ use testsupport::harness::{
     BOOT_MEASUREMENTS, GceEndpoints, Options, System, extended_once, join_request, refusal,
 };
 use tonic::Code;
+use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
 
 const DISK: &str = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a";
 const MIN: Tcb = Tcb {

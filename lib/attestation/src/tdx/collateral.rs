@@ -123,7 +123,7 @@ struct Dated {
 
 /// dcap-qvl's collateral JSON (`tcb_info` and `qe_identity` the exact signed strings,
 /// signatures and CRLs hex).
-#[derive(Deserialize)]
+#[derive(Deserialize, serde::Serialize)]
 struct DcapJson {
     pck_crl_issuer_chain: String,
     root_ca_crl: String,
@@ -334,6 +334,25 @@ impl Collateral {
     /// refreshed.
     pub fn next_update(&self) -> i64 {
         self.next_update
+    }
+
+    /// dcap-qvl's collateral JSON for this collateral, which [`Collateral::from_dcap_json`]
+    /// reads back: every item exactly as Intel signed it.
+    pub fn to_dcap_json(&self) -> Vec<u8> {
+        let dcap = &self.dcap;
+        let json = DcapJson {
+            pck_crl_issuer_chain: dcap.pck_crl_issuer_chain.clone(),
+            root_ca_crl: hex::encode(&dcap.root_ca_crl),
+            pck_crl: hex::encode(&dcap.pck_crl),
+            tcb_info_issuer_chain: dcap.tcb_info_issuer_chain.clone(),
+            tcb_info: dcap.tcb_info.clone(),
+            tcb_info_signature: hex::encode(&dcap.tcb_info_signature),
+            qe_identity_issuer_chain: dcap.qe_identity_issuer_chain.clone(),
+            qe_identity: dcap.qe_identity.clone(),
+            qe_identity_signature: hex::encode(&dcap.qe_identity_signature),
+        };
+        // Strings and hex only: serializing cannot fail.
+        serde_json::to_vec(&json).unwrap_or_default()
     }
 
     /// The TCB info as Intel signed it.

@@ -20,8 +20,8 @@ use crate::policy::Policy;
 use crate::snp::gce::{self, GceIdentity, GceKeyError, InstanceRef};
 use crate::snp::instance_info::check_azure_binding;
 use crate::snp::{
-    Cert, InstanceInfo, Product, SigningKey, SnpCollateral, SnpConfig, SnpError, VerifiedReport,
-    verify_report,
+    Cert, Crl, InstanceInfo, Product, SigningKey, SnpCollateral, SnpConfig, SnpError,
+    VerifiedReport, verify_report,
 };
 use crate::tpm;
 use crate::vtpm::{compare_pcrs, make_extra_data, verify_document};
@@ -142,38 +142,8 @@ impl SevSnpValidator {
             .into());
         }
         let product = product_of(info)?;
-        let intermediate = match &info.intermediate {
-            Some(cert) => cert.clone(),
-            None => self
-                .collateral
-                .intermediate(product, key)
-                .map_err(|e| Error::CollateralUnavailable(e.to_string()))?,
-        };
-        let signer = match (&info.signer, key) {
-            (Some(cert), _) => cert.clone(),
-            (None, SigningKey::Vlek) => {
-                return Err(SnpError::InstanceInfo(
-                    "the report is VLEK-signed but the document carries no VLEK (AMD serves none)"
-                        .to_owned(),
-                )
-                .into());
-            }
-            (None, SigningKey::Vcek) => {
-                if report.chip_id_masked() {
-                    return Err(SnpError::InstanceInfo(
-                        "the report masks its CHIP_ID and the document carries no VCEK".to_owned(),
-                    )
-                    .into());
-                }
-                let hw_id = match product {
-                    Product::Turin => &report.chip_id()[..8],
-                    Product::Milan | Product::Genoa => &report.chip_id()[..],
-                };
-                self.collateral
-                    .vcek(product, hw_id, &report.reported_tcb(product))
-                    .map_err(|e| Error::CollateralUnavailable(e.to_string()))?
-            }
-        };
+        let intermediate = intermediate_of(info, product, self.collateral.as_ref())?;
+        let signer = signer_of(info, product, self.collateral.as_ref())?;
         let ark = self.snp.trust.ark_for(product).ok_or_else(|| {
             SnpError::UntrustedRoot(format!(
                 "none configured for {product} (amdRootKey names another product)"
@@ -195,6 +165,105 @@ impl SevSnpValidator {
         let warnings = self.snp.check(&verified)?;
         Ok((verified, warnings))
     }
+}
+
+/// The ASK or ASVK of `info`'s report: the node's, else the source's.
+fn intermediate_of(
+    info: &InstanceInfo,
+    product: Product,
+    collateral: &dyn SnpCollateral,
+) -> Result<Cert, Error> {
+    match &info.intermediate {
+        Some(cert) => Ok(cert.clone()),
+        None => collateral
+            .intermediate(product, info.report.signing_key())
+            .map_err(|e| Error::CollateralUnavailable(e.to_string())),
+    }
+}
+
+/// The VCEK or VLEK of `info`'s report: the node's, else (a VCEK) the source's.
+fn signer_of(
+    info: &InstanceInfo,
+    product: Product,
+    collateral: &dyn SnpCollateral,
+) -> Result<Cert, Error> {
+    let report = &info.report;
+    match (&info.signer, report.signing_key()) {
+        (Some(cert), _) => Ok(cert.clone()),
+        (None, SigningKey::Vlek) => Err(SnpError::InstanceInfo(
+            "the report is VLEK-signed but the document carries no VLEK (AMD serves none)"
+                .to_owned(),
+        )
+        .into()),
+        (None, SigningKey::Vcek) => {
+            if report.chip_id_masked() {
+                return Err(SnpError::InstanceInfo(
+                    "the report masks its CHIP_ID and the document carries no VCEK".to_owned(),
+                )
+                .into());
+            }
+            let hw_id = match product {
+                Product::Turin => &report.chip_id()[..8],
+                Product::Milan | Product::Genoa => &report.chip_id()[..],
+            };
+            collateral
+                .vcek(product, hw_id, &report.reported_tcb(product))
+                .map_err(|e| Error::CollateralUnavailable(e.to_string()))
+        }
+    }
+}
+
+/// The AMD collateral a verifier needs beside an SNP document: the product's CRL, and the
+/// intermediate and signer when the document lacks them.
+#[derive(Clone, Debug)]
+pub struct DocumentCollateral {
+    pub crl: Crl,
+    /// The ASK or ASVK, `None` when the document carries it.
+    pub intermediate: Option<Cert>,
+    /// The VCEK, `None` when the document carries its signer.
+    pub signer: Option<Cert>,
+}
+
+/// Takes from `collateral` what a verifier of `document` (a vTPM document with SNP
+/// InstanceInfo, any SNP variant) will ask it for. Nothing is verified here: the service uses it
+/// to hand nodes the collateral for its own document, and nodes verify it with the document.
+pub fn collateral_for_document(
+    document: &[u8],
+    collateral: &dyn SnpCollateral,
+) -> Result<DocumentCollateral, Error> {
+    if document.len() > crate::vtpm::MAX_DOCUMENT_SIZE {
+        return Err(Error::TooLarge {
+            size: document.len(),
+            limit: crate::vtpm::MAX_DOCUMENT_SIZE,
+        });
+    }
+    let doc: crate::vtpm::document::AttestationDocument =
+        serde_json::from_slice(document).map_err(Error::Json)?;
+    let info = doc
+        .instance_info
+        .as_deref()
+        .filter(|i| !i.is_empty())
+        .ok_or(Error::Missing(
+            "the document has no InstanceInfo (SNP evidence)",
+        ))?;
+    let info = InstanceInfo::parse(info)?;
+    let product = product_of(&info)?;
+    let intermediate = match info.intermediate {
+        Some(_) => None,
+        None => Some(intermediate_of(&info, product, collateral)?),
+    };
+    let signer = match info.signer {
+        Some(_) => None,
+        None => Some(signer_of(&info, product, collateral)?),
+    };
+    let crl = collateral
+        .crl(product)
+        .map_err(|e| Error::CollateralUnavailable(e.to_string()))?;
+    Ok(DocumentCollateral {
+        crl,
+        intermediate,
+        signer,
+    })
 }
 
 /// The product a report is for: its CPUID (versions 3 and later), else the intermediate the

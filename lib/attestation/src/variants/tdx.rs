@@ -100,6 +100,45 @@ pub fn parse_azure_instance_info(info: &[u8]) -> Result<(TdQuote, Vec<u8>), Erro
     Ok((TdQuote::parse(&info.attestation_report)?, info.runtime_data))
 }
 
+/// The TD quote of a `kind` document, parsed, not verified.
+fn quote_of_document(kind: TdxKind, document: &[u8]) -> Result<TdQuote, Error> {
+    match kind {
+        TdxKind::Qemu => Ok(parse_qemu_document(document)?.0),
+        TdxKind::Azure => {
+            if document.len() > crate::vtpm::MAX_DOCUMENT_SIZE {
+                return Err(Error::TooLarge {
+                    size: document.len(),
+                    limit: crate::vtpm::MAX_DOCUMENT_SIZE,
+                });
+            }
+            let doc: crate::vtpm::document::AttestationDocument =
+                serde_json::from_slice(document).map_err(Error::Json)?;
+            let info = doc
+                .instance_info
+                .as_deref()
+                .filter(|i| !i.is_empty())
+                .ok_or(Error::Missing(
+                    "the document has no InstanceInfo (TDX evidence)",
+                ))?;
+            Ok(parse_azure_instance_info(info)?.0)
+        }
+    }
+}
+
+/// Takes from `collateral` what a verifier of `document` will ask it for: Intel's collateral
+/// for the quote's FMSPC and PCK CA. Nothing is verified here: the service uses it to hand
+/// nodes the collateral for its own document, and nodes verify it with the document.
+pub fn collateral_for_document(
+    kind: TdxKind,
+    document: &[u8],
+    collateral: &dyn TdxCollateral,
+) -> Result<Arc<crate::tdx::Collateral>, Error> {
+    let quote = quote_of_document(kind, document)?;
+    collateral
+        .collateral(quote.fmspc(), quote.pck_ca())
+        .map_err(|e| Error::CollateralUnavailable(e.to_string()))
+}
+
 /// Validates the documents of a TDX variant.
 #[derive(Clone)]
 pub struct TdxValidator {

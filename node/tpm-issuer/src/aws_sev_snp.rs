@@ -1,6 +1,7 @@
-//! aws-sev-snp documents: the vTPM document of `tpm-issuer` with, as its InstanceInfo, an SNP
+//! aws-sev-snp documents: the vTPM document of [`TpmIssuer`] with, as its InstanceInfo, an SNP
 //! report from `snp-issuer` that binds the vTPM's attestation key, as Constellation's AWS issuer
-//! builds them.
+//! builds them. `join-client` issues them for a node and the `certifier` for the service's own
+//! evidence.
 //!
 //! The binding: REPORT_DATA = SHA-512 of the AK's DER SubjectPublicKeyInfo. The AK is a primary
 //! key, the same for the TPM's lifetime, so its SPKI is computed once; the report is fetched
@@ -9,7 +10,8 @@
 
 use attestation::{IssueError, Issuer, Variant};
 use snp_issuer::{InstanceInfoError, ReportSource, aws_instance_info};
-use tpm_issuer::{TpmIssuer, TpmIssuerError};
+
+use crate::{TpmIssuer, TpmIssuerError};
 
 /// Why an aws-sev-snp document could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,239 @@
+//! End to end, the service attests itself on (simulated) SEV-SNP: the certifier issues
+//! aws-sev-snp documents from the control-plane node's swtpm and a simulated configfs-tsm,
+//! attest-proxy puts AMD's collateral for them (from the KDS stand-in, through its cache) into
+//! its certificate, and a node with an aws-sev-snp service policy, which reaches no KDS, joins
+//! through all the real processes; a node whose service policy expects other measurements
+//! refuses the service by name before sending its request.
+//!
+//! The certifier runs in this process (`certifier::run`, the binary's own code), since the
+//! simulated configfs-tsm is the kernel's side of file operations made through it and cannot be
+//! reached from another process; everything else runs as its own process, under the pod's uids
+//! when run as root. `--variant aws-sev-snp` opening the real devices is `certifier::device`'s.
+
+// Helpers outside #[test] functions unwrap too; a panic is the failure report here.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use attestation::Variant;
+use attestation::snp::Product;
+use clap::Parser as _;
+use node_client::{ClientError, ServicePolicy};
+use snp_issuer::configfs::ConfigfsTsm;
+use soft_issuer::snp::{ReportFields, SimulatedAmd};
+use soft_issuer::tsm::FakeConfigfsTsm;
+use testsupport::harness::{BOOT_MEASUREMENTS, Options, System, Uids, join_request, own_uid};
+use testsupport::snp::{SnpSite, TCB, attestation_config};
+use testsupport::swtpm::Swtpm;
+use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
+
+const DISK: &str = "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9";
+
+/// The running service and what keeps its certifier alive.
+struct Attested {
+    system: System,
+    site: SnpSite,
+    guest: Arc<FakeConfigfsTsm>,
+    certifier: (plumbing::shutdown::Trigger, tokio::task::JoinHandle<()>),
+    _control_plane: Swtpm,
+    dir: tempfile::TempDir,
+}
+
+/// The control-plane node's swtpm, with the harness's boot chain measured.
+fn control_plane_tpm() -> Swtpm {
+    let tpm = Swtpm::start().unwrap();
+    for (index, byte) in BOOT_MEASUREMENTS {
+        tpm.extend_pcr(index, &[byte; 32]).unwrap();
+    }
+    tpm
+}
+
+async fn start_certifier(
+    socket: &Path,
+    proxy_uid: u32,
+    tpm: &Swtpm,
+    guest: Arc<FakeConfigfsTsm>,
+) -> (plumbing::shutdown::Trigger, tokio::task::JoinHandle<()>) {
+    let config = certifier::Config::try_parse_from([
+        "certifier",
+        "--peer-uid",
+        &proxy_uid.to_string(),
+        "--socket",
+        socket.to_str().unwrap(),
+        // The directory is the test's; the peer uid check is the fence.
+        "--socket-mode",
+        "666",
+        "--variant",
+        "aws-sev-snp",
+        "--tcti",
+        &tpm.tcti(),
+    ])
+    .unwrap();
+    let tpm = tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(&config.tcti)).unwrap();
+    let source = ConfigfsTsm::with_fs(guest.clone(), guest.root().to_owned());
+    let issuer = AwsSnpIssuer::new(tpm, Box::new(source)).unwrap();
+    let (trigger, shutdown) = plumbing::shutdown::channel();
+    let task = tokio::spawn(async move {
+        certifier::run(config, Arc::new(issuer), shutdown)
+            .await
+            .unwrap();
+    });
+    for _ in 0..250 {
+        if socket.exists() {
+            return (trigger, task);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the certifier did not bind {}", socket.display());
+}
+
+async fn start() -> Attested {
+    let own = own_uid().unwrap();
+    let proxy_uid = if own == 0 { Uids::POD.proxy } else { own };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let amd = Arc::new(SimulatedAmd::new(Product::Milan).unwrap());
+    let site = SnpSite::start(
+        amd.clone(),
+        &dir.path().join("site"),
+        Duration::from_secs(7 * 86_400),
+        (own == 0).then_some(proxy_uid),
+    )
+    .await
+    .unwrap();
+
+    let control_plane = control_plane_tpm();
+    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let guest = Arc::new(FakeConfigfsTsm::aws(&amd, vlek, ReportFields::default()).unwrap());
+    let socket_dir = dir.path().join("certifier");
+    std::fs::create_dir(&socket_dir).unwrap();
+    std::fs::set_permissions(&socket_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = socket_dir.join("certifier.sock");
+    let certifier = start_certifier(&socket, proxy_uid, &control_plane, guest.clone()).await;
+
+    let mut proxy_args = site.proxy_args(Duration::from_secs(3));
+    proxy_args.extend([
+        "--certifier-uid".to_owned(),
+        own.to_string(),
+        "--certifier-socket".to_owned(),
+        socket.display().to_string(),
+    ]);
+    let system = System::start(Options {
+        variant: Some(Variant::AwsSevSnp),
+        attestation_config: Some(site.attestation_config_path()),
+        proxy_args,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    Attested {
+        system,
+        site,
+        guest,
+        certifier,
+        _control_plane: control_plane,
+        dir,
+    }
+}
+
+impl Attested {
+    /// Stops the certifier before its swtpm goes away, so it closes the TPM cleanly.
+    async fn stop(self) {
+        let (trigger, task) = self.certifier;
+        drop(trigger);
+        task.await.unwrap();
+    }
+
+    /// A node on the system's swtpm and a simulated AWS guest of the same AMD, as
+    /// `join-client --variant aws-sev-snp` builds it.
+    fn node(&self) -> (Arc<AwsSnpIssuer>, Arc<FakeConfigfsTsm>) {
+        let vlek = self.site.amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+        let guest =
+            Arc::new(FakeConfigfsTsm::aws(&self.site.amd, vlek, ReportFields::default()).unwrap());
+        let tpm = tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(
+            self.system.swtpm.tcti(),
+        ))
+        .unwrap();
+        let source = ConfigfsTsm::with_fs(guest.clone(), guest.root().to_owned());
+        (
+            Arc::new(AwsSnpIssuer::new(tpm, Box::new(source)).unwrap()),
+            guest,
+        )
+    }
+
+    /// A service policy file for the control plane: `config` as the node keeps it.
+    fn service_policy(&self, config: &str) -> ServicePolicy {
+        let path = self.dir.path().join("servicePolicy");
+        std::fs::write(&path, config).unwrap();
+        ServicePolicy::load(Variant::AwsSevSnp, &path).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_an_snp_service_policy_joins_a_service_attesting_on_snp() {
+    let attested = start().await;
+    let system = &attested.system;
+    // The control plane booted what the nodes did, on the same (simulated) AMD.
+    let policy = attested.service_policy(&attestation_config(&attested.site.amd));
+    let (issuer, node_guest) = attested.node();
+    let client = system.client(issuer).unwrap().with_service_policy(policy);
+    let ticket = client
+        .join(join_request("worker-snp-1", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+    assert_eq!(ticket.state_disk_key.len(), 32);
+    let rejoined = client.rejoin(DISK).await.unwrap();
+    assert_eq!(rejoined.state_disk_key, ticket.state_disk_key);
+
+    // The service's evidence came from the control plane's guest, once per key (not per
+    // connection); the node's from its own.
+    assert_eq!(attested.guest.reports_made(), 1, "{}", system.logs());
+    assert_eq!(node_guest.reports_made(), 2);
+    let logs = system.logs();
+    assert!(logs.contains("server key certified"), "{logs}");
+    // AMD's CRL reached the node through the certificate: the KDS served it to attest-proxy
+    // only, and no more often than attest-proxy itself needed it.
+    assert!(
+        attested
+            .site
+            .kds
+            .paths()
+            .iter()
+            .any(|path| path.contains("/crl")),
+        "{logs}"
+    );
+    drop(client);
+    attested.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_refuses_an_snp_service_with_other_measurements_before_sending_its_request() {
+    let attested = start().await;
+    let system = &attested.system;
+    let mut config: serde_json::Value =
+        serde_json::from_str(&attestation_config(&attested.site.amd)).unwrap();
+    config["measurements"]["4"]["expected"] = serde_json::json!("45".repeat(32));
+    let policy = attested.service_policy(&config.to_string());
+    let (issuer, _guest) = attested.node();
+    let client = system.client(issuer).unwrap().with_service_policy(policy);
+    let decision = match client
+        .join(join_request("worker-snp-2", DISK).unwrap())
+        .await
+    {
+        Err(ClientError::ServerRefused { decision, .. }) => *decision,
+        other => panic!(
+            "expected a server refusal, got {other:?}\n{}",
+            system.logs()
+        ),
+    };
+    assert_eq!(decision.check.as_deref(), Some("measurements"));
+    assert!(
+        system.kube.secrets("kube-system").is_empty(),
+        "a refused service must not have received the join"
+    );
+    drop(client);
+    attested.stop().await;
+}
