@@ -1,4 +1,4 @@
-//! The benchmark: three setups on this machine, side by side, at several concurrencies.
+//! The benchmark: its setups on this machine, side by side, at several concurrencies.
 //!
 //! - **A, the floor**: plain mutual TLS (ECDSA P-256 client certificates signed by a CA, the
 //!   server's self-signed P-256 certificate as attest-proxy's) and one unary `join.API` call to
@@ -8,6 +8,15 @@
 //! - **C**: full joins through the whole system (`local-cluster`: attest-proxy, join-core,
 //!   token-issuer, the key service as processes, the Kubernetes API stand-in inside
 //!   local-cluster's own process).
+//! - **C-mutual**: C with mutual attestation (qemu-vtpm only). `local-cluster --attested-service`
+//!   also runs the certifier on a control-plane swtpm, which certifies attest-proxy's server key
+//!   at start (and hourly), and every node checks that key's evidence with the service policy
+//!   local-cluster wrote, through the real qemu-vtpm validator inside its handshake, as
+//!   `join-client --service-policy` does. The service does no more per join than in C (its
+//!   certificate is larger, the evidence is per key, not per connection); the nodes do one more
+//!   document verification each. The load generator's CPU, where that verification runs, is
+//!   reported apart, and C-mutual is started right after qemu-vtpm's C so their steps run
+//!   seconds apart.
 //!
 //! B and C run for each attestation variant asked for: qemu-vtpm (soft-issuer documents), and
 //! aws-sev-snp, azure-sev-snp and gcp-sev-snp on simulated AMD hardware (`testsupport::snp`),
@@ -1225,10 +1234,17 @@ mod tests {
     use crate::procstat::{Memory, Sample};
     use crate::report::{Outcome, ProcessReadings};
 
-    fn report(concurrency: usize, joins: usize, proxy_ticks: u64, other_ticks: u64) -> Report {
+    /// A one-second step of `joins`, the slowest tenth taking `slowest_ms` (so p99 is that) and
+    /// the rest 2 ms, with each of `processes` (name, server-side, CPU ticks) watched.
+    fn timed_step(
+        concurrency: usize,
+        joins: usize,
+        slowest_ms: u64,
+        processes: &[(&str, bool, u64)],
+    ) -> Report {
         let outcomes: Vec<Outcome> = (0..joins)
-            .map(|_| Outcome {
-                latency: Duration::from_millis(2),
+            .map(|i| Outcome {
+                latency: Duration::from_millis(if i < joins / 10 { slowest_ms } else { 2 }),
                 result: Ok(()),
                 retried: vec![],
             })
@@ -1238,20 +1254,17 @@ mod tests {
             memory: Memory::default(),
         };
         let readings = ProcessReadings {
-            watched: vec![
-                Watched {
-                    name: "attest-proxy".into(),
-                    pid: 1,
-                    server_side: true,
-                },
-                Watched {
-                    name: "other".into(),
-                    pid: 2,
-                    server_side: true,
-                },
-            ],
-            before: vec![sample(0), sample(0)],
-            after: vec![sample(proxy_ticks), sample(other_ticks)],
+            watched: processes
+                .iter()
+                .zip(1..)
+                .map(|(&(name, server_side, _), pid)| Watched {
+                    name: name.into(),
+                    pid,
+                    server_side,
+                })
+                .collect(),
+            before: processes.iter().map(|_| sample(0)).collect(),
+            after: processes.iter().map(|&(_, _, t)| sample(t)).collect(),
             ticks_per_second: 100,
         };
         Report::new(
@@ -1261,6 +1274,18 @@ mod tests {
             Duration::from_secs(1),
             &outcomes,
             &readings,
+        )
+    }
+
+    fn report(concurrency: usize, joins: usize, proxy_ticks: u64, other_ticks: u64) -> Report {
+        timed_step(
+            concurrency,
+            joins,
+            2,
+            &[
+                ("attest-proxy", true, proxy_ticks),
+                ("other", true, other_ticks),
+            ],
         )
     }
 
@@ -1274,53 +1299,6 @@ mod tests {
             server_processes: vec![],
             steps,
         }
-    }
-
-    /// A step of `joins` in one second: `server` ticks in the service, `loadgen` ticks in the
-    /// load generator, the slowest tenth of the joins taking `slowest_ms` (so p99 is that).
-    fn step_with_loadgen(
-        concurrency: usize,
-        joins: usize,
-        server: u64,
-        loadgen: u64,
-        slowest_ms: u64,
-    ) -> Report {
-        let outcomes: Vec<Outcome> = (0..joins)
-            .map(|i| Outcome {
-                latency: Duration::from_millis(if i < joins / 10 { slowest_ms } else { 1 }),
-                result: Ok(()),
-                retried: vec![],
-            })
-            .collect();
-        let sample = |t| Sample {
-            cpu_ticks: t,
-            memory: Memory::default(),
-        };
-        let readings = ProcessReadings {
-            watched: vec![
-                Watched {
-                    name: "attest-proxy".into(),
-                    pid: 1,
-                    server_side: true,
-                },
-                Watched {
-                    name: "loadgen".into(),
-                    pid: 2,
-                    server_side: false,
-                },
-            ],
-            before: vec![sample(0), sample(0)],
-            after: vec![sample(server), sample(loadgen)],
-            ticks_per_second: 100,
-        };
-        Report::new(
-            "x",
-            "y",
-            Some(concurrency),
-            Duration::from_secs(1),
-            &outcomes,
-            &readings,
-        )
     }
 
     #[test]
@@ -1353,12 +1331,22 @@ mod tests {
             setup(
                 Setup::C,
                 Some(Variant::QemuVtpm),
-                vec![step_with_loadgen(16, 100, 50, 40, 20)],
+                vec![timed_step(
+                    16,
+                    100,
+                    20,
+                    &[("attest-proxy", true, 50), ("loadgen", false, 40)],
+                )],
             ),
             setup(
                 Setup::CMutual,
                 Some(Variant::QemuVtpm),
-                vec![step_with_loadgen(16, 90, 45, 45, 22)],
+                vec![timed_step(
+                    16,
+                    90,
+                    22,
+                    &[("attest-proxy", true, 45), ("loadgen", false, 45)],
+                )],
             ),
         ];
         let ratios = ratios(&setups, &[16], &[Variant::QemuVtpm]);
