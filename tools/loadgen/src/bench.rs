@@ -390,12 +390,27 @@ impl Cluster {
             .map(|d| PathBuf::from(d.trim_end_matches(')')))
     }
 
-    /// The nodes' service policy, where local-cluster announced it (`--attested-service`).
-    fn service_policy(&self) -> Option<PathBuf> {
-        self.0.log().lines().find_map(|l| {
-            l.split_once("nodes' service policy in ")
-                .map(|(_, path)| PathBuf::from(path.trim()))
-        })
+    /// The nodes' service policy, once local-cluster has announced where it is
+    /// (`--attested-service`; it says so just after attest-proxy listens).
+    fn wait_for_service_policy(&mut self, timeout: Duration) -> anyhow::Result<PathBuf> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            self.0.check_running()?;
+            let announced = self.0.log().lines().find_map(|l| {
+                l.split_once("nodes' service policy in ")
+                    .map(|(_, path)| PathBuf::from(path.trim()))
+            });
+            if let Some(path) = announced {
+                return Ok(path);
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "local-cluster did not say where the service policy is within {timeout:?}; its log:\n{}",
+                    self.0.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// attest-proxy's admin endpoint, as local-cluster announced it.
@@ -708,12 +723,7 @@ async fn start(
             // wrote (the control-plane swtpm's measurements and keys), in its own handshake.
             let server_policy = match mutual {
                 true => {
-                    let path = cluster.service_policy().with_context(|| {
-                        format!(
-                            "local-cluster did not say where the service policy is; its log:\n{}",
-                            cluster.0.log()
-                        )
-                    })?;
+                    let path = cluster.wait_for_service_policy(Duration::from_secs(10))?;
                     Some(
                         node_client::ServicePolicy::load(Variant::QemuVtpm, &path)?
                             .server_policy()
