@@ -472,10 +472,11 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::ServeTrivial(_) => plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text),
-        // The report is the output; per-node log lines (a retry each) would drown it.
+        // The report is the output; per-node log lines (a retry each, or a node refusing the
+        // server, which the report counts by check) would drown it.
         Command::Run(_) | Command::Bench(_) => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,atls::client=error"));
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_writer(std::io::stderr)
