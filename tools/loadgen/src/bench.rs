@@ -427,11 +427,12 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let dir = self.dir();
         if self.0.terminate(Duration::from_secs(15)).is_err() {
             self.0.kill();
         }
-        if let Some(dir) = dir {
+        // Read once it has stopped: a setup that failed early may stop it before it had
+        // announced its directory in the log.
+        if let Some(dir) = self.dir() {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
