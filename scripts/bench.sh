@@ -7,6 +7,10 @@
 #      upstream on a Unix socket
 #   C  full joins through the whole system (local-cluster: attest-proxy, join-core, token-issuer,
 #      the key service; the Kubernetes API stand-in runs inside local-cluster's process)
+#   C-mutual  C with mutual attestation, qemu-vtpm only, run right after C: the service attests
+#      itself (local-cluster --attested-service: the certifier on a control-plane swtpm certifies
+#      attest-proxy's key) and every node checks that evidence with the real qemu-vtpm validator
+#      (atls::ServerPolicy) inside its handshake, as join-client --service-policy does
 # B and C run for each attestation variant of --variant (default all six): qemu-vtpm
 # (soft-issuer documents), aws-sev-snp, azure-sev-snp and gcp-sev-snp (simulated AMD machines, their
 # ARK the config's amdRootKey; attest-proxy fetches AMD's CRL and chains from a KDS stand-in into a
@@ -22,14 +26,16 @@
 # keys at boot; the per-join handshake work (a fresh aTLS key and document) is inside the step.
 # All setups are started first; then each concurrency's A, B and C steps run back to back, so the
 # steps a ratio compares are seconds apart on a machine whose other load drifts. Prints each step's report and a side-by-side
-# table with the ratios B/A and C/A (server CPU per operation and throughput), and writes
+# table with the ratios B/A and C/A (server CPU per operation and throughput), a table of
+# C-mutual against C (throughput, server CPU per join, p99, their ratios, and the load generator's
+# own CPU per join, where the nodes' check of the service runs, apart), and writes
 # target/bench/results.json, target/bench/results.svg and the processes' logs (target/bench/logs).
 #
 # CPU per operation: utime + stime (/proc/<pid>/stat) of the setup's server-side processes during
 # the step, divided by its successful operations. A: the trivial mTLS server. B: attest-proxy plus
 # the trivial upstream (attest-proxy alone is in the JSON; gcp-sev-snp: plus gce-identity). C:
 # attest-proxy, join-core, token-issuer, keyservice (gcp-sev-snp: gce-identity) and local-cluster
-# (the stand-ins). The load generator runs on the same
+# (the stand-ins); C-mutual: the same plus the certifier. The load generator runs on the same
 # cores; its own CPU is reported apart and is in no ratio. Peak RSS is VmHWM (/proc/<pid>/status).
 #
 # The figures, the targets and where the CPU goes: tools/loadgen/BENCHMARKS.md.
@@ -43,5 +49,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo build --release --bins -p loadgen -p attest-proxy -p join-core -p token-issuer -p keyservice -p gce-identity -p testsupport
+cargo build --release --bins -p loadgen -p attest-proxy -p join-core -p token-issuer -p keyservice -p gce-identity -p certifier -p testsupport
 exec target/release/loadgen bench "$@"

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Starts the whole system locally (swtpm, key service, Kubernetes API stand-in, token-issuer,
-# join-core, attest-proxy) and joins a node through it.
+# join-core, attest-proxy, and the certifier on a second swtpm standing for the control-plane
+# node's TPM) and joins a node through it, the node verifying the service's evidence first.
 #   scripts/local-join.sh                      one join and one rejoin, then exit
 #   scripts/local-join.sh --serve [--listen 0.0.0.0:9090] [--attestation-config FILE] [--trust-any-ak]
-#                                              keep serving in the foreground until Ctrl-C
+#                                              keep serving in the foreground until Ctrl-C, and
+#                                              print a join-client command that verifies the service
+# With --variant (the SEV-SNP and TDX variants on simulated hardware) the service does not attest
+# itself: the certifier attests with a TPM, as qemu-vtpm only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release --workspace --bins
-exec target/release/local-cluster "$@"
+attested=(--attested-service)
+for arg in "$@"; do
+    case "$arg" in
+        --variant | --variant=*) attested=() ;;
+    esac
+done
+exec target/release/local-cluster "${attested[@]}" "$@"

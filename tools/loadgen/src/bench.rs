@@ -1,4 +1,4 @@
-//! The benchmark: three setups on this machine, side by side, at several concurrencies.
+//! The benchmark: its setups on this machine, side by side, at several concurrencies.
 //!
 //! - **A, the floor**: plain mutual TLS (ECDSA P-256 client certificates signed by a CA, the
 //!   server's self-signed P-256 certificate as attest-proxy's) and one unary `join.API` call to
@@ -8,6 +8,15 @@
 //! - **C**: full joins through the whole system (`local-cluster`: attest-proxy, join-core,
 //!   token-issuer, the key service as processes, the Kubernetes API stand-in inside
 //!   local-cluster's own process).
+//! - **C-mutual**: C with mutual attestation (qemu-vtpm only). `local-cluster --attested-service`
+//!   also runs the certifier on a control-plane swtpm, which certifies attest-proxy's server key
+//!   at start (and hourly), and every node checks that key's evidence with the service policy
+//!   local-cluster wrote, through the real qemu-vtpm validator inside its handshake, as
+//!   `join-client --service-policy` does. The service does no more per join than in C (its
+//!   certificate is larger, the evidence is per key, not per connection); the nodes do one more
+//!   document verification each. The load generator's CPU, where that verification runs, is
+//!   reported apart, and C-mutual is started right after qemu-vtpm's C so their steps run
+//!   seconds apart.
 //!
 //! B and C run for each attestation variant asked for: qemu-vtpm (soft-issuer documents), and
 //! aws-sev-snp, azure-sev-snp and gcp-sev-snp on simulated AMD hardware (`testsupport::snp`),
@@ -56,12 +65,17 @@ use crate::report::Report;
 use crate::run::{self, LoadConfig, Mode, Stop};
 use node_client::Backoff;
 
-/// One of the three setups.
+/// One of the setups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 pub enum Setup {
     A,
     B,
     C,
+    /// C with mutual attestation: the service attests itself (the certifier on a control-plane
+    /// swtpm certifies attest-proxy's key) and every node verifies that evidence with a real
+    /// `atls::ServerPolicy` in its handshake. qemu-vtpm only: the certifier attests with a TPM.
+    #[serde(rename = "C-mutual")]
+    CMutual,
 }
 
 impl Setup {
@@ -73,6 +87,10 @@ impl Setup {
                 "aTLS + attestation verification through attest-proxy to the trivial upstream"
             }
             Setup::C => "full joins through the whole system",
+            Setup::CMutual => {
+                "full joins through the whole system, the service attesting itself and every node \
+                 verifying it"
+            }
         }
     }
 
@@ -82,6 +100,17 @@ impl Setup {
             Setup::A => "A: mutual TLS + trivial gRPC",
             Setup::B => "B: aTLS + attestation, attest-proxy, trivial gRPC",
             Setup::C => "C: full joins, whole system",
+            Setup::CMutual => "C-mutual: full joins, nodes verify the service",
+        }
+    }
+
+    /// What reports call the setup.
+    pub fn name(self) -> &'static str {
+        match self {
+            Setup::A => "A",
+            Setup::B => "B",
+            Setup::C => "C",
+            Setup::CMutual => "C-mutual",
         }
     }
 }
@@ -252,6 +281,17 @@ pub struct Ratio {
     pub b_proxy_over_a_cpu: Option<f64>,
     pub c_over_a_cpu: Option<f64>,
     pub c_over_a_throughput: Option<f64>,
+    /// C-mutual against C (qemu-vtpm only): the service's CPU per join, both setups' server-side
+    /// processes (C-mutual's certifier included) ...
+    pub c_mutual_over_c_cpu: Option<f64>,
+    /// ... throughput, with the load generator on the same cores, so its extra work per join
+    /// (each node verifying the service) competes with the service's ...
+    pub c_mutual_over_c_throughput: Option<f64>,
+    /// ... and p99 latency.
+    pub c_mutual_over_c_p99: Option<f64>,
+    /// The load generator's own CPU per join in C-mutual minus in C, in milliseconds: what the
+    /// nodes' verification of the service costs, on the nodes' side (apart from every ratio).
+    pub c_mutual_loadgen_extra_cpu_ms: Option<f64>,
 }
 
 /// Everything one benchmark run found.
@@ -350,6 +390,29 @@ impl Cluster {
             .map(|d| PathBuf::from(d.trim_end_matches(')')))
     }
 
+    /// The nodes' service policy, once local-cluster has announced where it is
+    /// (`--attested-service`; it says so just after attest-proxy listens).
+    fn wait_for_service_policy(&mut self, timeout: Duration) -> anyhow::Result<PathBuf> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            self.0.check_running()?;
+            let announced = self.0.log().lines().find_map(|l| {
+                l.split_once("nodes' service policy in ")
+                    .map(|(_, path)| PathBuf::from(path.trim()))
+            });
+            if let Some(path) = announced {
+                return Ok(path);
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "local-cluster did not say where the service policy is within {timeout:?}; its log:\n{}",
+                    self.0.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// attest-proxy's admin endpoint, as local-cluster announced it.
     fn proxy_admin(&self) -> Option<std::net::SocketAddr> {
         self.0.log().lines().find_map(|l| {
@@ -364,11 +427,12 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let dir = self.dir();
         if self.0.terminate(Duration::from_secs(15)).is_err() {
             self.0.kill();
         }
-        if let Some(dir) = dir {
+        // Read once it has stopped: a setup that failed early may stop it before it had
+        // announced its directory in the log.
+        if let Some(dir) = self.dir() {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
@@ -413,9 +477,9 @@ async fn start(
     let simulated = variant != Variant::QemuVtpm;
     let snp = simulated && !is_tdx(variant);
     let tag = if simulated {
-        format!("{setup:?}-{variant}")
+        format!("{}-{variant}", setup.name())
     } else {
-        format!("{setup:?}")
+        setup.name().to_owned()
     };
     let policy = work.join("attestationConfig");
     std::fs::write(
@@ -563,7 +627,11 @@ async fn start(
                 processes.push(process);
             }
             Ok(Running {
-                target: Arc::new(Target::Atls { addr, attestation }),
+                target: Arc::new(Target::Atls {
+                    addr,
+                    attestation,
+                    server_policy: None,
+                }),
                 watched,
                 collateral_metrics: simulated.then_some(admin),
                 processes,
@@ -574,13 +642,17 @@ async fn start(
                 _site_dir: dir,
             })
         }
-        Setup::C => {
+        Setup::C | Setup::CMutual => {
+            let mutual = setup == Setup::CMutual;
             let addr = loopback(free_port()?);
             let mut command = Command::new(bin("local-cluster")?);
             command
                 .env("RUST_LOG", rust_log())
                 .args(["--serve", "--no-demo", "--listen", &addr.to_string()])
                 .args(["--variant", variant.name()]);
+            if mutual {
+                command.arg("--attested-service");
+            }
             // An SNP (TDX) variant: local-cluster simulates AMD (Intel) and runs the KDS (PCS)
             // stand-in; its config trusts that simulated root, which the nodes made here take up
             // from its files.
@@ -648,10 +720,24 @@ async fn start(
                 })?),
                 false => None,
             };
+            // C-mutual: each node checks the service's evidence with the policy local-cluster
+            // wrote (the control-plane swtpm's measurements and keys), in its own handshake.
+            let server_policy = match mutual {
+                true => {
+                    let path = cluster.wait_for_service_policy(Duration::from_secs(10))?;
+                    Some(
+                        node_client::ServicePolicy::load(Variant::QemuVtpm, &path)?
+                            .server_policy()
+                            .clone(),
+                    )
+                }
+                false => None,
+            };
             Ok(Running {
                 target: Arc::new(Target::Atls {
                     addr,
                     attestation: node_attestation(variant, config.key_type, vendor, gce)?,
+                    server_policy,
                 }),
                 watched,
                 collateral_metrics,
@@ -731,12 +817,38 @@ struct Started {
     _work: tempfile::TempDir,
 }
 
-/// What a report and a node name call a setup of a variant: `B`, `B aws-sev-snp`.
+/// What a report and a node name call a setup of a variant: `B`, `B aws-sev-snp`, `C-mutual`.
 fn series_label(setup: Setup, variant: Option<Variant>) -> String {
     match variant {
-        Some(v) if v != Variant::QemuVtpm => format!("{setup:?} {v}"),
-        _ => format!("{setup:?}"),
+        Some(v) if v != Variant::QemuVtpm => format!("{} {v}", setup.name()),
+        _ => setup.name().to_owned(),
     }
+}
+
+/// The setups to start, in order: A once; B and C for each variant; C-mutual (qemu-vtpm only)
+/// right after qemu-vtpm's C, so the steps its ratio compares run seconds apart.
+fn series(setups: &[Setup], variants: &[Variant]) -> Vec<(Setup, Option<Variant>)> {
+    let mutual = setups.contains(&Setup::CMutual) && variants.contains(&Variant::QemuVtpm);
+    let mut series = Vec::new();
+    for &setup in setups {
+        match setup {
+            Setup::A => series.push((setup, None)),
+            Setup::B => series.extend(variants.iter().map(|&v| (setup, Some(v)))),
+            Setup::C => {
+                for &v in variants {
+                    series.push((setup, Some(v)));
+                    if mutual && v == Variant::QemuVtpm {
+                        series.push((Setup::CMutual, Some(v)));
+                    }
+                }
+            }
+            Setup::CMutual if mutual && !setups.contains(&Setup::C) => {
+                series.push((setup, Some(Variant::QemuVtpm)));
+            }
+            Setup::CMutual => {}
+        }
+    }
+    series
 }
 
 /// One step's load: `concurrency` nodes at a time for `duration`.
@@ -784,13 +896,13 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
     );
     let prefix = run::random_prefix();
     // A attests nothing, so it runs once; B and C run for every variant.
-    let mut series = Vec::new();
-    for &setup in &config.setups {
-        match setup {
-            Setup::A => series.push((setup, None)),
-            Setup::B | Setup::C => series.extend(config.variants.iter().map(|&v| (setup, Some(v)))),
-        }
+    if config.setups.contains(&Setup::CMutual) && !config.variants.contains(&Variant::QemuVtpm) {
+        println!(
+            "C-mutual not run: the service attests itself with a TPM, as qemu-vtpm only, and \
+             qemu-vtpm is not among the variants"
+        );
     }
+    let series = series(&config.setups, &config.variants);
     // Every setup is started (and warmed up) first, then each concurrency's steps run for A, B
     // and C back to back. Idle setups cost nothing, and the steps a ratio compares are then
     // seconds apart instead of a whole setup's run apart: other work on the machine drifts,
@@ -919,6 +1031,18 @@ fn proxy_cpu(r: Option<&Report>) -> Option<f64> {
         .cpu_ms_per_join
 }
 
+fn p99(r: Option<&Report>) -> Option<f64> {
+    r.map(|r| r.latency.p99_ms)
+}
+
+/// The load generator's own CPU per successful operation: the simulated nodes' work.
+fn loadgen_cpu(r: Option<&Report>) -> Option<f64> {
+    r?.processes
+        .iter()
+        .find(|p| !p.server_side)?
+        .cpu_ms_per_join
+}
+
 fn fetches_per_join(r: Option<&Report>) -> Option<f64> {
     r?.collateral?.fetches_per_join
 }
@@ -927,7 +1051,7 @@ fn gce_lookups_per_join(r: Option<&Report>) -> Option<f64> {
     r?.collateral?.gce_lookups_per_join
 }
 
-/// B/A and C/A for each variant at each concurrency, where both figures exist.
+/// B/A, C/A and C-mutual/C for each variant at each concurrency, where both figures exist.
 pub fn ratios(
     setups: &[SetupResults],
     concurrencies: &[usize],
@@ -936,10 +1060,11 @@ pub fn ratios(
     let mut out = Vec::new();
     for &c in concurrencies {
         for &v in variants {
-            let (a, b, cc) = (
+            let (a, b, cc, mutual) = (
                 step(setups, Setup::A, v, c),
                 step(setups, Setup::B, v, c),
                 step(setups, Setup::C, v, c),
+                step(setups, Setup::CMutual, v, c),
             );
             out.push(Ratio {
                 concurrency: c,
@@ -949,6 +1074,13 @@ pub fn ratios(
                 b_proxy_over_a_cpu: div(proxy_cpu(b), cpu(a)),
                 c_over_a_cpu: div(cpu(cc), cpu(a)),
                 c_over_a_throughput: div(throughput(cc), throughput(a)),
+                c_mutual_over_c_cpu: div(cpu(mutual), cpu(cc)),
+                c_mutual_over_c_throughput: div(throughput(mutual), throughput(cc)),
+                c_mutual_over_c_p99: div(p99(mutual), p99(cc)),
+                c_mutual_loadgen_extra_cpu_ms: match (loadgen_cpu(mutual), loadgen_cpu(cc)) {
+                    (Some(m), Some(c)) => Some(m - c),
+                    _ => None,
+                },
             });
         }
     }
@@ -1013,6 +1145,7 @@ pub fn summary(results: &BenchResults) -> String {
             errors
         );
     }
+    out.push_str(&mutual_summary(results));
     // Where the collateral was fetched: at start and in the warm-up.
     for s in &results.setups {
         let Some(total) = s.collateral_since_start else {
@@ -1040,16 +1173,89 @@ pub fn summary(results: &BenchResults) -> String {
     out
 }
 
+/// C against C-mutual, one row per concurrency where C-mutual ran: throughput, the service's
+/// CPU per join, p99, their ratios, and the load generator's own CPU per join apart (the
+/// simulated nodes' share, which in C-mutual includes each node verifying the service).
+fn mutual_summary(results: &BenchResults) -> String {
+    use std::fmt::Write as _;
+    let rows: Vec<&Ratio> = results
+        .ratios
+        .iter()
+        .filter(|r| {
+            let v = r.variant.unwrap_or(Variant::QemuVtpm);
+            step(&results.setups, Setup::CMutual, v, r.concurrency).is_some()
+        })
+        .collect();
+    let mut out = String::new();
+    if rows.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "== C with mutual attestation (C-mutual: the service attests itself, every node verifies it) against C"
+    );
+    let _ = writeln!(
+        out,
+        "{:>5} | {:>20} | {:>22} | {:>22} | {:>17} | {:>22} | {:>6}",
+        "conc",
+        "ops/s  C   C-mut",
+        "server cpu ms/op C Cm",
+        "p99 ms    C    C-mut",
+        "Cm/C cpu tput p99",
+        "loadgen ms/op C Cm +",
+        "errors"
+    );
+    for ratio in rows {
+        let c = ratio.concurrency;
+        let v = ratio.variant.unwrap_or(Variant::QemuVtpm);
+        let (plain, mutual) = (
+            step(&results.setups, Setup::C, v, c),
+            step(&results.setups, Setup::CMutual, v, c),
+        );
+        let errors: u64 = [plain, mutual]
+            .into_iter()
+            .flatten()
+            .map(|r| r.failed)
+            .sum();
+        let _ = writeln!(
+            out,
+            "{:>5} | {:>9} {:>10} | {:>10} {:>11} | {:>10} {:>11} | {:>5} {:>5} {:>5} | {:>6} {:>6} {:>8} | {:>6}",
+            c,
+            cell(throughput(plain), 0),
+            cell(throughput(mutual), 0),
+            cell(cpu(plain), 3),
+            cell(cpu(mutual), 3),
+            cell(p99(plain), 1),
+            cell(p99(mutual), 1),
+            cell(ratio.c_mutual_over_c_cpu, 2),
+            cell(ratio.c_mutual_over_c_throughput, 2),
+            cell(ratio.c_mutual_over_c_p99, 2),
+            cell(loadgen_cpu(plain), 3),
+            cell(loadgen_cpu(mutual), 3),
+            cell(ratio.c_mutual_loadgen_extra_cpu_ms, 3),
+            errors
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::procstat::{Memory, Sample};
     use crate::report::{Outcome, ProcessReadings};
 
-    fn report(concurrency: usize, joins: usize, proxy_ticks: u64, other_ticks: u64) -> Report {
+    /// A one-second step of `joins`, the slowest tenth taking `slowest_ms` (so p99 is that) and
+    /// the rest 2 ms, with each of `processes` (name, server-side, CPU ticks) watched.
+    fn timed_step(
+        concurrency: usize,
+        joins: usize,
+        slowest_ms: u64,
+        processes: &[(&str, bool, u64)],
+    ) -> Report {
         let outcomes: Vec<Outcome> = (0..joins)
-            .map(|_| Outcome {
-                latency: Duration::from_millis(2),
+            .map(|i| Outcome {
+                latency: Duration::from_millis(if i < joins / 10 { slowest_ms } else { 2 }),
                 result: Ok(()),
                 retried: vec![],
             })
@@ -1059,20 +1265,17 @@ mod tests {
             memory: Memory::default(),
         };
         let readings = ProcessReadings {
-            watched: vec![
-                Watched {
-                    name: "attest-proxy".into(),
-                    pid: 1,
-                    server_side: true,
-                },
-                Watched {
-                    name: "other".into(),
-                    pid: 2,
-                    server_side: true,
-                },
-            ],
-            before: vec![sample(0), sample(0)],
-            after: vec![sample(proxy_ticks), sample(other_ticks)],
+            watched: processes
+                .iter()
+                .zip(1..)
+                .map(|(&(name, server_side, _), pid)| Watched {
+                    name: name.into(),
+                    pid,
+                    server_side,
+                })
+                .collect(),
+            before: processes.iter().map(|_| sample(0)).collect(),
+            after: processes.iter().map(|&(_, _, t)| sample(t)).collect(),
             ticks_per_second: 100,
         };
         Report::new(
@@ -1082,6 +1285,18 @@ mod tests {
             Duration::from_secs(1),
             &outcomes,
             &readings,
+        )
+    }
+
+    fn report(concurrency: usize, joins: usize, proxy_ticks: u64, other_ticks: u64) -> Report {
+        timed_step(
+            concurrency,
+            joins,
+            2,
+            &[
+                ("attest-proxy", true, proxy_ticks),
+                ("other", true, other_ticks),
+            ],
         )
     }
 
@@ -1095,6 +1310,100 @@ mod tests {
             server_processes: vec![],
             steps,
         }
+    }
+
+    #[test]
+    fn c_mutual_runs_right_after_qemu_vtpm_c_and_only_for_it() {
+        let all = [Setup::A, Setup::B, Setup::C, Setup::CMutual];
+        let variants = [Variant::QemuVtpm, Variant::AwsSevSnp];
+        assert_eq!(
+            series(&all, &variants),
+            vec![
+                (Setup::A, None),
+                (Setup::B, Some(Variant::QemuVtpm)),
+                (Setup::B, Some(Variant::AwsSevSnp)),
+                (Setup::C, Some(Variant::QemuVtpm)),
+                (Setup::CMutual, Some(Variant::QemuVtpm)),
+                (Setup::C, Some(Variant::AwsSevSnp)),
+            ]
+        );
+        assert_eq!(
+            series(&[Setup::CMutual], &variants),
+            vec![(Setup::CMutual, Some(Variant::QemuVtpm))]
+        );
+        assert!(series(&[Setup::CMutual], &[Variant::AwsSevSnp]).is_empty());
+    }
+
+    #[test]
+    fn c_mutual_is_compared_with_c_and_the_load_generators_cpu_stays_apart() {
+        // C: 100 joins on 50 server ticks (5 ms each) and 40 load generator ticks; C-mutual: 90
+        // joins on 45 server ticks (the same 5 ms) and 45 load generator ticks (5 ms, 1 more).
+        let setups = vec![
+            setup(
+                Setup::C,
+                Some(Variant::QemuVtpm),
+                vec![timed_step(
+                    16,
+                    100,
+                    20,
+                    &[("attest-proxy", true, 50), ("loadgen", false, 40)],
+                )],
+            ),
+            setup(
+                Setup::CMutual,
+                Some(Variant::QemuVtpm),
+                vec![timed_step(
+                    16,
+                    90,
+                    22,
+                    &[("attest-proxy", true, 45), ("loadgen", false, 45)],
+                )],
+            ),
+        ];
+        let ratios = ratios(&setups, &[16], &[Variant::QemuVtpm]);
+        let r = &ratios[0];
+        assert!((r.c_mutual_over_c_cpu.unwrap() - 1.0).abs() < 1e-9);
+        assert!((r.c_mutual_over_c_throughput.unwrap() - 0.9).abs() < 1e-9);
+        assert!((r.c_mutual_over_c_p99.unwrap() - 1.1).abs() < 1e-9);
+        assert!((r.c_mutual_loadgen_extra_cpu_ms.unwrap() - 1.0).abs() < 1e-9);
+        let results = BenchResults {
+            machine: Machine::current(),
+            config: BenchConfig {
+                setups: vec![Setup::C, Setup::CMutual],
+                concurrencies: vec![16],
+                step: Duration::from_secs(1),
+                warmup: Duration::ZERO,
+                timeout: Duration::from_secs(1),
+                retry: None,
+                key_type: KeyType::EcdsaP256,
+                variants: vec![Variant::QemuVtpm],
+                out_dir: PathBuf::from("x"),
+            },
+            setups,
+            ratios,
+        };
+        let table = summary(&results);
+        let row = table
+            .lines()
+            .skip_while(|l| !l.starts_with("== C with mutual attestation"))
+            .nth(2)
+            .unwrap();
+        for figure in [
+            "100", "90", "5.000", "20.0", "22.0", "1.00", "0.90", "1.10", "4.000",
+        ] {
+            assert!(row.contains(figure), "{figure} in {row}\n{table}");
+        }
+        let json = serde_json::to_value(&results).unwrap();
+        assert_eq!(json["setups"][1]["setup"], "C-mutual");
+        assert_eq!(json["ratios"][0]["c_mutual_over_c_throughput"], 0.9);
+        // Without C-mutual steps the table has no such section.
+        let mut without = results.clone();
+        without.setups.truncate(1);
+        assert!(
+            !summary(&without).contains("mutual"),
+            "{}",
+            summary(&without)
+        );
     }
 
     #[test]

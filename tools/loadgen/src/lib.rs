@@ -9,9 +9,11 @@
 //! status and message, and for each of the service's processes the CPU seconds per join and the
 //! peak resident memory ([`report::Report`]).
 //!
-//! The benchmark ([`mod@bench`]) runs three setups side by side on one machine: a plain mutual-TLS
-//! floor (A), aTLS with attestation through attest-proxy to a trivial upstream (B), and full
-//! joins through the whole system (C), and writes the figures as JSON and SVG.
+//! The benchmark ([`mod@bench`]) runs its setups side by side on one machine: a plain mutual-TLS
+//! floor (A), aTLS with attestation through attest-proxy to a trivial upstream (B), full joins
+//! through the whole system (C), and C with mutual attestation (C-mutual: the service attests
+//! itself and every node verifies it, [`Target::Atls`]'s `server_policy`), and writes the
+//! figures as JSON and SVG.
 //!
 //! Nothing here is part of the service; `soft-issuer` documents prove nothing and are accepted
 //! only because the qemu-vtpm variant trusts the attestation key as presented.

@@ -14,7 +14,7 @@ use loadgen::bench::{self, BenchConfig, Setup, Vendor};
 use loadgen::mtls::{self, ClientCa};
 use loadgen::procstat::Watched;
 use loadgen::{LoadConfig, Mode, SoftAttestation, Stop, Target};
-use node_client::Backoff;
+use node_client::{Backoff, ServicePolicy};
 use soft_issuer::KeyType;
 use soft_issuer::snp::SimulatedAmd;
 use testsupport::snp::GceRegistry;
@@ -37,8 +37,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// The benchmark's trivial join.API upstream (fixed answers), over mutual TLS or a Unix socket.
     ServeTrivial(ServeArgs),
-    /// The benchmark: A (mutual TLS floor), B (aTLS through attest-proxy), C (full joins), side by
-    /// side at several concurrencies; writes results.json and results.svg.
+    /// The benchmark: A (mutual TLS floor), B (aTLS through attest-proxy), C (full joins) and
+    /// C-mutual (C, the service attesting itself and every node verifying it), side by side at
+    /// several concurrencies; writes results.json and results.svg.
     Bench(BenchArgs),
 }
 
@@ -147,6 +148,12 @@ struct RunArgs {
     /// it with `--trust-any-ak`: these nodes' keys are software keys, not its swtpm's).
     #[arg(long = "pcr", value_parser = parse_pcr)]
     pcrs: Vec<(u32, [u8; 32])>,
+    /// Every node verifies the service before it sends anything, as `join-client
+    /// --service-policy` does: the control-plane node's attestation config (qemu-vtpm) that the
+    /// evidence in attest-proxy's certificate must satisfy, e.g. the one `local-cluster
+    /// --attested-service` writes (it prints where). Nodes refuse a server that fails it.
+    #[arg(long, conflicts_with = "mtls_ca_cert")]
+    service_policy: Option<PathBuf>,
     /// Dial plain mutual TLS instead of aTLS: the client CA certificate (PEM) the server trusts...
     #[arg(long, requires = "mtls_ca_key")]
     mtls_ca_cert: Option<PathBuf>,
@@ -202,8 +209,10 @@ struct ServeArgs {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Setups to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Setup::A, Setup::B, Setup::C])]
+    /// Setups to run (c-mutual: C with the service attesting itself and every node verifying
+    /// it; qemu-vtpm only).
+    #[arg(long, value_enum, value_delimiter = ',',
+          default_values_t = [Setup::A, Setup::B, Setup::C, Setup::CMutual])]
     setups: Vec<Setup>,
     /// Concurrencies to run each setup at.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16, 64, 256])]
@@ -265,6 +274,15 @@ fn parse_pid(text: &str) -> Result<(String, u32), String> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<bool> {
+    let server_policy = match &args.service_policy {
+        Some(path) => Some(
+            ServicePolicy::load(Variant::QemuVtpm, path)
+                .with_context(|| format!("loading the service policy {}", path.display()))?
+                .server_policy()
+                .clone(),
+        ),
+        None => None,
+    };
     let target = match (&args.mtls_ca_cert, &args.mtls_ca_key) {
         (Some(cert), Some(key)) => Target::Mtls {
             addr: args.addr,
@@ -284,6 +302,7 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
                     Some(Vendor::Intel(&intel)),
                     None,
                 )?,
+                server_policy,
             }
         }
         _ if args.variant != Variant::QemuVtpm => {
@@ -302,6 +321,7 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
                     Some(Vendor::Amd(&amd)),
                     args.gce_standin.map(GceRegistry::Control),
                 )?,
+                server_policy,
             }
         }
         _ => Target::Atls {
@@ -312,6 +332,7 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
                 SoftAttestation::new(args.ak.into(), args.pcrs.clone())?
             }
             .into(),
+            server_policy,
         },
     };
     let mode = match (args.rate, args.count, args.duration) {
@@ -348,9 +369,19 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
         server_side: false,
     });
     let label = match &target {
-        Target::Atls { addr, attestation } => {
-            format!("{} joins via aTLS at {addr}", attestation.variant())
-        }
+        Target::Atls {
+            addr,
+            attestation,
+            server_policy,
+        } => format!(
+            "{} joins via aTLS at {addr}{}",
+            attestation.variant(),
+            if server_policy.is_some() {
+                ", each node verifying the service"
+            } else {
+                ""
+            }
+        ),
         Target::Mtls { addr, .. } => format!("mutual TLS calls at {addr}"),
     };
     let config = LoadConfig {
@@ -441,10 +472,11 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::ServeTrivial(_) => plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text),
-        // The report is the output; per-node log lines (a retry each) would drown it.
+        // The report is the output; per-node log lines (a retry each, or a node refusing the
+        // server, which the report counts by check) would drown it.
         Command::Run(_) | Command::Bench(_) => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,atls::client=error"));
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_writer(std::io::stderr)

@@ -129,10 +129,15 @@ impl From<SoftAttestation> for NodeAttestation {
 /// What the simulated nodes dial, and how they prove who they are.
 #[derive(Clone, Debug)]
 pub enum Target {
-    /// aTLS with attestation: attest-proxy (setups B and C).
+    /// aTLS with attestation: attest-proxy (setups B, C and C-mutual).
     Atls {
         addr: SocketAddr,
         attestation: NodeAttestation,
+        /// With a policy, every node checks the server's evidence with it inside each
+        /// handshake, before it sends its own certificate, as `join-client --service-policy`
+        /// does (ARCHITECTURE.md, "The service attests itself"); a refused server is the
+        /// node's final failure, `Unauthenticated` with the failed check in its class.
+        server_policy: Option<atls::ServerPolicy>,
     },
     /// Plain mutual TLS with CA-signed client certificates (setup A).
     Mtls { addr: SocketAddr, ca: Arc<ClientCa> },
@@ -159,8 +164,16 @@ impl Target {
             host_certificate_principals: vec![],
         };
         let credential = match self {
-            Target::Atls { attestation, .. } => {
-                Credential::Atls(atls::Connector::new(attestation.issuer()?))
+            Target::Atls {
+                attestation,
+                server_policy,
+                ..
+            } => {
+                let connector = atls::Connector::new(attestation.issuer()?);
+                Credential::Atls(match server_policy {
+                    Some(policy) => connector.with_server_policy(policy.clone()),
+                    None => connector,
+                })
             }
             Target::Mtls { ca, .. } => {
                 Credential::Mtls(tokio_rustls::TlsConnector::from(ca.client_config(name)?))
@@ -274,10 +287,10 @@ impl Node {
         };
         match &self.credential {
             Credential::Atls(connector) => {
-                let tls = connector
-                    .connect(tcp)
-                    .await
-                    .map_err(|e| handshake_failed(&e))?;
+                let tls = connector.connect(tcp).await.map_err(|e| match &e {
+                    atls::HandshakeError::ServerRefused { source, .. } => server_refused(source),
+                    _ => handshake_failed(&e),
+                })?;
                 call(tls, self.request.clone()).await
             }
             Credential::Mtls(connector) => {
@@ -289,6 +302,18 @@ impl Node {
             }
         }
     }
+}
+
+/// The node refused the server: its certificate's evidence did not satisfy the node's service
+/// policy. `Unauthenticated` (the server failed the node's authentication of it), which no node
+/// retries; the class leads with the failed check, as audit records name it, so that a report
+/// tells an impostor (`server_evidence_missing`, `ak_untrusted`) from a changed control plane
+/// (`measurements`) even where a long message is cut.
+fn server_refused(error: &atls::ServerVerifyError) -> Failure {
+    Failure::new(
+        Code::Unauthenticated,
+        &format!("server refused [{}]: {}", error.check(), chain(error)),
+    )
 }
 
 /// HTTP/2 on the fresh TLS stream and one `IssueJoinTicket`.

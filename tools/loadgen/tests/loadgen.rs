@@ -79,6 +79,7 @@ async fn full_joins_through_the_whole_system_are_counted() {
     ]);
     let target = Arc::new(Target::Atls {
         addr: system.proxy_addr,
+        server_policy: None,
         attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
             .unwrap()
             .into(),
@@ -114,6 +115,7 @@ async fn full_joins_through_the_whole_system_are_counted() {
     // Nodes whose measurements miss the policy are refused, and the report says why.
     let wrong = Arc::new(Target::Atls {
         addr: system.proxy_addr,
+        server_policy: None,
         attestation: SoftAttestation::new(KeyType::Rsa2048, vec![(4, [0xee; 32])])
             .unwrap()
             .into(),
@@ -172,6 +174,7 @@ async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
     .unwrap();
     let target = Arc::new(Target::Atls {
         addr: system.proxy_addr,
+        server_policy: None,
         attestation,
     });
     let mut load = config("C gcp-sev-snp", 3, NODES);
@@ -244,6 +247,7 @@ async fn tdx_nodes_join_and_cost_no_fetch_after_warm_up(variant: attestation::Va
     assert_eq!(attestation.variant(), variant);
     let target = Arc::new(Target::Atls {
         addr: system.proxy_addr,
+        server_policy: None,
         attestation,
     });
     let watched = server_side(&[("attest-proxy", &system.proxy)]);

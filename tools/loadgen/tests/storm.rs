@@ -82,6 +82,7 @@ impl Storm {
     fn start(system: &System) -> Self {
         let target = Arc::new(Target::Atls {
             addr: system.proxy_addr,
+            server_policy: None,
             attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
                 .unwrap()
                 .into(),
@@ -514,6 +515,7 @@ async fn sigterm_lets_joins_in_flight_finish_and_refuses_new_ones_cleanly() {
     storm.successes_since(Instant::now(), 3, &system).await;
     let target = Target::Atls {
         addr: system.proxy_addr,
+        server_policy: None,
         attestation: SoftAttestation::matching_harness_policy(KeyType::EcdsaP256)
             .unwrap()
             .into(),

@@ -21,6 +21,14 @@
 //! attest-proxy fetches TCB info, QE identity and CRLs from into a collateral directory. The
 //! demo node then runs in a TD on a simulated TDX machine; `loadgen run --variant ...
 //! --simulated-intel <tdx-dir>/simulated-intel.pem` sends more.
+//!
+//! With `--attested-service` the service attests itself (ARCHITECTURE.md, "The service attests
+//! itself"): a second swtpm stands for the control-plane node's TPM, the certifier process holds
+//! it and certifies attest-proxy's server key, and the nodes' service policy (that swtpm's boot
+//! measurements and attestation keys, read from it) is written beside the service's own policy.
+//! The demo node then verifies the service before it sends anything; with `--serve`,
+//! local-cluster prints the `join-client --service-policy` command line that does the same, and
+//! `loadgen run --service-policy` sends nodes that verify it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,7 +39,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use attestation::Variant;
 use clap::Parser;
-use node_client::{keys, ticket};
+use node_client::{ServicePolicy, keys, ticket};
 use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::{Options, System, Uids, own_uid};
 use testsupport::snp::{GceSite, SnpMachines, SnpSite};
@@ -82,6 +90,12 @@ struct Args {
     /// With an SNP or TDX variant: how long a join waits for collateral not cached yet.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     collateral_wait: Duration,
+    /// The service attests itself: start the certifier on a second swtpm (the control-plane
+    /// node's TPM), let attest-proxy have its server key certified, write the nodes' service
+    /// policy, and have the demo node verify the service with it (qemu-vtpm only: the certifier
+    /// attests with a TPM).
+    #[arg(long)]
+    attested_service: bool,
 }
 
 /// The simulated hardware a variant's nodes run on: its site (the simulated vendor and its
@@ -234,6 +248,13 @@ async fn simulate_amd(args: &Args) -> anyhow::Result<Simulated> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text);
+    ensure!(
+        !args.attested_service || args.variant == Variant::QemuVtpm,
+        "--attested-service runs the certifier on a TPM, so the service attests as qemu-vtpm; \
+         attest-proxy serving {} would refuse its evidence (a certifier for SEV-SNP and TDX \
+         control planes does not exist yet)",
+        args.variant
+    );
     let simulated = simulate_hardware(&args).await?;
     let options = Options {
         proxy_listen: args.listen,
@@ -249,6 +270,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|s| s.proxy_args(args.collateral_wait))
             .unwrap_or_default(),
         gce: simulated.as_ref().and_then(Simulated::gce),
+        certifier: args.attested_service,
         ..Options::default()
     };
     let system = System::start(options).await?;
@@ -258,6 +280,19 @@ async fn main() -> anyhow::Result<()> {
         system.paths.root.display()
     );
     println!("attest-proxy admin endpoint on {}", system.admin.proxy);
+    let service_policy = if args.attested_service {
+        println!(
+            "the service attests itself: the certifier certifies attest-proxy's key with the \
+             control-plane swtpm; nodes' service policy in {}",
+            system.paths.service_policy.display()
+        );
+        Some(ServicePolicy::load(
+            Variant::QemuVtpm,
+            &system.paths.service_policy,
+        )?)
+    } else {
+        None
+    };
 
     if !args.no_demo {
         let (issuer, how): (Arc<dyn attestation::Issuer>, String) = match &simulated {
@@ -267,7 +302,7 @@ async fn main() -> anyhow::Result<()> {
             }
             None => (system.issuer()?, "swtpm, qemu-vtpm".to_owned()),
         };
-        if let Err(error) = demo(&system, issuer, &how).await {
+        if let Err(error) = demo(&system, issuer, &how, service_policy.as_ref()).await {
             eprintln!("{}", system.logs());
             return Err(error);
         }
@@ -279,21 +314,49 @@ async fn main() -> anyhow::Result<()> {
             system.proxy_addr,
             system.paths.attestation_config.display()
         );
+        if args.attested_service {
+            println!(
+                "a node that verifies the service before it joins (the node's swtpm):\n  {}",
+                join_client_command(&system)?
+            );
+        }
         plumbing::shutdown::signal().await;
     }
     Ok(())
+}
+
+/// `join-client join` against `system` with the nodes' service policy, attesting with the
+/// system's swtpm (free again once the demo is over), as a second node with a disk of its own.
+fn join_client_command(system: &System) -> anyhow::Result<String> {
+    let join_client = std::env::current_exe()
+        .context("locating local-cluster")?
+        .with_file_name("join-client");
+    Ok(format!(
+        "{} join --endpoint {} --tcti {} --service-policy {} \
+         --disk-uuid 3f0e9c1a-7d2b-4e5f-8a6c-1b9d0e2f4a7c --node-name worker-2 --ip 10.0.0.8 \
+         --out {}",
+        join_client.display(),
+        system.proxy_addr,
+        system.swtpm.tcti(),
+        system.paths.service_policy.display(),
+        system.paths.root.join("node-2").display()
+    ))
 }
 
 async fn demo(
     system: &System,
     issuer: Arc<dyn attestation::Issuer>,
     how: &str,
+    service_policy: Option<&ServicePolicy>,
 ) -> anyhow::Result<()> {
     let out = system.paths.root.join("node");
     let disk_uuid = "7c6a1b0e-5b1f-4d2e-9a3c-2f8d4e6b1a90";
     let kubelet = keys::kubelet_request("worker-local", &["10.0.0.7".parse()?])?;
     let ssh = keys::SshHostKey::generate()?;
-    let client = system.client(issuer)?;
+    let client = match service_policy {
+        Some(policy) => system.client(issuer)?.with_service_policy(policy.clone()),
+        None => system.client(issuer)?,
+    };
     let joined = client
         .join(proto::join::IssueJoinTicketRequest {
             disk_uuid: disk_uuid.to_owned(),
@@ -310,6 +373,14 @@ async fn demo(
         ssh_host_public_line: &ssh.public_line(),
     };
     ticket::write_join(&out, &joined, &node_keys)?;
+    if let Some(policy) = service_policy {
+        println!(
+            "node worker-local verified the service first: attest-proxy's certificate carries \
+             qemu-vtpm evidence of the control-plane swtpm that its service policy accepts \
+             (policy {})",
+            short(policy.digest())
+        );
+    }
     println!("node worker-local joined (attested with {how}):");
     println!("{}", ticket::summary(&joined));
     println!("  ticket written to   {}", out.display());
@@ -347,4 +418,9 @@ async fn demo(
         .collect();
     println!("JoiningNodes: {joining:?}");
     Ok(())
+}
+
+/// A policy digest as a short, recognisable prefix.
+fn short(digest: &str) -> &str {
+    digest.get(..16).unwrap_or(digest)
 }

@@ -69,6 +69,7 @@ impl Storm {
         .unwrap();
         let target = Arc::new(Target::Atls {
             addr: system.proxy_addr,
+            server_policy: None,
             attestation,
         });
         Storm { system, target }
