@@ -10,8 +10,10 @@
 
 #![allow(clippy::unwrap_used)] // Tests may panic on unexpected failures.
 
-use std::path::Path;
-use std::process::Stdio;
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -47,18 +49,48 @@ fn go_style_sni() -> String {
     sni
 }
 
-async fn handshake_with_openssl(version_flag: &str) {
-    let dir = tempfile::tempdir().unwrap();
+/// A client key and certificate for openssl (the server requires one, as aTLS does): the
+/// certificate's path, the key's path, and the certificate's DER.
+fn client_identity(dir: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let cert = rcgen::CertificateParams::new(Vec::<String>::new())
         .unwrap()
         .self_signed(&key)
         .unwrap();
-    let cert_path = dir.path().join("client.pem");
-    let key_path = dir.path().join("client.key");
+    let (cert_path, key_path) = (dir.join("client.pem"), dir.join("client.key"));
     std::fs::write(&cert_path, cert.pem()).unwrap();
     std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path, cert.der().to_vec())
+}
 
+/// Runs `openssl s_client` against `addr` with a Go node's SNI, a client certificate made in
+/// `dir`, and `args`; returns its output and the client certificate's DER.
+async fn s_client(addr: SocketAddr, dir: &Path, args: &[&OsStr]) -> (Output, Vec<u8>) {
+    let (cert_path, key_path, der) = client_identity(dir);
+    let output = Command::new("openssl")
+        .arg("s_client")
+        .arg("-connect")
+        .arg(addr.to_string())
+        .arg("-servername")
+        .arg(go_style_sni())
+        .arg("-cert")
+        .arg(&cert_path)
+        .arg("-key")
+        .arg(&key_path)
+        .args(args)
+        // End of stdin makes s_client close the connection right after the handshake.
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(30), output)
+        .await
+        .expect("openssl s_client timed out")
+        .expect("cannot run openssl (apt-get install openssl)");
+    (output, der)
+}
+
+async fn handshake_with_openssl(version_flag: &str) {
+    let dir = tempfile::tempdir().unwrap();
     let acceptor = Arc::new(Acceptor::new().unwrap());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -68,26 +100,16 @@ async fn handshake_with_openssl(version_flag: &str) {
         (stream.alpn_protocol().map(<[u8]>::to_vec), evidence)
     });
 
-    let output = Command::new("openssl")
-        .arg("s_client")
-        .arg("-connect")
-        .arg(addr.to_string())
-        .arg("-servername")
-        .arg(go_style_sni())
-        .args(["-alpn", "h2,http/1.1"])
-        .arg("-cert")
-        .arg(&cert_path)
-        .arg("-key")
-        .arg(&key_path)
-        .arg(version_flag)
-        // End of stdin makes s_client close the connection right after the handshake.
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(30), output)
-        .await
-        .expect("openssl s_client timed out")
-        .expect("cannot run openssl (apt-get install openssl)");
+    let (output, client_der) = s_client(
+        addr,
+        dir.path(),
+        &[
+            "-alpn".as_ref(),
+            "h2,http/1.1".as_ref(),
+            version_flag.as_ref(),
+        ],
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
 
@@ -126,7 +148,7 @@ async fn handshake_with_openssl(version_flag: &str) {
     );
 
     // The server kept what openssl presented, and rejects it for want of attestation.
-    assert_eq!(evidence.peer_certificate().as_ref(), cert.der().as_ref());
+    assert_eq!(evidence.peer_certificate().as_ref(), client_der.as_slice());
     let err = evidence.verify(&NeverCalled).unwrap_err();
     assert!(
         matches!(err, VerifyError::MissingAttestation { .. }),
@@ -166,7 +188,6 @@ async fn go_style_check(credential: atls::ServerCredential, version_flag: &str) 
     let dir = tempfile::tempdir().unwrap();
     let anchor = dir.path().join("server.pem");
     std::fs::write(&anchor, certificate_pem(credential.certificate())).unwrap();
-    let (cert_path, key_path) = client_identity(dir.path());
 
     let acceptor = Arc::new(Acceptor::with_credential(credential));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -177,47 +198,25 @@ async fn go_style_check(credential: atls::ServerCredential, version_flag: &str) 
         let (tcp, _) = listener.accept().await.unwrap();
         let _ = acceptor.accept(tcp).await;
     });
-    let output = Command::new("openssl")
-        .arg("s_client")
-        .arg("-connect")
-        .arg(addr.to_string())
-        .arg("-servername")
-        .arg(go_style_sni())
-        .args(["-alpn", "h2"])
-        .arg("-CAfile")
-        .arg(&anchor)
-        .arg("-verify_return_error")
-        .arg("-cert")
-        .arg(&cert_path)
-        .arg("-key")
-        .arg(&key_path)
-        .arg(version_flag)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(30), output)
-        .await
-        .expect("openssl s_client timed out")
-        .expect("cannot run openssl (apt-get install openssl)");
+    let (output, _) = s_client(
+        addr,
+        dir.path(),
+        &[
+            "-alpn".as_ref(),
+            "h2".as_ref(),
+            "-CAfile".as_ref(),
+            anchor.as_os_str(),
+            "-verify_return_error".as_ref(),
+            version_flag.as_ref(),
+        ],
+    )
+    .await;
     let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
     format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
-}
-
-/// A client key and certificate for openssl (the server requires one, as aTLS does).
-fn client_identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let cert = rcgen::CertificateParams::new(Vec::<String>::new())
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let (cert_path, key_path) = (dir.join("client.pem"), dir.join("client.key"));
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (cert_path, key_path)
 }
 
 /// A key certified with real qemu-vtpm evidence (soft-issuer's software TPM key) for the window
