@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -211,6 +213,27 @@ async fn a_node_accepts_an_aws_sev_snp_service_with_the_collateral_its_certifica
         "{:?}",
         verified.notes
     );
+}
+
+/// What a Go node checks of a certificate (its dates and self-signature, no unknown critical
+/// extension), done by a foreign X.509 implementation: the evidence and collateral extensions
+/// change nothing for it, and the certificate fits one TLS handshake message with room to spare.
+async fn go_nodes_accept(credential: ServerCredential) {
+    let size = credential.certificate().as_ref().len();
+    assert!(size < 48 * 1024, "{size} bytes");
+    for version in ["-tls1_3", "-tls1_2"] {
+        let printed = common::go_style_check(credential.clone(), version).await;
+        assert!(
+            printed.contains("Verify return code: 0 (ok)"),
+            "{version}: {printed}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_nodes_accept_an_snp_service_certificate_with_its_collateral() {
+    let machine = snp_machine();
+    go_nodes_accept(attest(&machine.without_chain, &current_kds(&machine.amd))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,6 +512,12 @@ mod tdx {
             .verify(credential.certificate().as_ref(), SystemTime::now())
             .unwrap();
         assert_eq!(verified.variant, Variant::QemuTdx);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn go_nodes_accept_a_tdx_service_certificate_with_its_collateral() {
+        let site = site();
+        go_nodes_accept(attest_tdx(&site.service, &current_pcs(&site))).await;
     }
 
     #[test]
