@@ -158,8 +158,9 @@ impl<IO> TlsStream<IO> {
         &self.io
     }
 
-    /// The peer's end-entity certificate, if it presented one.
-    pub(crate) fn peer_end_entity(&self) -> Option<CertificateDer<'static>> {
+    /// The peer's end-entity certificate, if it presented one; on a node's connection, the
+    /// service's certificate its [`ServerPolicy`](crate::ServerPolicy) accepted.
+    pub fn peer_end_entity(&self) -> Option<CertificateDer<'static>> {
         match &**self.conn.outputs().peer_identity()? {
             Identity::X509(cert) => Some(cert.end_entity.clone()),
             _ => None,

@@ -13,19 +13,21 @@
 // Helpers outside #[test] functions unwrap too; a panic is the failure report here.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use atls::server_collateral::ServerCollateral;
 use attestation::Variant;
 use attestation::snp::Product;
-use clap::Parser as _;
+use common::InProcessCertifier;
 use node_client::{ClientError, ServicePolicy};
 use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{ReportFields, SimulatedAmd};
 use soft_issuer::tsm::FakeConfigfsTsm;
-use testsupport::harness::{BOOT_MEASUREMENTS, Options, System, Uids, join_request, own_uid};
+use testsupport::harness::{BOOT_MEASUREMENTS, System, join_request, own_uid};
 use testsupport::snp::{SnpSite, TCB, attestation_config};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
@@ -37,7 +39,7 @@ struct Attested {
     system: System,
     site: SnpSite,
     guest: Arc<FakeConfigfsTsm>,
-    certifier: (plumbing::shutdown::Trigger, tokio::task::JoinHandle<()>),
+    certifier: InProcessCertifier,
     _control_plane: Swtpm,
     dir: tempfile::TempDir,
 }
@@ -51,48 +53,8 @@ fn control_plane_tpm() -> Swtpm {
     tpm
 }
 
-async fn start_certifier(
-    socket: &Path,
-    proxy_uid: u32,
-    tpm: &Swtpm,
-    guest: Arc<FakeConfigfsTsm>,
-) -> (plumbing::shutdown::Trigger, tokio::task::JoinHandle<()>) {
-    let config = certifier::Config::try_parse_from([
-        "certifier",
-        "--peer-uid",
-        &proxy_uid.to_string(),
-        "--socket",
-        socket.to_str().unwrap(),
-        // The directory is the test's; the peer uid check is the fence.
-        "--socket-mode",
-        "666",
-        "--variant",
-        "aws-sev-snp",
-        "--tcti",
-        &tpm.tcti(),
-    ])
-    .unwrap();
-    let tpm = tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(&config.tcti)).unwrap();
-    let source = ConfigfsTsm::with_fs(guest.clone(), guest.root().to_owned());
-    let issuer = AwsSnpIssuer::new(tpm, Box::new(source)).unwrap();
-    let (trigger, shutdown) = plumbing::shutdown::channel();
-    let task = tokio::spawn(async move {
-        certifier::run(config, Arc::new(issuer), shutdown)
-            .await
-            .unwrap();
-    });
-    for _ in 0..250 {
-        if socket.exists() {
-            return (trigger, task);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the certifier did not bind {}", socket.display());
-}
-
 async fn start() -> Attested {
     let own = own_uid().unwrap();
-    let proxy_uid = if own == 0 { Uids::POD.proxy } else { own };
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let amd = Arc::new(SimulatedAmd::new(Product::Milan).unwrap());
@@ -100,7 +62,7 @@ async fn start() -> Attested {
         amd.clone(),
         &dir.path().join("site"),
         Duration::from_secs(7 * 86_400),
-        (own == 0).then_some(proxy_uid),
+        (own == 0).then_some(common::proxy_uid()),
     )
     .await
     .unwrap();
@@ -108,27 +70,24 @@ async fn start() -> Attested {
     let control_plane = control_plane_tpm();
     let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
     let guest = Arc::new(FakeConfigfsTsm::aws(&amd, vlek, ReportFields::default()).unwrap());
-    let socket_dir = dir.path().join("certifier");
-    std::fs::create_dir(&socket_dir).unwrap();
-    std::fs::set_permissions(&socket_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let socket = socket_dir.join("certifier.sock");
-    let certifier = start_certifier(&socket, proxy_uid, &control_plane, guest.clone()).await;
+    let tpm = tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(control_plane.tcti()))
+        .unwrap();
+    let source = ConfigfsTsm::with_fs(guest.clone(), guest.root().to_owned());
+    let certifier = InProcessCertifier::start(
+        dir.path(),
+        Variant::AwsSevSnp,
+        &["--tcti", &control_plane.tcti()],
+        Arc::new(AwsSnpIssuer::new(tpm, Box::new(source)).unwrap()),
+    )
+    .await;
 
-    let mut proxy_args = site.proxy_args(Duration::from_secs(3));
-    proxy_args.extend([
-        "--certifier-uid".to_owned(),
-        own.to_string(),
-        "--certifier-socket".to_owned(),
-        socket.display().to_string(),
-    ]);
-    let system = System::start(Options {
-        variant: Some(Variant::AwsSevSnp),
-        attestation_config: Some(site.attestation_config_path()),
-        proxy_args,
-        ..Options::default()
-    })
-    .await
-    .unwrap();
+    let system = certifier
+        .serve(
+            Variant::AwsSevSnp,
+            site.attestation_config_path(),
+            site.proxy_args(Duration::from_secs(3)),
+        )
+        .await;
     Attested {
         system,
         site,
@@ -142,9 +101,7 @@ async fn start() -> Attested {
 impl Attested {
     /// Stops the certifier before its swtpm goes away, so it closes the TPM cleanly.
     async fn stop(self) {
-        let (trigger, task) = self.certifier;
-        drop(trigger);
-        task.await.unwrap();
+        self.certifier.stop().await;
     }
 
     /// A node on the system's swtpm and a simulated AWS guest of the same AMD, as
@@ -166,9 +123,7 @@ impl Attested {
 
     /// A service policy file for the control plane: `config` as the node keeps it.
     fn service_policy(&self, config: &str) -> ServicePolicy {
-        let path = self.dir.path().join("servicePolicy");
-        std::fs::write(&path, config).unwrap();
-        ServicePolicy::load(Variant::AwsSevSnp, &path).unwrap()
+        common::service_policy(self.dir.path(), Variant::AwsSevSnp, config)
     }
 }
 
@@ -179,7 +134,10 @@ async fn a_node_with_an_snp_service_policy_joins_a_service_attesting_on_snp() {
     // The control plane booted what the nodes did, on the same (simulated) AMD.
     let policy = attested.service_policy(&attestation_config(&attested.site.amd));
     let (issuer, node_guest) = attested.node();
-    let client = system.client(issuer).unwrap().with_service_policy(policy);
+    let client = system
+        .client(issuer.clone())
+        .unwrap()
+        .with_service_policy(policy.clone());
     let ticket = client
         .join(join_request("worker-snp-1", DISK).unwrap())
         .await
@@ -205,6 +163,9 @@ async fn a_node_with_an_snp_service_policy_joins_a_service_attesting_on_snp() {
             .any(|path| path.contains("/crl")),
         "{logs}"
     );
+    // A Go node can read the certificate, which carries AMD's collateral.
+    let (_, collateral) = common::served_certificate(system, issuer, &policy).await;
+    assert!(matches!(collateral, ServerCollateral::Amd(_)));
     drop(client);
     attested.stop().await;
 }
