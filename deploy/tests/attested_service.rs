@@ -158,6 +158,19 @@ fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object().expect("an object").keys().cloned().collect()
 }
 
+/// The pod volumes container `c` of `spec` mounts.
+fn mounted_volumes(spec: &Value, c: &Value) -> Vec<Value> {
+    array(&c["volumeMounts"])
+        .iter()
+        .map(|m| {
+            array(&spec["volumes"])
+                .into_iter()
+                .find(|v| v["name"] == m["name"])
+                .unwrap_or_else(|| panic!("no volume {}", m["name"]))
+        })
+        .collect()
+}
+
 fn mount_names(c: &Value) -> BTreeSet<String> {
     array(&c["volumeMounts"])
         .iter()
@@ -184,16 +197,12 @@ fn the_certifier_is_locked_down_and_holds_no_credential() {
     assert!(c.get("env").is_none() && c.get("envFrom").is_none());
     assert!(c.get("ports").is_none(), "the certifier listens on no port");
     // Everything it mounts is an emptyDir: no Secret, no projected token, no ConfigMap, no host.
-    for m in array(&c["volumeMounts"]) {
-        let volume = array(&spec["volumes"])
-            .into_iter()
-            .find(|v| v["name"] == m["name"])
-            .unwrap_or_else(|| panic!("no volume {}", m["name"]));
+    for volume in mounted_volumes(&spec, &c) {
         assert_eq!(
             keys(&volume),
             names(&["name", "emptyDir"]),
             "the certifier mounts {}",
-            m["name"]
+            volume["name"]
         );
     }
     // The device node is root:tss 0660 on the node: the certifier reaches it as a member of tss,
@@ -1170,11 +1179,7 @@ fn the_hardware_certifiers_are_confined_and_hold_no_credential() {
         assert!(c.get("env").is_none() && c.get("envFrom").is_none());
         assert!(c.get("ports").is_none(), "the certifier listens on no port");
         // It mounts its socket's emptyDir and the host paths above: no Secret, token or ConfigMap.
-        for m in array(&c["volumeMounts"]) {
-            let volume = array(&spec["volumes"])
-                .into_iter()
-                .find(|v| v["name"] == m["name"])
-                .unwrap_or_else(|| panic!("no volume {}", m["name"]));
+        for volume in mounted_volumes(&spec, &c) {
             let kind = keys(&volume);
             assert!(
                 kind == names(&["name", "emptyDir"]) || kind == names(&["name", "hostPath"]),
