@@ -4,6 +4,11 @@
 //! and stays as the base has it; the two ends of the certifier's socket agree on path and uids;
 //! the plugin has exactly the privileges it declares, in a namespace of its own; the certifier's
 //! image provides every library the built certifier loads, and runs as non-root.
+//!
+//! And the overlays on it for other hardware: attested-service-aws-sev-snp (the TPM and the SEV
+//! guest device, both from the device plugin, which sev-snp-device-plugin configures for both)
+//! and attested-service-qemu-tdx (configfs-tsm's report directory and nothing else, as uid 0
+//! without capabilities). Each changes only the variant and what the certifier is granted.
 
 mod common;
 
@@ -38,7 +43,12 @@ fn spec() -> Value {
 }
 
 fn overlay_container(name: &str) -> Value {
-    array(&spec()["containers"])
+    container_of(&spec(), name)
+}
+
+/// The container `name` of a pod spec.
+fn container_of(spec: &Value, name: &str) -> Value {
+    array(&spec["containers"])
         .into_iter()
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no container {name}"))
@@ -148,6 +158,19 @@ fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object().expect("an object").keys().cloned().collect()
 }
 
+/// The pod volumes container `c` of `spec` mounts.
+fn mounted_volumes(spec: &Value, c: &Value) -> Vec<Value> {
+    array(&c["volumeMounts"])
+        .iter()
+        .map(|m| {
+            array(&spec["volumes"])
+                .into_iter()
+                .find(|v| v["name"] == m["name"])
+                .unwrap_or_else(|| panic!("no volume {}", m["name"]))
+        })
+        .collect()
+}
+
 fn mount_names(c: &Value) -> BTreeSet<String> {
     array(&c["volumeMounts"])
         .iter()
@@ -174,16 +197,12 @@ fn the_certifier_is_locked_down_and_holds_no_credential() {
     assert!(c.get("env").is_none() && c.get("envFrom").is_none());
     assert!(c.get("ports").is_none(), "the certifier listens on no port");
     // Everything it mounts is an emptyDir: no Secret, no projected token, no ConfigMap, no host.
-    for m in array(&c["volumeMounts"]) {
-        let volume = array(&spec["volumes"])
-            .into_iter()
-            .find(|v| v["name"] == m["name"])
-            .unwrap_or_else(|| panic!("no volume {}", m["name"]));
+    for volume in mounted_volumes(&spec, &c) {
         assert_eq!(
             keys(&volume),
             names(&["name", "emptyDir"]),
             "the certifier mounts {}",
-            m["name"]
+            volume["name"]
         );
     }
     // The device node is root:tss 0660 on the node: the certifier reaches it as a member of tss,
@@ -276,8 +295,19 @@ fn attest_proxy_and_the_others_stay_as_the_base_has_them() {
 
 #[test]
 fn the_socket_ends_agree_on_path_and_peer_uid() {
+    assert_socket_ends_agree(&spec());
+    // attest-proxy keeps everything else the base gives it.
     let proxy = overlay_container("attest-proxy");
-    let certifier = overlay_container("certifier");
+    for a in args(&container("attest-proxy")) {
+        assert!(args(&proxy).contains(&a), "the overlay drops {a}");
+    }
+}
+
+/// attest-proxy and the certifier of `spec` name the same socket, each other's uid and the same
+/// variant; the certifier alone writes the socket's directory, attest-proxy alone reads it.
+fn assert_socket_ends_agree(spec: &Value) {
+    let proxy = container_of(spec, "attest-proxy");
+    let certifier = container_of(spec, "certifier");
     assert_eq!(
         required_flag(&proxy, "certifier-uid"),
         run_as_user(&certifier).to_string()
@@ -305,15 +335,11 @@ fn the_socket_ends_agree_on_path_and_peer_uid() {
     assert_eq!(mount(&proxy)["readOnly"], Value::Bool(true));
     for other in ["join-core", "token-issuer"] {
         assert!(
-            array(&overlay_container(other)["volumeMounts"])
+            array(&container_of(spec, other)["volumeMounts"])
                 .iter()
                 .all(|m| m["name"] != "certifier-socket"),
             "{other} mounts the certifier's socket"
         );
-    }
-    // attest-proxy keeps everything else the base gives it.
-    for a in args(&container("attest-proxy")) {
-        assert!(args(&proxy).contains(&a), "the overlay drops {a}");
     }
 }
 
@@ -350,34 +376,40 @@ fn plugin_container() -> Value {
     containers[0].clone()
 }
 
-/// The plugin's one device type, as its `--device` flag configures it (squat's generic device
-/// plugin reads the flag's value as YAML).
-fn plugin_device() -> Value {
-    let args = args(&plugin_container());
-    let values: Vec<&String> = args
-        .iter()
-        .zip(args.iter().skip(1))
-        .filter(|(flag, _)| *flag == "--device")
-        .map(|(_, value)| value)
-        .collect();
-    assert_eq!(values.len(), 1, "the plugin exposes one device type");
+/// The device types a generic-device-plugin container configures, one per `--device` flag
+/// (squat's generic device plugin reads the flag's value as YAML).
+fn devices_of(plugin: &Value) -> Vec<Value> {
+    let args = args(plugin);
     assert!(
         !args
             .iter()
             .any(|a| a.starts_with("--device=") || a.starts_with("--config")),
-        "device types come from the one --device flag"
+        "device types come from --device flags, each followed by its YAML"
     );
-    serde_yaml::from_str(values[0]).expect("--device is YAML")
+    args.iter()
+        .zip(args.iter().skip(1))
+        .filter(|(flag, _)| *flag == "--device")
+        .map(|(_, value)| serde_yaml::from_str(value).expect("--device is YAML"))
+        .collect()
 }
 
-/// The extended resource the plugin advertises: `<domain>/<name>`.
-fn plugin_resource() -> String {
-    let domain = flag(&plugin_container(), "domain").unwrap_or_else(|| "squat.ai".to_owned());
-    let name = plugin_device()["name"]
-        .as_str()
-        .expect("the device has a name")
-        .to_owned();
+/// The plugin's one device type.
+fn plugin_device() -> Value {
+    let mut devices = devices_of(&plugin_container());
+    assert_eq!(devices.len(), 1, "the plugin exposes one device type");
+    devices.remove(0)
+}
+
+/// The extended resource a plugin container advertises for `device`: `<domain>/<name>`.
+fn resource_of(plugin: &Value, device: &Value) -> String {
+    let domain = flag(plugin, "domain").unwrap_or_else(|| "squat.ai".to_owned());
+    let name = device["name"].as_str().expect("the device has a name");
     format!("{domain}/{name}")
+}
+
+/// The extended resource the plugin advertises.
+fn plugin_resource() -> String {
+    resource_of(&plugin_container(), &plugin_device())
 }
 
 #[test]
@@ -850,5 +882,507 @@ fn the_certifier_image_provides_every_library_the_certifier_loads() {
         missing,
         "the certifier image's libraries (deploy/Dockerfile, certifier-builder) must be exactly \
          those the certifier loads that {RUNTIME_IMAGE} lacks"
+    );
+}
+
+// The hardware overlays: ../attested-service with an SEV-SNP or a TDX certifier, and the device
+// plugin of an SEV-SNP control plane.
+
+/// An overlay of deploy/examples/attested-service for one hardware variant.
+struct Hardware {
+    /// Its folder under deploy/examples.
+    dir: &'static str,
+    /// The variant attest-proxy and the certifier run as.
+    variant: &'static str,
+    /// The extended resources the certifier requests, each as a limit of one.
+    devices: &'static [&'static str],
+    /// The host paths the certifier gets as volumes (beyond devices).
+    host_paths: &'static [&'static str],
+    /// The certifier's uid and gid.
+    uid: u64,
+    gid: u64,
+}
+
+const AWS_SEV_SNP: Hardware = Hardware {
+    dir: "examples/attested-service-aws-sev-snp",
+    variant: "aws-sev-snp",
+    devices: &["squat.ai/tpmrm0", "squat.ai/sev-guest"],
+    host_paths: &[],
+    uid: 10005,
+    gid: TSS_GID,
+};
+
+/// Linux's configfs-tsm report directory on the node (`configfs_tsm::DEFAULT_ROOT`).
+const TSM_REPORT_DIR: &str = "/sys/kernel/config/tsm/report";
+
+const QEMU_TDX: Hardware = Hardware {
+    dir: "examples/attested-service-qemu-tdx",
+    variant: "qemu-tdx",
+    devices: &[],
+    host_paths: &[TSM_REPORT_DIR],
+    // The owner of the report directory and of every entry the kernel makes in it.
+    uid: 0,
+    gid: 10005,
+};
+
+const HARDWARE: [Hardware; 2] = [AWS_SEV_SNP, QEMU_TDX];
+
+impl Hardware {
+    fn dir(&self) -> PathBuf {
+        deploy_dir().join(self.dir)
+    }
+
+    fn patch(&self) -> PathBuf {
+        self.dir().join("certifier.yaml")
+    }
+
+    /// The pod as the overlay renders it: the base, ../attested-service's patch, then its own.
+    fn spec(&self) -> Value {
+        merge_pod_patch(spec(), &self.patch())
+    }
+
+    fn container(&self, name: &str) -> Value {
+        container_of(&self.spec(), name)
+    }
+}
+
+/// The hostPath volumes of a pod spec, by name.
+fn host_paths(spec: &Value) -> BTreeMap<String, Value> {
+    array(&spec["volumes"])
+        .into_iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .map(|v| (v["name"].as_str().expect("name").to_owned(), v))
+        .collect()
+}
+
+#[test]
+fn the_hardware_overlays_build_on_the_attested_service_and_patch_only_the_pod() {
+    for hw in HARDWARE {
+        let k = &read_docs(&hw.dir().join("kustomization.yaml"))[0];
+        assert_eq!(
+            keys(k),
+            names(&["apiVersion", "kind", "resources", "patches"]),
+            "{}: no images, namespace or name changes of its own",
+            hw.dir
+        );
+        assert_eq!(k["resources"], json!(["../attested-service"]), "{}", hw.dir);
+        assert_eq!(
+            k["patches"],
+            json!([{"path": "certifier.yaml",
+                    "target": {"kind": "DaemonSet", "name": daemonset()["metadata"]["name"]}}]),
+            "{}",
+            hw.dir
+        );
+        // No container gets another image: the certifier keeps the one ../attested-service pins.
+        assert!(
+            overlay_image_pins(&hw.dir(), &hw.patch()).is_empty(),
+            "{} sets an image",
+            hw.dir
+        );
+        let patch = &read_docs(&hw.patch())[0];
+        assert_eq!(
+            keys(patch),
+            names(&["apiVersion", "kind", "metadata", "spec"])
+        );
+        assert_eq!(keys(&patch["spec"]), names(&["template"]));
+        assert_eq!(keys(&patch["spec"]["template"]), names(&["spec"]));
+        assert!(
+            keys(&patch["spec"]["template"]["spec"]).is_subset(&names(&["containers", "volumes"])),
+            "{} changes pod-wide settings",
+            hw.dir
+        );
+        assert_eq!(
+            str_set(
+                array(&patch["spec"]["template"]["spec"]["containers"])
+                    .iter()
+                    .map(|c| &c["name"])
+            ),
+            names(&["attest-proxy", "certifier"]),
+            "{} patches attest-proxy's variant and the certifier only",
+            hw.dir
+        );
+    }
+}
+
+#[test]
+fn only_the_hardware_certifier_gets_devices_or_host_paths() {
+    let token_issuer_host = mount_names(&container("token-issuer"))
+        .intersection(&host_volumes(&pod_spec()))
+        .cloned()
+        .collect::<BTreeSet<_>>();
+    for hw in HARDWARE {
+        let spec = hw.spec();
+        let hosts = host_paths(&spec);
+        let base_hosts = host_paths(&pod_spec());
+        // The host paths are the base's (token-issuer's PKI files) and the certifier's, exactly.
+        let added: BTreeMap<_, _> = hosts
+            .iter()
+            .filter(|(name, _)| !base_hosts.contains_key(*name))
+            .collect();
+        assert_eq!(
+            added
+                .values()
+                .map(|v| v["hostPath"]["path"].as_str().expect("path"))
+                .collect::<BTreeSet<_>>(),
+            hw.host_paths.iter().copied().collect::<BTreeSet<_>>(),
+            "{}",
+            hw.dir
+        );
+        for (name, v) in &hosts {
+            let path = v["hostPath"]["path"].as_str().expect("path");
+            assert!(
+                path != "/dev" && !path.starts_with("/dev/"),
+                "{}: volume {name} is the host's {path}: devices come from the device plugin",
+                hw.dir
+            );
+        }
+        for c in array(&spec["containers"]) {
+            let name = c["name"].as_str().expect("name");
+            let devices = extended_resources(&c);
+            let mounted: BTreeSet<String> = mount_names(&c)
+                .intersection(&host_volumes(&spec))
+                .cloned()
+                .collect();
+            assert!(c.get("volumeDevices").is_none(), "{name} has volumeDevices");
+            match name {
+                "certifier" => {
+                    let wanted: BTreeMap<String, Value> = hw
+                        .devices
+                        .iter()
+                        .map(|d| (format!("limits.{d}"), json!(1)))
+                        .collect();
+                    assert_eq!(devices, wanted, "{}: the certifier's devices", hw.dir);
+                    let wanted: BTreeSet<String> = added.keys().map(|k| (*k).clone()).collect();
+                    assert_eq!(mounted, wanted, "{}: the certifier's host paths", hw.dir);
+                }
+                "token-issuer" => {
+                    assert!(
+                        devices.is_empty(),
+                        "{}: {name} requests {devices:?}",
+                        hw.dir
+                    );
+                    assert_eq!(
+                        mounted, token_issuer_host,
+                        "{}: {name}'s host paths",
+                        hw.dir
+                    );
+                }
+                _ => {
+                    assert!(
+                        devices.is_empty(),
+                        "{}: {name} requests {devices:?}",
+                        hw.dir
+                    );
+                    assert!(mounted.is_empty(), "{}: {name} mounts {mounted:?}", hw.dir);
+                }
+            }
+        }
+    }
+}
+
+/// The TDX certifier gets configfs-tsm's report directory and nothing around it: not
+/// /sys/kernel/config (other configfs subsystems), not /sys; writable, since a request is a
+/// directory made there; at the path its `--tsm-report-dir` names.
+#[test]
+fn the_tdx_certifier_gets_exactly_the_report_directory() {
+    let spec = QEMU_TDX.spec();
+    let volume = array(&spec["volumes"])
+        .into_iter()
+        .find(|v| v["hostPath"]["path"] == TSM_REPORT_DIR)
+        .expect("a volume of the report directory");
+    assert_eq!(
+        volume,
+        json!({"name": "tsm-report", "hostPath": {"path": TSM_REPORT_DIR, "type": "Directory"}}),
+        "the report directory must exist (configfs mounted, Linux 6.7 or later), never be created"
+    );
+    let certifier = QEMU_TDX.container("certifier");
+    let mount = array(&certifier["volumeMounts"])
+        .into_iter()
+        .find(|m| m["name"] == "tsm-report")
+        .expect("the certifier mounts it");
+    assert_eq!(
+        mount,
+        json!({"name": "tsm-report", "mountPath": required_flag(&certifier, "tsm-report-dir")}),
+        "writable, whole, no propagation, where --tsm-report-dir points"
+    );
+    // Not inside the container's /sys: read-only sysfs, with no configfs mounted below it.
+    assert!(!required_flag(&certifier, "tsm-report-dir").starts_with("/sys/"));
+    // No TPM: qemu-tdx documents are the quote alone.
+    assert!(flag(&certifier, "tcti").is_none());
+}
+
+/// The SNP certifier reaches its report through the SEV guest device the plugin grants, never
+/// configfs-tsm (whose entries only uid 0 could make): `--tsm-report-dir` names a path that can
+/// exist in no container, and `--sev-guest-device` the device the plugin hands out.
+#[test]
+fn the_snp_certifier_asks_the_sev_guest_device_not_configfs() {
+    let certifier = AWS_SEV_SNP.container("certifier");
+    let tsm = required_flag(&certifier, "tsm-report-dir");
+    // /dev/null is a character device in every container (the OCI runtime creates it), so
+    // nothing lies below it and the certifier's "does the report directory exist" is false.
+    assert!(tsm.starts_with("/dev/null/"), "{tsm}");
+    assert!(!Path::new(&tsm).is_dir());
+    for m in array(&certifier["volumeMounts"]) {
+        let at = m["mountPath"].as_str().expect("mountPath");
+        assert!(!tsm.starts_with(at), "{at} is mounted above {tsm}");
+    }
+    let plugin = sev_snp_plugin_container();
+    let paths: BTreeMap<String, String> = devices_of(&plugin)
+        .iter()
+        .map(|d| {
+            (
+                resource_of(&plugin, d),
+                d["groups"][0]["paths"][0]["path"]
+                    .as_str()
+                    .expect("path")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        paths.get("squat.ai/sev-guest"),
+        Some(&required_flag(&certifier, "sev-guest-device"))
+    );
+    assert_eq!(
+        paths.get("squat.ai/tpmrm0").map(|p| format!("device:{p}")),
+        Some(required_flag(&certifier, "tcti"))
+    );
+}
+
+#[test]
+fn the_hardware_certifiers_are_confined_and_hold_no_credential() {
+    for hw in HARDWARE {
+        let spec = hw.spec();
+        let containers = array(&spec["containers"]);
+        for c in &containers {
+            if c["name"] == "certifier" && hw.uid == 0 {
+                assert_confined(c);
+            } else {
+                assert_locked_down(c);
+            }
+        }
+        let uids: BTreeSet<u64> = containers.iter().map(run_as_user).collect();
+        assert_eq!(uids.len(), 4, "{}: each container has its own uid", hw.dir);
+        let c = hw.container("certifier");
+        let sc = &c["securityContext"];
+        assert_eq!(run_as_user(&c), hw.uid, "{}", hw.dir);
+        assert_eq!(sc["runAsGroup"], json!(hw.gid), "{}", hw.dir);
+        assert_eq!(sc["runAsNonRoot"], Value::Bool(hw.uid != 0), "{}", hw.dir);
+        assert_eq!(sc["capabilities"], json!({"drop": ["ALL"]}), "{}", hw.dir);
+        assert_eq!(sc["allowPrivilegeEscalation"], Value::Bool(false));
+        assert_eq!(sc["readOnlyRootFilesystem"], Value::Bool(true));
+        assert!(sc.get("seLinuxOptions").is_none() && sc.get("appArmorProfile").is_none());
+        // uid 0 owns the host's report directory only in the host's user namespace.
+        assert!(spec.get("hostUsers").is_none(), "{}: hostUsers", hw.dir);
+        assert_eq!(spec["automountServiceAccountToken"], Value::Bool(false));
+        assert!(spec["securityContext"].get("supplementalGroups").is_none());
+        assert!(c.get("env").is_none() && c.get("envFrom").is_none());
+        assert!(c.get("ports").is_none(), "the certifier listens on no port");
+        // It mounts its socket's emptyDir and the host paths above: no Secret, token or ConfigMap.
+        for volume in mounted_volumes(&spec, &c) {
+            let kind = keys(&volume);
+            assert!(
+                kind == names(&["name", "emptyDir"]) || kind == names(&["name", "hostPath"]),
+                "{}: the certifier mounts {volume}",
+                hw.dir
+            );
+        }
+    }
+}
+
+/// `args` with the value of each of `flags` (`--flag=value`) blanked.
+fn args_without(c: &Value, flags: &[&str]) -> Vec<String> {
+    args(c)
+        .into_iter()
+        .map(
+            |a| match flags.iter().find(|f| a.starts_with(&format!("--{f}="))) {
+                Some(f) => format!("--{f}=…"),
+                None => a,
+            },
+        )
+        .collect()
+}
+
+#[test]
+fn the_hardware_overlays_change_only_the_variant_and_the_certifiers_devices() {
+    let attested = spec();
+    for hw in HARDWARE {
+        let overlay = hw.spec();
+        for (key, value) in attested.as_object().expect("a pod spec") {
+            if key != "containers" && key != "volumes" {
+                assert_eq!(&overlay[key], value, "{} changes the pod's {key}", hw.dir);
+            }
+        }
+        let volumes = array(&overlay["volumes"]);
+        for v in array(&attested["volumes"]) {
+            assert!(volumes.contains(&v), "{} changes {}", hw.dir, v["name"]);
+        }
+        assert_eq!(
+            volumes.len(),
+            array(&attested["volumes"]).len() + hw.host_paths.len(),
+            "{} adds volumes beyond the certifier's host paths",
+            hw.dir
+        );
+        for name in ["join-core", "token-issuer"] {
+            assert_eq!(
+                container_of(&overlay, name),
+                container_of(&attested, name),
+                "{} changes {name}",
+                hw.dir
+            );
+        }
+        // attest-proxy: the variant, and the certifier's uid; the rest as it was.
+        let proxy = container_of(&overlay, "attest-proxy");
+        let was = container_of(&attested, "attest-proxy");
+        assert_eq!(required_flag(&proxy, "variant"), hw.variant);
+        assert_eq!(required_flag(&proxy, "certifier-uid"), hw.uid.to_string());
+        let blank = ["variant", "certifier-uid"];
+        assert_eq!(
+            args_without(&proxy, &blank),
+            args_without(&was, &blank),
+            "{}",
+            hw.dir
+        );
+        let strip = |mut c: Value| {
+            c.as_object_mut().expect("a container").remove("args");
+            c
+        };
+        assert_eq!(strip(proxy), strip(was), "{} changes attest-proxy", hw.dir);
+
+        // The certifier: its variant and hardware flags, devices, uid and host paths; its image,
+        // command, socket, peer, budget and lockdown as they were.
+        let certifier = container_of(&overlay, "certifier");
+        let was = container_of(&attested, "certifier");
+        assert_eq!(required_flag(&certifier, "variant"), hw.variant);
+        let hardware_flags = ["variant", "tcti", "tsm-report-dir", "sev-guest-device"];
+        let common_args = |c: &Value| -> Vec<String> {
+            args(c)
+                .into_iter()
+                .filter(|a| {
+                    !hardware_flags
+                        .iter()
+                        .any(|f| a.starts_with(&format!("--{f}=")))
+                })
+                .collect()
+        };
+        assert_eq!(common_args(&certifier), common_args(&was), "{}", hw.dir);
+        let mut certifier = certifier.as_object().expect("a container").clone();
+        let mut was = was.as_object().expect("a container").clone();
+        for c in [&mut certifier, &mut was] {
+            c.remove("args");
+            let limits = c["resources"]["limits"].as_object_mut().expect("limits");
+            limits.retain(|name, _| ORDINARY_RESOURCES.contains(&name.as_str()));
+            let sc = c["securityContext"]
+                .as_object_mut()
+                .expect("securityContext");
+            for id in ["runAsUser", "runAsGroup", "runAsNonRoot"] {
+                sc.remove(id);
+            }
+            let mounts = c["volumeMounts"].as_array_mut().expect("volumeMounts");
+            mounts.retain(|m| m["name"] == "certifier-socket");
+        }
+        assert_eq!(
+            certifier, was,
+            "{} changes the certifier beyond its hardware",
+            hw.dir
+        );
+    }
+}
+
+#[test]
+fn every_argument_of_the_hardware_overlays_is_a_flag_the_binary_accepts() {
+    for hw in HARDWARE {
+        assert_args_parse(&array(&hw.spec()["containers"]));
+    }
+}
+
+#[test]
+fn the_socket_ends_agree_in_the_hardware_overlays() {
+    for hw in HARDWARE {
+        assert_socket_ends_agree(&hw.spec());
+    }
+}
+
+fn sev_snp_plugin_dir() -> PathBuf {
+    deploy_dir().join("examples/sev-snp-device-plugin")
+}
+
+/// The device plugin's pod as deploy/examples/sev-snp-device-plugin renders it.
+fn sev_snp_plugin_pod_spec() -> Value {
+    merge_pod_patch(
+        plugin_pod_spec(),
+        &sev_snp_plugin_dir().join("sev-guest.yaml"),
+    )
+}
+
+fn sev_snp_plugin_container() -> Value {
+    let containers = array(&sev_snp_plugin_pod_spec()["containers"]);
+    assert_eq!(containers.len(), 1, "the plugin pod runs one container");
+    containers[0].clone()
+}
+
+/// One plugin, one more device: the SEV guest device on the TPM's terms, its host node
+/// read-only; every other privilege as the TPM plugin declares it.
+#[test]
+fn the_sev_snp_device_plugin_adds_the_sev_guest_device_and_nothing_else() {
+    let k = &read_docs(&sev_snp_plugin_dir().join("kustomization.yaml"))[0];
+    assert_eq!(
+        keys(k),
+        names(&["apiVersion", "kind", "resources", "patches"])
+    );
+    assert_eq!(k["resources"], json!(["../tpm-device-plugin"]));
+    assert_eq!(
+        k["patches"],
+        json!([{"path": "sev-guest.yaml",
+                "target": {"kind": "DaemonSet", "name": plugin_object("DaemonSet")["metadata"]["name"]}}])
+    );
+
+    let base = plugin_pod_spec();
+    let spec = sev_snp_plugin_pod_spec();
+    for (key, value) in base.as_object().expect("a pod spec") {
+        if key != "containers" && key != "volumes" {
+            assert_eq!(
+                &spec[key], value,
+                "the overlay changes the plugin pod's {key}"
+            );
+        }
+    }
+    let sev = json!({"name": "sev-guest", "groups": [{"count": 1, "paths": [
+        {"path": "/dev/sev-guest", "permissions": "rw"}
+    ]}]});
+    let c = sev_snp_plugin_container();
+    assert_eq!(devices_of(&c), vec![plugin_device(), sev]);
+    let mut volumes = array(&base["volumes"]);
+    volumes.push(json!({"name": "sev-guest",
+                        "hostPath": {"path": "/dev/sev-guest", "type": "CharDevice"}}));
+    assert_eq!(array(&spec["volumes"]), volumes);
+    let mut mounts = array(&plugin_container()["volumeMounts"]);
+    mounts.push(json!({"name": "sev-guest", "mountPath": "/dev/sev-guest", "readOnly": true}));
+    assert_eq!(array(&c["volumeMounts"]), mounts);
+    // The args are the TPM plugin's with the second --device; nothing else of the container moves.
+    let mut args = args(&c);
+    let at = args
+        .iter()
+        .rposition(|a| a == "--device")
+        .expect("--device");
+    args.drain(at..at + 2);
+    assert_eq!(args, self::args(&plugin_container()));
+    let strip = |c: &Value| {
+        let mut c = c.as_object().expect("a container").clone();
+        c.remove("args");
+        c.remove("volumeMounts");
+        c
+    };
+    assert_eq!(strip(&c), strip(&plugin_container()));
+
+    // What it advertises is what the SNP certifier requests.
+    let advertised: BTreeSet<String> = devices_of(&c).iter().map(|d| resource_of(&c, d)).collect();
+    assert_eq!(
+        advertised,
+        AWS_SEV_SNP
+            .devices
+            .iter()
+            .map(|d| (*d).to_owned())
+            .collect()
     );
 }

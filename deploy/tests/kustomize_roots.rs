@@ -160,7 +160,10 @@ fn every_kustomization_under_deploy_loads_without_a_cycle_or_a_missing_path() {
         "",
         "base",
         "examples/attested-service",
+        "examples/attested-service-aws-sev-snp",
+        "examples/attested-service-qemu-tdx",
         "examples/gcp-sev-snp",
+        "examples/sev-snp-device-plugin",
         "examples/tpm-device-plugin",
     ] {
         assert!(
