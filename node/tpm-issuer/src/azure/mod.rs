@@ -171,11 +171,17 @@ pub enum AzureIssuerError {
     TpmQuote(#[source] TpmIssuerError),
 }
 
-/// Opens the TPM at `tcti` with the HCL's attestation key, as both Azure variants attest.
-pub fn open_tpm(tcti: &str) -> Result<TpmIssuer, AzureIssuerError> {
+/// The TPM configuration both Azure variants attest with: the TPM at `tcti` and the HCL's
+/// attestation key (the caller may add an event log).
+pub fn tpm_config(tcti: &str) -> crate::TpmIssuerConfig {
     let mut config = crate::TpmIssuerConfig::new(tcti);
     config.persistent_ak = Some(HCL_AK_HANDLE);
-    TpmIssuer::open(&config).map_err(AzureIssuerError::Ak)
+    config
+}
+
+/// Opens the TPM at `tcti` with the HCL's attestation key.
+pub fn open_tpm(tcti: &str) -> Result<TpmIssuer, AzureIssuerError> {
+    TpmIssuer::open(&tpm_config(tcti)).map_err(AzureIssuerError::Ak)
 }
 
 /// Reads and parses the HCL report in `tpm`, which must hold an `expected` hardware report.
