@@ -270,4 +270,50 @@ mod tests {
             Err(HclError::Truncated { .. })
         ));
     }
+
+    fn testdata(path: &str) -> Vec<u8> {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lib/attestation/testdata");
+        std::fs::read(dir.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// Azure's own HCL reports (testdata README): the cut gives the report whose REPORT_DATA
+    /// binds the runtime data, and runtime data naming HCLAkPub first.
+    #[test]
+    fn real_hcl_reports_from_azure_parse() {
+        for (path, report_type, report_data_at, runtime_len) in [
+            (
+                "snp/azure-milan-vtpm/hcl-report.bin",
+                HclReportType::Snp,
+                0x50,
+                1110,
+            ),
+            (
+                "tdx/azure-tdx-vtpm/hcl-report.bin",
+                HclReportType::Tdx,
+                128,
+                1201,
+            ),
+        ] {
+            let bytes = testdata(path);
+            let report = parse_hcl_report(&bytes, report_type).unwrap();
+            assert_eq!(report.runtime_data.len(), runtime_len, "{path}");
+            let digest = ring::digest::digest(&ring::digest::SHA256, &report.runtime_data);
+            assert_eq!(
+                &report.hw_report[report_data_at..report_data_at + 32],
+                digest.as_ref(),
+                "{path}"
+            );
+            let json: serde_json::Value = serde_json::from_slice(&report.runtime_data).unwrap();
+            assert_eq!(json["keys"][0]["kid"], "HCLAkPub", "{path}");
+            let other = match report_type {
+                HclReportType::Snp => HclReportType::Tdx,
+                HclReportType::Tdx => HclReportType::Snp,
+            };
+            assert!(matches!(
+                parse_hcl_report(&bytes, other),
+                Err(HclError::ReportType { .. })
+            ));
+        }
+    }
 }
