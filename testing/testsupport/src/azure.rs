@@ -86,6 +86,16 @@ pub fn write_hcl_report(swtpm: &Swtpm, blob: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Persists the AK and returns the runtime data the HCL report is to bind: `runtime_data`, or
+/// runtime data naming the persisted AK when `None`.
+fn persist_ak_for(swtpm: &Swtpm, runtime_data: Option<Vec<u8>>) -> anyhow::Result<Vec<u8>> {
+    let ak = persist_hcl_ak(swtpm)?;
+    match runtime_data {
+        Some(runtime) => Ok(runtime),
+        None => Ok(azure_runtime_data_for_public(&ak)?),
+    }
+}
+
 /// An azure-sev-snp CVM's boot on `swtpm`: the AK persisted, and an HCL report whose SEV-SNP
 /// report (signed by `vcek`, with `fields` but REPORT_DATA) binds `runtime_data`, or runtime
 /// data naming the persisted AK when `None`. Returns the HCL report.
@@ -95,11 +105,7 @@ pub fn boot_snp(
     mut fields: ReportFields,
     runtime_data: Option<Vec<u8>>,
 ) -> anyhow::Result<Vec<u8>> {
-    let ak = persist_hcl_ak(swtpm)?;
-    let runtime = match runtime_data {
-        Some(runtime) => runtime,
-        None => azure_runtime_data_for_public(&ak)?,
-    };
+    let runtime = persist_ak_for(swtpm, runtime_data)?;
     fields.report_data = soft_issuer::azure::report_data_for(&runtime);
     let report = vcek.report(&fields)?;
     let blob =
@@ -116,11 +122,7 @@ pub fn boot_tdx(
     td: &TdFields,
     runtime_data: Option<Vec<u8>>,
 ) -> anyhow::Result<Vec<u8>> {
-    let ak = persist_hcl_ak(swtpm)?;
-    let runtime = match runtime_data {
-        Some(runtime) => runtime,
-        None => azure_runtime_data_for_public(&ak)?,
-    };
+    let runtime = persist_ak_for(swtpm, runtime_data)?;
     let report = soft_issuer::tdx::td_report(td, &soft_issuer::azure::report_data_for(&runtime));
     let blob =
         soft_issuer::azure::hcl_report(soft_issuer::azure::REPORT_TYPE_TDX, &report, &runtime);
