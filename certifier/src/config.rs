@@ -29,8 +29,9 @@ pub struct Config {
     #[arg(long, env = "CERTIFIER_PEER_UID")]
     pub peer_uid: u32,
     /// The variant to attest as: `qemu-vtpm` (the TPM alone), `aws-sev-snp` (the TPM, and an
-    /// SEV-SNP report vouching for its key) or `qemu-tdx` (the TD's quote alone, through
-    /// configfs-tsm), the documents join-client issues.
+    /// SEV-SNP report vouching for its key), `azure-sev-snp` or `azure-tdx` (the vTPM with the
+    /// key of Azure's paravisor, and the hardware report of its HCL report) or `qemu-tdx` (the
+    /// TD's quote alone, through configfs-tsm), the documents join-client issues.
     #[arg(long, env = "CERTIFIER_VARIANT", default_value = "qemu-vtpm")]
     pub variant: Variant,
     /// The TPM, as a TSS TCTI string.
@@ -43,6 +44,9 @@ pub struct Config {
     /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
     #[arg(long, env = "CERTIFIER_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
     pub sev_guest_device: PathBuf,
+    /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
+    #[arg(long, env = "CERTIFIER_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
+    pub azure_quote_url: String,
     /// The firmware event log to send with the quote.
     #[arg(long, env = "CERTIFIER_EVENT_LOG")]
     pub event_log: Option<PathBuf>,
@@ -79,6 +83,7 @@ mod tests {
             c.sev_guest_device,
             PathBuf::from(snp_issuer::sev_guest::DEFAULT_DEVICE)
         );
+        assert_eq!(c.azure_quote_url, "http://169.254.169.254/acc/tdquote");
         assert!(
             Config::try_parse_from(["certifier"]).is_err(),
             "the peer uid has no default"

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use attestation::{Issuer, Variant};
 use tpm_issuer::aws_sev_snp::{AwsSnpIssuer, SnpIssuerError};
+use tpm_issuer::azure::sev_snp::AzureSnpIssuer;
+use tpm_issuer::azure::tdx::{AzureTdxIssuer, DEFAULT_QUOTE_TIMEOUT, ImdsQuoteClient, QuoteError};
 use tpm_issuer::{TpmIssuer, TpmIssuerConfig, TpmIssuerError};
 
 use crate::Config;
@@ -13,7 +15,9 @@ use crate::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
     /// The certifier does not issue this variant's documents.
-    #[error("the certifier issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only, not {0}")]
+    #[error(
+        "the certifier issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx documents only, not {0}"
+    )]
     Unsupported(Variant),
     #[error("opening the TPM at {tcti}")]
     Tpm {
@@ -27,6 +31,8 @@ pub enum DeviceError {
     AwsSnp(#[source] SnpIssuerError),
     #[error("opening the TDX quote interface")]
     Tdx(#[source] tdx_issuer::TdxQuoteError),
+    #[error("Azure's quote service")]
+    AzureQuotes(#[source] QuoteError),
 }
 
 /// The issuer for `config.variant`, on the devices `config` names. Refuses a variant it cannot
@@ -43,6 +49,15 @@ pub fn open(config: &Config) -> Result<Arc<dyn Issuer>, DeviceError> {
                 AwsSnpIssuer::new(tpm, source).map_err(DeviceError::AwsSnp)?,
             ))
         }
+        Variant::AzureSevSnp => Ok(Arc::new(AzureSnpIssuer::new(azure_tpm(config)?))),
+        Variant::AzureTdx => {
+            let quotes = ImdsQuoteClient::new(&config.azure_quote_url, DEFAULT_QUOTE_TIMEOUT)
+                .map_err(DeviceError::AzureQuotes)?;
+            Ok(Arc::new(AzureTdxIssuer::new(
+                azure_tpm(config)?,
+                Box::new(quotes),
+            )))
+        }
         Variant::QemuTdx => Ok(Arc::new(
             tdx_issuer::QemuTdxIssuer::open(&config.tsm_report_dir).map_err(DeviceError::Tdx)?,
         )),
@@ -52,6 +67,16 @@ pub fn open(config: &Config) -> Result<Arc<dyn Issuer>, DeviceError> {
 
 fn tpm(config: &Config) -> Result<TpmIssuer, DeviceError> {
     let mut tpm = TpmIssuerConfig::new(&config.tcti);
+    tpm.event_log = config.event_log.clone();
+    TpmIssuer::open(&tpm).map_err(|source| DeviceError::Tpm {
+        tcti: config.tcti.clone(),
+        source,
+    })
+}
+
+/// The vTPM with the attestation key Azure's paravisor persisted.
+fn azure_tpm(config: &Config) -> Result<TpmIssuer, DeviceError> {
+    let mut tpm = tpm_issuer::azure::tpm_config(&config.tcti);
     tpm.event_log = config.event_log.clone();
     TpmIssuer::open(&tpm).map_err(|source| DeviceError::Tpm {
         tcti: config.tcti.clone(),
@@ -81,13 +106,13 @@ mod tests {
 
     #[test]
     fn variants_it_cannot_issue_are_refused_by_name_before_any_device_is_opened() {
-        let err = open(&config("azure-sev-snp")).unwrap_err().to_string();
+        let err = open(&config("gcp-sev-snp")).unwrap_err().to_string();
         assert_eq!(
             err,
-            "the certifier issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only, not azure-sev-snp"
+            "the certifier issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx documents only, not gcp-sev-snp"
         );
         // The ones it issues get as far as the TPM.
-        for variant in ["qemu-vtpm", "aws-sev-snp"] {
+        for variant in ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp", "azure-tdx"] {
             let err = open(&config(variant)).unwrap_err();
             assert!(
                 matches!(&err, DeviceError::Tpm { tcti, .. } if tcti == "device:/nonexistent/tpm"),

@@ -73,6 +73,7 @@ async fn serve(
         variant: issuer.variant(),
         tcti: String::new(),
         sev_guest_device: std::path::PathBuf::new(),
+        azure_quote_url: String::new(),
         event_log: None,
         tsm_report_dir: dir.join("tsm/report"),
         grace_period: Duration::from_secs(1),
@@ -266,6 +267,7 @@ fn the_binary_refuses_to_start_without_its_device() {
             .arg(dir.path().join("certifier.sock"))
             .arg("--tsm-report-dir")
             .arg(&missing)
+            .args(["--tcti", "device:/nonexistent/tpmrm0"])
             .output()
             .unwrap();
         assert!(!out.status.success(), "{variant}");
@@ -279,10 +281,17 @@ fn the_binary_refuses_to_start_without_its_device() {
         )),
         "{err}"
     );
-    let err = run("azure-sev-snp");
+    for azure in ["azure-sev-snp", "azure-tdx"] {
+        let err = run(azure);
+        assert!(
+            err.contains("opening the TPM at device:/nonexistent/tpmrm0"),
+            "{azure}: {err}"
+        );
+    }
+    let err = run("gcp-sev-snp");
     assert!(
         err.contains(
-            "issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only, not azure-sev-snp"
+            "issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx documents only, not gcp-sev-snp"
         ),
         "{err}"
     );

@@ -42,14 +42,19 @@ struct Common {
     #[arg(long, env = "JOIN_CLIENT_AK", value_enum, default_value_t = AkType::Rsa)]
     ak: AkType,
     /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone),
-    /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key) or `qemu-tdx` (a TD
-    /// quote alone, no TPM).
+    /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key), `azure-sev-snp` or
+    /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
+    /// report or TD quote its HCL report holds) or `qemu-tdx` (a TD quote alone, no TPM).
+    /// `--ak` applies to qemu-vtpm and aws-sev-snp only.
     #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
     variant: Variant,
     /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
     /// SEV guest device instead when it does not exist; qemu-tdx needs it.
     #[arg(long, env = "JOIN_CLIENT_TSM_REPORT_DIR", default_value = snp_issuer::configfs::DEFAULT_ROOT)]
     tsm_report_dir: PathBuf,
+    /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
+    #[arg(long, env = "JOIN_CLIENT_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
+    azure_quote_url: String,
     /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
     #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
     sev_guest_device: PathBuf,
@@ -127,13 +132,14 @@ enum AkType {
 fn client(common: &Common) -> anyhow::Result<Client> {
     // Refuse what cannot be issued before touching the TPM.
     match common.variant {
-        Variant::QemuVtpm | Variant::AwsSevSnp | Variant::QemuTdx => {}
-        Variant::AzureSevSnp => anyhow::bail!(
-            "join-client issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only: azure-sev-snp \
-             needs Azure's HCL report from the vTPM's NV index, which join-client does not read"
-        ),
+        Variant::QemuVtpm
+        | Variant::AwsSevSnp
+        | Variant::AzureSevSnp
+        | Variant::QemuTdx
+        | Variant::AzureTdx => {}
         other => anyhow::bail!(
-            "join-client issues qemu-vtpm, aws-sev-snp and qemu-tdx documents only, not {other}"
+            "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx \
+             documents only, not {other}"
         ),
     }
     // Likewise a service policy that cannot be used.
@@ -174,6 +180,30 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
         let tdx = tdx_issuer::QemuTdxIssuer::open(&common.tsm_report_dir)
             .context("opening the TDX quote interface")?;
         return Ok(Arc::new(tdx));
+    }
+    // The Azure variants attest with the key Azure's paravisor persisted, which its HCL report
+    // names.
+    if matches!(common.variant, Variant::AzureSevSnp | Variant::AzureTdx) {
+        let mut config = tpm_issuer::azure::tpm_config(&common.tcti);
+        config.event_log = common.event_log.clone();
+        let tpm = tpm_issuer::TpmIssuer::open(&config).with_context(|| {
+            format!(
+                "opening the TPM at {} with the attestation key of Azure's paravisor",
+                common.tcti
+            )
+        })?;
+        return Ok(if common.variant == Variant::AzureSevSnp {
+            Arc::new(tpm_issuer::azure::sev_snp::AzureSnpIssuer::new(tpm))
+        } else {
+            let quotes = tpm_issuer::azure::tdx::ImdsQuoteClient::new(
+                &common.azure_quote_url,
+                tpm_issuer::azure::tdx::DEFAULT_QUOTE_TIMEOUT,
+            )?;
+            Arc::new(tpm_issuer::azure::tdx::AzureTdxIssuer::new(
+                tpm,
+                Box::new(quotes),
+            ))
+        });
     }
     let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
     config.ak = match common.ak {
@@ -323,11 +353,6 @@ mod tests {
 
     #[test]
     fn variants_without_an_issuer_are_refused_by_name_before_the_tpm_is_opened() {
-        let err = client(&common("azure-sev-snp")).unwrap_err().to_string();
-        assert!(
-            err.contains("azure-sev-snp needs Azure's HCL report"),
-            "{err}"
-        );
         let err = client(&common("gcp-sev-snp")).unwrap_err().to_string();
         assert!(err.contains("not gcp-sev-snp"), "{err}");
         // The supported ones get as far as the TPM, or for qemu-tdx the TSM (the test's
@@ -337,6 +362,16 @@ mod tests {
             err.contains("opening the TPM at device:/nonexistent/tpm"),
             "{err}"
         );
+        for azure in ["azure-sev-snp", "azure-tdx"] {
+            let err = format!("{:#}", client(&common(azure)).unwrap_err());
+            assert!(
+                err.contains(
+                    "opening the TPM at device:/nonexistent/tpm with the attestation key of \
+                     Azure's paravisor"
+                ),
+                "{azure}: {err}"
+            );
+        }
         let err = format!("{:#}", client(&common("qemu-tdx")).unwrap_err());
         assert!(
             err.contains(

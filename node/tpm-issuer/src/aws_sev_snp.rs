@@ -68,19 +68,7 @@ impl Issuer for AwsSnpIssuer {
     }
 
     fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
-        self.issue_document(user_data, nonce).map_err(|e| {
-            // The whole chain: "the SEV-SNP evidence" alone would not say what to fix.
-            let mut reason = e.to_string();
-            let mut cause = std::error::Error::source(&e);
-            while let Some(c) = cause {
-                reason = format!("{reason}: {c}");
-                cause = c.source();
-            }
-            IssueError {
-                variant: Variant::AwsSevSnp,
-                reason,
-                source: Some(Box::new(e)),
-            }
-        })
+        self.issue_document(user_data, nonce)
+            .map_err(|e| crate::issue_error(Variant::AwsSevSnp, e))
     }
 }

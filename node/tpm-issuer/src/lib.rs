@@ -7,9 +7,11 @@
 //! Constellation's Go issuer does (the wire types come from [`attestation::vtpm::document`], which
 //! the validator uses too). The SNP variants' documents are the same with an InstanceInfo in
 //! them ([`TpmIssuer::issue_document_with_instance_info`]); [`aws_sev_snp`] makes aws-sev-snp
-//! documents with a report from `snp-issuer`.
+//! documents with a report from `snp-issuer`, [`azure`] azure-sev-snp and azure-tdx documents
+//! from the HCL report Azure's paravisor leaves in the vTPM.
 
 pub mod aws_sev_snp;
+pub mod azure;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -23,11 +25,13 @@ use tss_esapi::Context;
 use tss_esapi::abstraction::pcr::read_all;
 use tss_esapi::attributes::ObjectAttributesBuilder;
 use tss_esapi::constants::CapabilityType;
-use tss_esapi::handles::KeyHandle;
+use tss_esapi::handles::{
+    KeyHandle, NvIndexHandle, NvIndexTpmHandle, PersistentTpmHandle, TpmHandle,
+};
 use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::interface_types::ecc::EccCurve;
 use tss_esapi::interface_types::key_bits::RsaKeyBits;
-use tss_esapi::interface_types::resource_handles::Hierarchy;
+use tss_esapi::interface_types::resource_handles::{Hierarchy, NvAuth};
 use tss_esapi::structures::{
     CapabilityData, Data, EccPoint, EccScheme, HashScheme, KeyDerivationFunctionScheme,
     PcrSelectionList, PcrSlot, Public, PublicBuilder, PublicEccParametersBuilder, PublicKeyRsa,
@@ -100,6 +104,10 @@ pub struct TpmIssuerConfig {
     /// The firmware event log to include, e.g.
     /// `/sys/kernel/security/tpm0/binary_bios_measurements`; `None` sends none.
     pub event_log: Option<PathBuf>,
+    /// Attest with the key persisted at this handle instead of creating one (`ak` is then
+    /// ignored): on Azure the paravisor persists its AK at [`azure::HCL_AK_HANDLE`], and only
+    /// that key is named in the HCL report.
+    pub persistent_ak: Option<u32>,
 }
 
 impl TpmIssuerConfig {
@@ -109,6 +117,7 @@ impl TpmIssuerConfig {
             tcti: tcti.into(),
             ak: AkSpec::default(),
             event_log: None,
+            persistent_ak: None,
         }
     }
 }
@@ -136,6 +145,24 @@ pub enum TpmIssuerError {
     Encode(#[source] serde_json::Error),
     #[error("the TPM context lock is poisoned (an earlier issue panicked)")]
     Poisoned,
+    #[error("no key is persisted at handle {0:#010x}")]
+    NoPersistentAk(u32, #[source] tss_esapi::Error),
+    #[error("the key persisted at {0:#010x} cannot be the attestation key: {1}")]
+    UnusableAk(u32, String),
+    #[error("NV index {0:#010x} is not defined")]
+    NoNvIndex(u32, #[source] tss_esapi::Error),
+    #[error("NV index {index:#010x} returned nothing after {read} of its {size} bytes")]
+    NvShortRead {
+        index: u32,
+        read: usize,
+        size: usize,
+    },
+    #[error("NV index {index:#010x} holds {size} bytes, more than the {limit} accepted")]
+    NvTooLarge {
+        index: u32,
+        size: usize,
+        limit: usize,
+    },
 }
 
 struct TpmState {
@@ -172,30 +199,45 @@ impl TpmIssuer {
             .map_err(|e| TpmIssuerError::Tcti(config.tcti.clone(), e))?;
         let mut context = Context::new(tcti).map_err(TpmIssuerError::Open)?;
         let banks = allocated_banks(&mut context)?;
-        let template =
-            ak_template(config.ak).map_err(|e| TpmIssuerError::Tpm("build AK template", e))?;
-        // A primary key under the owner hierarchy, as go-tpm-tools creates its AKs: derived
-        // from the hierarchy seed, so every creation yields the same key on one TPM.
-        let created = context
-            .execute_with_nullauth_session(|ctx| {
-                ctx.create_primary(Hierarchy::Owner, template, None, None, None, None)
-            })
-            .map_err(|e| TpmIssuerError::Tpm("CreatePrimary", e))?;
-        let ak_pub = created
-            .out_public
-            .marshall()
-            .map_err(|e| TpmIssuerError::Tpm("marshal AK public area", e))?;
-        tracing::info!(ak = ?config.ak, banks = ?banks.iter().map(|b| b.0).collect::<Vec<_>>(), "TPM attestation key created");
+        let (ak, ak_pub, ak_spec) = match config.persistent_ak {
+            Some(handle) => load_persistent_ak(&mut context, handle)?,
+            None => {
+                let template = ak_template(config.ak)
+                    .map_err(|e| TpmIssuerError::Tpm("build AK template", e))?;
+                // A primary key under the owner hierarchy, as go-tpm-tools creates its AKs:
+                // derived from the hierarchy seed, so every creation yields the same key on
+                // one TPM.
+                let created = context
+                    .execute_with_nullauth_session(|ctx| {
+                        ctx.create_primary(Hierarchy::Owner, template, None, None, None, None)
+                    })
+                    .map_err(|e| TpmIssuerError::Tpm("CreatePrimary", e))?;
+                let ak_pub = created
+                    .out_public
+                    .marshall()
+                    .map_err(|e| TpmIssuerError::Tpm("marshal AK public area", e))?;
+                (created.key_handle, ak_pub, config.ak)
+            }
+        };
+        tracing::info!(ak = ?ak_spec, persistent = ?config.persistent_ak, banks = ?banks.iter().map(|b| b.0).collect::<Vec<_>>(), "TPM attestation key ready");
         Ok(TpmIssuer {
             state: Mutex::new(TpmState {
                 context,
-                ak: created.key_handle,
+                ak,
                 ak_pub,
                 banks,
             }),
-            ak_spec: config.ak,
+            ak_spec,
             event_log: config.event_log.clone(),
         })
+    }
+
+    /// The whole content of NV index `index`, read with owner authorization (empty, as on
+    /// Azure's vTPM) in chunks the TPM accepts; an index larger than `limit` is refused
+    /// before it is read.
+    pub fn read_nv(&self, index: u32, limit: usize) -> Result<Vec<u8>, TpmIssuerError> {
+        let mut state = self.state.lock().map_err(|_| TpmIssuerError::Poisoned)?;
+        read_nv(&mut state.context, index, limit)
     }
 
     /// The attestation key's public area (`TPMT_PUBLIC`), as sent in documents.
@@ -270,6 +312,25 @@ impl Issuer for TpmIssuer {
     }
 }
 
+/// An [`IssueError`] whose reason is `e`'s whole chain: a layer's own text ("the SEV-SNP
+/// evidence") alone would not say what to fix.
+pub(crate) fn issue_error(
+    variant: Variant,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> IssueError {
+    let mut reason = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        reason = format!("{reason}: {c}");
+        cause = c.source();
+    }
+    IssueError {
+        variant,
+        reason,
+        source: Some(Box::new(e)),
+    }
+}
+
 fn to_tss_hash(h: HashAlg) -> HashingAlgorithm {
     match h {
         HashAlg::Sha1 => HashingAlgorithm::Sha1,
@@ -309,7 +370,8 @@ fn allocated_banks(
     Ok(banks)
 }
 
-fn ak_template(spec: AkSpec) -> tss_esapi::Result<Public> {
+/// The template of the AK [`TpmIssuer`] creates for `spec` (go-tpm-tools' AK templates).
+pub fn ak_template(spec: AkSpec) -> tss_esapi::Result<Public> {
     let attributes = ObjectAttributesBuilder::new()
         .with_fixed_tpm(true)
         .with_fixed_parent(true)
@@ -430,4 +492,118 @@ fn quote_bank(
         tracing::debug!(%bank, "PCRs changed while quoting; retrying");
     }
     Err(TpmIssuerError::PcrsChanging(bank))
+}
+
+/// Loads the key persisted at `handle` as the attestation key, with the signing scheme its
+/// public area names (go-tpm-tools' `LoadCachedKey`).
+fn load_persistent_ak(
+    context: &mut Context,
+    handle: u32,
+) -> Result<(KeyHandle, Vec<u8>, AkSpec), TpmIssuerError> {
+    use attestation::tpm::{PublicKey, alg, curve, object_attributes};
+    let tpm_handle =
+        PersistentTpmHandle::new(handle).map_err(|e| TpmIssuerError::NoPersistentAk(handle, e))?;
+    let object = context
+        .execute_without_session(|ctx| ctx.tr_from_tpm_public(TpmHandle::Persistent(tpm_handle)))
+        .map_err(|e| TpmIssuerError::NoPersistentAk(handle, e))?;
+    let key = KeyHandle::from(object);
+    let (public, _, _) = context
+        .execute_without_session(|ctx| ctx.read_public(key))
+        .map_err(|e| TpmIssuerError::Tpm("ReadPublic", e))?;
+    let ak_pub = public
+        .marshall()
+        .map_err(|e| TpmIssuerError::Tpm("marshal AK public area", e))?;
+    let unusable = |reason: &str| TpmIssuerError::UnusableAk(handle, reason.to_owned());
+    let parsed = attestation::tpm::Public::parse(&ak_pub)
+        .map_err(|e| TpmIssuerError::UnusableAk(handle, e.to_string()))?;
+    if !parsed.has_attributes(object_attributes::RESTRICTED | object_attributes::SIGN_ENCRYPT) {
+        return Err(unusable("it is not a restricted signing key"));
+    }
+    let hash_of = |scheme: &Option<attestation::tpm::Scheme>| {
+        scheme
+            .as_ref()
+            .and_then(|s| s.hash)
+            .and_then(HashAlg::from_id)
+            .filter(|h| *h != HashAlg::Sha1)
+    };
+    let spec = match &parsed.key {
+        PublicKey::Rsa { scheme, .. } => {
+            let rsa_scheme = match scheme.as_ref().map(|s| s.scheme) {
+                Some(alg::RSASSA) => RsaSigScheme::Pkcs1v15,
+                Some(alg::RSAPSS) => RsaSigScheme::Pss,
+                _ => return Err(unusable("its RSA scheme is neither RSASSA nor RSAPSS")),
+            };
+            let hash =
+                hash_of(scheme).ok_or_else(|| unusable("its scheme's hash is SHA-1 or unknown"))?;
+            AkSpec::Rsa {
+                scheme: rsa_scheme,
+                hash,
+            }
+        }
+        PublicKey::Ecc { scheme, curve, .. } => {
+            if scheme.as_ref().map(|s| s.scheme) != Some(alg::ECDSA) {
+                return Err(unusable("its ECC scheme is not ECDSA"));
+            }
+            let curve = match *curve {
+                curve::NIST_P256 => AkCurve::P256,
+                curve::NIST_P384 => AkCurve::P384,
+                _ => return Err(unusable("its curve is neither P-256 nor P-384")),
+            };
+            let hash =
+                hash_of(scheme).ok_or_else(|| unusable("its scheme's hash is SHA-1 or unknown"))?;
+            AkSpec::Ecc { curve, hash }
+        }
+    };
+    Ok((key, ak_pub, spec))
+}
+
+fn read_nv(context: &mut Context, index: u32, limit: usize) -> Result<Vec<u8>, TpmIssuerError> {
+    let tpm_index =
+        NvIndexTpmHandle::new(index).map_err(|e| TpmIssuerError::NoNvIndex(index, e))?;
+    let mut object = context
+        .execute_without_session(|ctx| ctx.tr_from_tpm_public(TpmHandle::NvIndex(tpm_index)))
+        .map_err(|e| TpmIssuerError::NoNvIndex(index, e))?;
+    let result = read_nv_object(context, index, object, limit);
+    // The ESYS object for the index is only needed for this read.
+    let _ = context.tr_close(&mut object);
+    result
+}
+
+fn read_nv_object(
+    context: &mut Context,
+    index: u32,
+    object: tss_esapi::handles::ObjectHandle,
+    limit: usize,
+) -> Result<Vec<u8>, TpmIssuerError> {
+    let nv = NvIndexHandle::from(object);
+    let (public, _) = context
+        .execute_without_session(|ctx| ctx.nv_read_public(nv))
+        .map_err(|e| TpmIssuerError::Tpm("NV_ReadPublic", e))?;
+    let size = public.data_size();
+    if size > limit {
+        return Err(TpmIssuerError::NvTooLarge { index, size, limit });
+    }
+    let chunk = tss_esapi::abstraction::nv::max_nv_buffer_size(context)
+        .map_err(|e| TpmIssuerError::Tpm("GetCapability(NV_BUFFER_MAX)", e))?
+        .clamp(1, usize::from(u16::MAX));
+    let mut data = Vec::with_capacity(size);
+    while data.len() < size {
+        let want = chunk.min(size - data.len());
+        // Both fit a u16: size is at most `limit` and every offset is below size.
+        let (Ok(want16), Ok(offset)) = (u16::try_from(want), u16::try_from(data.len())) else {
+            return Err(TpmIssuerError::NvTooLarge { index, size, limit });
+        };
+        let read = context
+            .execute_with_nullauth_session(|ctx| ctx.nv_read(NvAuth::Owner, nv, want16, offset))
+            .map_err(|e| TpmIssuerError::Tpm("NV_Read", e))?;
+        if read.is_empty() {
+            return Err(TpmIssuerError::NvShortRead {
+                index,
+                read: data.len(),
+                size,
+            });
+        }
+        data.extend_from_slice(read.value());
+    }
+    Ok(data)
 }

@@ -20,6 +20,7 @@
 //! checks the dependency graph), so no configuration of the service can select it; only test
 //! and benchmark code links it in. Real nodes use `tpm-issuer`.
 
+pub mod azure;
 mod marshal;
 pub mod snp;
 pub mod tdx;

@@ -623,7 +623,13 @@ pub fn azure_runtime_data(n: &[u8], e: &[u8]) -> Vec<u8> {
 /// Azure's HCL runtime data naming `ak` (RSA, as Azure's vTPM keys are) as `keys[0]`: what an
 /// Azure CVM's hardware report binds, on SEV-SNP and TDX alike.
 pub fn azure_runtime_data_for(ak: &crate::SoftIssuer) -> Result<Vec<u8>, SimulationError> {
-    let public = attestation::tpm::Public::parse(ak.ak_public())
+    azure_runtime_data_for_public(ak.ak_public())
+}
+
+/// Azure's HCL runtime data naming the RSA key whose `TPMT_PUBLIC` is `ak_public` (a real
+/// TPM's key, as the paravisor persists it) as `keys[0]`.
+pub fn azure_runtime_data_for_public(ak_public: &[u8]) -> Result<Vec<u8>, SimulationError> {
+    let public = attestation::tpm::Public::parse(ak_public)
         .map_err(|e| SimulationError::Key(e.to_string()))?;
     let attestation::tpm::PublicKey::Rsa {
         exponent, modulus, ..

@@ -262,6 +262,88 @@ impl TdFields {
     }
 }
 
+/// The length of a TD report (`TDREPORT_STRUCT`).
+pub const TD_REPORT_LEN: usize = 1024;
+
+/// A TD report as the TDX module writes it for `td` with `report_data` (TDX module ABI
+/// `TDREPORT_STRUCT`): REPORTMACSTRUCT (report type TDX, REPORTDATA at 128, a MAC nothing
+/// here checks), TEE_TCB_INFO at 256 (TEE_TCB_SVN, MRSEAM, MRSIGNERSEAM, SEAM attributes),
+/// TDINFO at 512 (attributes, XFAM, MRTD, MRCONFIGID, MROWNER, MROWNERCONFIG, RTMR0..3). What
+/// an Azure TD's paravisor puts into its HCL report, and Azure's quote service turns into a
+/// quote.
+pub fn td_report(td: &TdFields, report_data: &[u8; 64]) -> Vec<u8> {
+    let mut r = vec![0u8; TD_REPORT_LEN];
+    r[0] = 0x81; // TEE type TDX; subtype and version 0
+    r[128..192].copy_from_slice(report_data);
+    r[224..256].fill(0x4d);
+    r[256..264].fill(0xff); // every TEE_TCB_INFO field valid
+    r[264..280].copy_from_slice(&td.tee_tcb_svn);
+    r[280..328].copy_from_slice(&td.mr_seam);
+    r[328..376].copy_from_slice(&td.mr_signer_seam);
+    r[376..384].copy_from_slice(&td.seam_attributes);
+    r[512..520].copy_from_slice(&td.td_attributes.to_le_bytes());
+    r[520..528].copy_from_slice(&td.xfam.to_le_bytes());
+    r[528..576].copy_from_slice(&td.mr_td);
+    r[576..624].copy_from_slice(&td.mr_config_id);
+    r[624..672].copy_from_slice(&td.mr_owner);
+    r[672..720].copy_from_slice(&td.mr_owner_config);
+    for (i, rtmr) in td.rtmrs.iter().enumerate() {
+        r[720 + 48 * i..768 + 48 * i].copy_from_slice(rtmr);
+    }
+    r
+}
+
+/// The TD fields and REPORTDATA of a TD report ([`td_report`]), quoted in `version`: what a
+/// quoting service takes from the report it is given.
+pub fn parse_td_report(
+    report: &[u8],
+    version: QuoteVersion,
+) -> Result<(TdFields, [u8; 64]), TdxSimulationError> {
+    if report.len() != TD_REPORT_LEN {
+        return Err(TdxSimulationError::Key(format!(
+            "a TD report is {TD_REPORT_LEN} bytes, not {}",
+            report.len()
+        )));
+    }
+    if report[0] != 0x81 {
+        return Err(TdxSimulationError::Key(format!(
+            "report type {:#04x} is not TDX (0x81)",
+            report[0]
+        )));
+    }
+    let take = |at: usize| -> [u8; 48] {
+        let mut out = [0u8; 48];
+        out.copy_from_slice(&report[at..at + 48]);
+        out
+    };
+    let u64_at = |at: usize| {
+        let mut out = [0u8; 8];
+        out.copy_from_slice(&report[at..at + 8]);
+        u64::from_le_bytes(out)
+    };
+    let mut tee_tcb_svn = [0u8; 16];
+    tee_tcb_svn.copy_from_slice(&report[264..280]);
+    let mut seam_attributes = [0u8; 8];
+    seam_attributes.copy_from_slice(&report[376..384]);
+    let mut report_data = [0u8; 64];
+    report_data.copy_from_slice(&report[128..192]);
+    let td = TdFields {
+        version,
+        tee_tcb_svn,
+        mr_seam: take(280),
+        mr_signer_seam: take(328),
+        seam_attributes,
+        td_attributes: u64_at(512),
+        xfam: u64_at(520),
+        mr_td: take(528),
+        mr_config_id: take(576),
+        mr_owner: take(624),
+        mr_owner_config: take(672),
+        rtmrs: [take(720), take(768), take(816), take(864)],
+    };
+    Ok((td, report_data))
+}
+
 /// A simulated TDX host: its PCK (certified by a [`SimulatedIntel`]) and its quoting enclave,
 /// whose attestation key the PCK vouches for through the QE report.
 pub struct TdxMachine {

@@ -1,8 +1,9 @@
 //! Test and local-run support: a real swtpm per test, a harness that starts the whole system
 //! as real processes over real Unix sockets, simulated SEV-SNP machines with AMD's KDS
 //! stand-in for the SNP variants, and simulated TDX machines with Intel's PCS stand-in for the
-//! TDX variants.
+//! TDX variants, and Azure's paravisor played on a swtpm for the Azure variants.
 
+pub mod azure;
 pub mod harness;
 pub mod process;
 pub mod snp;

@@ -2,8 +2,9 @@
 //! simulated AMD hardware (trusted only through the config's amdRootKey), with AMD's CRL and
 //! what the documents leave out fetched from the KDS stand-in over TLS; for gcp-sev-snp, the
 //! harness runs gce-identity against the GCE stand-in, which vouches for each node's AK. The
-//! nodes are software keys with simulated reports, and once join-client's own aws-sev-snp
-//! issuer on a real TPM over a simulated configfs-tsm.
+//! nodes are software keys with simulated reports, and once each join-client's own aws-sev-snp
+//! issuer on a real TPM over a simulated configfs-tsm and its azure-sev-snp issuer on a real TPM
+//! on which Azure's paravisor is played (testsupport::azure).
 
 #![allow(clippy::unwrap_used)]
 
@@ -25,6 +26,7 @@ use testsupport::harness::{
 };
 use tonic::Code;
 use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
+use tpm_issuer::azure::sev_snp::AzureSnpIssuer;
 
 const DISK: &str = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a";
 const MIN: Tcb = Tcb {
@@ -478,6 +480,67 @@ async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins()
     );
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     assert!(status.message().contains("DEBUG"), "{}", status.message());
+}
+
+/// A node as `join-client --variant azure-sev-snp` builds it: the system's swtpm (with the
+/// harness's boot measurements) on which Azure's paravisor persisted its AK and left its HCL
+/// report with a report from the simulated AMD. The document carries no VCEK: attest-proxy
+/// fetches it from the KDS stand-in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_node_attesting_with_its_vtpm_and_hcl_report_joins_and_rejoins() {
+    let s = setup().await;
+    let mut measurements = serde_json::Map::new();
+    for (index, byte) in BOOT_MEASUREMENTS {
+        measurements.insert(
+            index.to_string(),
+            serde_json::json!({"expected": hex::encode(extended_once(&[byte; 32])), "warnOnly": false}),
+        );
+    }
+    let system = start_with(&s, Variant::AzureSevSnp, measurements.into()).await;
+    let chip = [0x5a; 64];
+    let vcek = s.amd.chip(chip, MIN, 0).unwrap();
+    let url = format!(
+        "/vcek/v1/Milan/{}?blSPL=03&teeSPL=00&snpSPL=08&ucodeSPL=115",
+        hex::encode(chip)
+    );
+    s.kds.put_vcek(&url, vcek.cert_der().to_vec());
+    testsupport::azure::boot_snp(&system.swtpm, &vcek, ReportFields::default(), None).unwrap();
+
+    let issuer = Arc::new(AzureSnpIssuer::open(&system.swtpm.tcti()).unwrap());
+    let client = system.client(issuer).unwrap();
+    client
+        .join(join_request("worker-azure-tpm", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+    client
+        .rejoin(DISK)
+        .await
+        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+    assert!(s.kds.paths().contains(&url), "{:?}", s.kds.paths());
+    let audit = system.proxy.log();
+    assert!(audit.contains("VCEK of chip 5a5a5a5a"), "{audit}");
+    drop(client);
+
+    // Another vTPM whose HCL report names a key that is not its own is refused for it.
+    let other = testsupport::swtpm::Swtpm::start().unwrap();
+    let runtime = soft_issuer::snp::azure_runtime_data_for(&ak(KeyType::Rsa2048)).unwrap();
+    testsupport::azure::boot_snp(&other, &vcek, ReportFields::default(), Some(runtime)).unwrap();
+    let issuer = Arc::new(AzureSnpIssuer::open(&other.tcti()).unwrap());
+    let status = refusal(
+        system
+            .client(issuer)
+            .unwrap()
+            .join(join_request("worker-azure-tpm-2", DISK).unwrap())
+            .await,
+    );
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("the runtime data's keys[0] is not the attestation key"),
+        "{}",
+        status.message()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

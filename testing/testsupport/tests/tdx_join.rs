@@ -3,7 +3,10 @@
 //! and CRLs fetched from the PCS stand-in over TLS. The nodes are TDs on simulated TDX machines:
 //! qemu-tdx documents made per connection, azure-tdx vTPM documents whose TD quote binds the
 //! vTPM key through Azure's runtime data. A qemu-tdx node also joins as `join-client --variant
-//! qemu-tdx` does: its real issuer asking a simulated configfs-tsm for each quote.
+//! qemu-tdx` does: its real issuer asking a simulated configfs-tsm for each quote; and an
+//! azure-tdx node as `join-client --variant azure-tdx` does: its real issuer reading the HCL
+//! report from a swtpm on which Azure's paravisor is played and asking a stand-in of Azure's
+//! quote service, over HTTP, for each quote.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,14 +17,16 @@ use attestation::{Issuer, Variant};
 use pcs_standin::intel::OUT_OF_DATE_TDX_TCB_SVNS;
 use pcs_standin::{PckCa, SimulatedIntel};
 use soft_issuer::tdx::{
-    PckSpec, RTMRS, ReportData, TD_ATTRIBUTES_DEBUG, TD_ATTRIBUTES_SEPT_VE_DISABLE, TdFields,
-    TdxDocumentIssuer, TdxMachine,
+    PckSpec, QuoteVersion, RTMRS, ReportData, TD_ATTRIBUTES_DEBUG, TD_ATTRIBUTES_SEPT_VE_DISABLE,
+    TdFields, TdxDocumentIssuer, TdxMachine,
 };
 use soft_issuer::tsm::FakeConfigfsTsm;
 use soft_issuer::{KeyType, SoftIssuer};
 use tdx_issuer::{ConfigfsTdx, QemuTdxIssuer};
+use testsupport::azure::QuoteServiceStandin;
 use testsupport::harness::{Options, System, Uids, boot_pcrs, join_request, own_uid};
 use testsupport::tdx::{TdxMachines, TdxSite};
+use tpm_issuer::azure::tdx::{AzureTdxIssuer, ImdsQuoteClient};
 
 const DISK: &str = "6e5d4c3b-2a1f-4e0d-9c8b-7a6f5e4d3c2b";
 
@@ -271,4 +276,38 @@ async fn a_qemu_tdx_node_quoting_through_configfs_tsm_joins_and_rejoins() {
         )
         .await
         .unwrap();
+}
+
+/// A node as `join-client --variant azure-tdx` builds it: the system's swtpm (with the
+/// harness's boot measurements) on which Azure's paravisor persisted its AK and left its HCL
+/// report with the TD report of a TD on a simulated machine, and the quote service stand-in
+/// quoting with that machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_tdx_node_attesting_with_its_vtpm_and_the_quote_service_joins_and_rejoins() {
+    let s = setup(Variant::AzureTdx).await;
+    let system = start(&s, Variant::AzureTdx).await;
+    let quotes = QuoteServiceStandin::start(s.machines.host(0), QuoteVersion::V4).unwrap();
+    testsupport::azure::boot_tdx(&system.swtpm, &TdFields::default(), None).unwrap();
+    let issuer = Arc::new(AzureTdxIssuer::new(
+        tpm_issuer::azure::open_tpm(&system.swtpm.tcti()).unwrap(),
+        Box::new(ImdsQuoteClient::new(&quotes.url(), Duration::from_secs(10)).unwrap()),
+    ));
+    let client = system.client(issuer).unwrap();
+    client
+        .join(join_request("worker-azure-tdx-tpm", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+    client
+        .rejoin(DISK)
+        .await
+        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+    assert_eq!(quotes.requests(), 2, "one quote per attestation");
+    assert!(
+        system
+            .proxy
+            .log()
+            .contains("TDX quote v4, FMSPC 00806f050000"),
+        "{}",
+        system.proxy.log()
+    );
 }
