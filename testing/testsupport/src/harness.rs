@@ -968,6 +968,25 @@ pub fn refusal(
 }
 
 impl System {
+    /// `client` joins as `node_name` and then rejoins for `disk_uuid`; if either fails, the test
+    /// fails with the error and the system's logs.
+    pub async fn join_and_rejoin(
+        &self,
+        client: &Client,
+        node_name: &str,
+        disk_uuid: &str,
+    ) -> anyhow::Result<()> {
+        client
+            .join(join_request(node_name, disk_uuid)?)
+            .await
+            .unwrap_or_else(|e| panic!("{node_name} join: {e}\n{}", self.logs()));
+        client
+            .rejoin(disk_uuid)
+            .await
+            .unwrap_or_else(|e| panic!("{node_name} rejoin: {e}\n{}", self.logs()));
+        Ok(())
+    }
+
     /// Each node in `refused` asks to join as `node_name` and must be refused `Unauthenticated`
     /// with its needle (the check that failed) in the message; `what` labels a failure.
     pub async fn assert_refused_by_name(

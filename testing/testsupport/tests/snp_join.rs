@@ -22,7 +22,7 @@ use soft_issuer::snp::{
 use soft_issuer::tsm::FakeConfigfsTsm;
 use soft_issuer::{KeyType, SoftIssuer};
 use testsupport::harness::{
-    BOOT_MEASUREMENTS, GceEndpoints, Options, System, extended_once, join_request, refusal,
+    GceEndpoints, Options, System, boot_measurements, join_request, refusal,
 };
 use tonic::Code;
 use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
@@ -315,14 +315,10 @@ async fn joins_and_shared_refusals(variant: Variant) -> (Setup, System) {
     let client = system
         .client(node(&s, variant, ReportFields::default(), 1))
         .unwrap();
-    client
-        .join(join_request("worker-snp-1", DISK).unwrap())
+    system
+        .join_and_rejoin(&client, "worker-snp-1", DISK)
         .await
-        .unwrap_or_else(|e| panic!("{variant} join: {e}\n{}", system.logs()));
-    client
-        .rejoin(DISK)
-        .await
-        .unwrap_or_else(|e| panic!("{variant} rejoin: {e}\n{}", system.logs()));
+        .unwrap();
     assert!(system.proxy.log().contains("SEV-SNP Milan"), "{variant}");
 
     let with = |f: fn(&mut ReportFields)| {
@@ -425,14 +421,7 @@ async fn aws_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins() {
     let s = setup().await;
-    let mut measurements = serde_json::Map::new();
-    for (index, byte) in BOOT_MEASUREMENTS {
-        measurements.insert(
-            index.to_string(),
-            serde_json::json!({"expected": hex::encode(extended_once(&[byte; 32])), "warnOnly": false}),
-        );
-    }
-    let system = start_with(&s, Variant::AwsSevSnp, measurements.into()).await;
+    let system = start_with(&s, Variant::AwsSevSnp, boot_measurements().into()).await;
     let node = |fields: ReportFields| {
         let vlek = s.amd.vlek("cc-eu-west-1.aws.example", MIN).unwrap();
         let guest = Arc::new(FakeConfigfsTsm::aws(&s.amd, vlek, fields).unwrap());
@@ -448,14 +437,10 @@ async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins()
 
     let (issuer, guest) = node(ReportFields::default());
     let client = system.client(issuer).unwrap();
-    client
-        .join(join_request("worker-snp-tpm", DISK).unwrap())
+    system
+        .join_and_rejoin(&client, "worker-snp-tpm", DISK)
         .await
-        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
-    client
-        .rejoin(DISK)
-        .await
-        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+        .unwrap();
     assert_eq!(guest.reports_made(), 2, "one fresh report per attestation");
     assert_eq!(guest.entries_present().unwrap(), 0);
     let audit = system.proxy.log();
@@ -471,15 +456,15 @@ async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins()
         policy: 0x30000 | 1 << 19,
         ..ReportFields::default()
     });
-    let status = refusal(
-        system
-            .client(issuer)
-            .unwrap()
-            .join(join_request("worker-snp-tpm-2", DISK).unwrap())
-            .await,
-    );
-    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
-    assert!(status.message().contains("DEBUG"), "{}", status.message());
+    system
+        .assert_refused_by_name(
+            "aws-sev-snp on a debug guest",
+            "worker-snp-tpm-2",
+            DISK,
+            vec![(issuer as Arc<dyn Issuer>, "DEBUG")],
+        )
+        .await
+        .unwrap();
 }
 
 /// A node as `join-client --variant azure-sev-snp` builds it: the system's swtpm (with the
@@ -489,14 +474,7 @@ async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_azure_node_attesting_with_its_vtpm_and_hcl_report_joins_and_rejoins() {
     let s = setup().await;
-    let mut measurements = serde_json::Map::new();
-    for (index, byte) in BOOT_MEASUREMENTS {
-        measurements.insert(
-            index.to_string(),
-            serde_json::json!({"expected": hex::encode(extended_once(&[byte; 32])), "warnOnly": false}),
-        );
-    }
-    let system = start_with(&s, Variant::AzureSevSnp, measurements.into()).await;
+    let system = start_with(&s, Variant::AzureSevSnp, boot_measurements().into()).await;
     let chip = [0x5a; 64];
     let vcek = s.amd.chip(chip, MIN, 0).unwrap();
     let url = format!(
@@ -508,14 +486,10 @@ async fn an_azure_node_attesting_with_its_vtpm_and_hcl_report_joins_and_rejoins(
 
     let issuer = Arc::new(AzureSnpIssuer::open(&system.swtpm.tcti()).unwrap());
     let client = system.client(issuer).unwrap();
-    client
-        .join(join_request("worker-azure-tpm", DISK).unwrap())
+    system
+        .join_and_rejoin(&client, "worker-azure-tpm", DISK)
         .await
-        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
-    client
-        .rejoin(DISK)
-        .await
-        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+        .unwrap();
     assert!(s.kds.paths().contains(&url), "{:?}", s.kds.paths());
     let audit = system.proxy.log();
     assert!(audit.contains("VCEK of chip 5a5a5a5a"), "{audit}");
@@ -526,21 +500,18 @@ async fn an_azure_node_attesting_with_its_vtpm_and_hcl_report_joins_and_rejoins(
     let runtime = soft_issuer::snp::azure_runtime_data_for(&ak(KeyType::Rsa2048)).unwrap();
     testsupport::azure::boot_snp(&other, &vcek, ReportFields::default(), Some(runtime)).unwrap();
     let issuer = Arc::new(AzureSnpIssuer::open(&other.tcti()).unwrap());
-    let status = refusal(
-        system
-            .client(issuer)
-            .unwrap()
-            .join(join_request("worker-azure-tpm-2", DISK).unwrap())
-            .await,
-    );
-    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
-    assert!(
-        status
-            .message()
-            .contains("the runtime data's keys[0] is not the attestation key"),
-        "{}",
-        status.message()
-    );
+    system
+        .assert_refused_by_name(
+            "azure-sev-snp naming another key",
+            "worker-azure-tpm-2",
+            DISK,
+            vec![(
+                issuer as Arc<dyn Issuer>,
+                "the runtime data's keys[0] is not the attestation key",
+            )],
+        )
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,7 +24,7 @@ use soft_issuer::tsm::FakeConfigfsTsm;
 use soft_issuer::{KeyType, SoftIssuer};
 use tdx_issuer::{ConfigfsTdx, QemuTdxIssuer};
 use testsupport::azure::QuoteServiceStandin;
-use testsupport::harness::{Options, System, Uids, boot_pcrs, join_request, own_uid};
+use testsupport::harness::{Options, System, Uids, boot_pcrs, own_uid};
 use testsupport::tdx::{TdxMachines, TdxSite};
 use tpm_issuer::azure::tdx::{AzureTdxIssuer, ImdsQuoteClient};
 
@@ -79,6 +79,15 @@ fn on(s: &Setup, host: Arc<TdxMachine>, td: TdFields) -> Arc<dyn Issuer> {
     Arc::new(s.machines.node_on(host, td, ReportData::Bound).unwrap())
 }
 
+/// attest-proxy's audit log names the quote a simulated machine made: v4, with its FMSPC.
+fn assert_audited_simulated_quote(system: &System) {
+    let audit = system.proxy.log();
+    assert!(
+        audit.contains("TDX quote v4, FMSPC 00806f050000"),
+        "{audit}"
+    );
+}
+
 fn with(td: impl FnOnce(&mut TdFields)) -> TdFields {
     let mut fields = TdFields::default();
     td(&mut fields);
@@ -92,22 +101,11 @@ async fn joins_and_refusals(variant: Variant) {
     let s = setup(variant).await;
     let system = start(&s, variant).await;
     let client = system.client(Arc::new(s.machines.node().unwrap())).unwrap();
-    client
-        .join(join_request("worker-tdx-1", DISK).unwrap())
+    system
+        .join_and_rejoin(&client, "worker-tdx-1", DISK)
         .await
-        .unwrap_or_else(|e| panic!("{variant} join: {e}\n{}", system.logs()));
-    client
-        .rejoin(DISK)
-        .await
-        .unwrap_or_else(|e| panic!("{variant} rejoin: {e}\n{}", system.logs()));
-    assert!(
-        system
-            .proxy
-            .log()
-            .contains("TDX quote v4, FMSPC 00806f050000"),
-        "{variant}: {}",
-        system.proxy.log()
-    );
+        .unwrap();
+    assert_audited_simulated_quote(&system);
 
     let host = s.machines.host(0);
     let revoked = Arc::new(
@@ -234,24 +232,13 @@ async fn a_qemu_tdx_node_quoting_through_configfs_tsm_joins_and_rejoins() {
 
     let (issuer, guest) = node(TdFields::default());
     let client = system.client(issuer).unwrap();
-    client
-        .join(join_request("worker-tdx-tsm", DISK).unwrap())
+    system
+        .join_and_rejoin(&client, "worker-tdx-tsm", DISK)
         .await
-        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
-    client
-        .rejoin(DISK)
-        .await
-        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+        .unwrap();
     assert_eq!(guest.reports_made(), 2, "one fresh quote per attestation");
     assert_eq!(guest.entries_present().unwrap(), 0);
-    assert!(
-        system
-            .proxy
-            .log()
-            .contains("TDX quote v4, FMSPC 00806f050000"),
-        "{}",
-        system.proxy.log()
-    );
+    assert_audited_simulated_quote(&system);
 
     // The same issuer in a TD whose RTMR2 differs, or that the host may debug, is refused by
     // name.
@@ -293,21 +280,10 @@ async fn an_azure_tdx_node_attesting_with_its_vtpm_and_the_quote_service_joins_a
         Box::new(ImdsQuoteClient::new(&quotes.url(), Duration::from_secs(10)).unwrap()),
     ));
     let client = system.client(issuer).unwrap();
-    client
-        .join(join_request("worker-azure-tdx-tpm", DISK).unwrap())
+    system
+        .join_and_rejoin(&client, "worker-azure-tdx-tpm", DISK)
         .await
-        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
-    client
-        .rejoin(DISK)
-        .await
-        .unwrap_or_else(|e| panic!("rejoin: {e}\n{}", system.logs()));
+        .unwrap();
     assert_eq!(quotes.requests(), 2, "one quote per attestation");
-    assert!(
-        system
-            .proxy
-            .log()
-            .contains("TDX quote v4, FMSPC 00806f050000"),
-        "{}",
-        system.proxy.log()
-    );
+    assert_audited_simulated_quote(&system);
 }
