@@ -17,6 +17,8 @@
 pub mod sev_snp;
 pub mod tdx;
 
+use attestation::{IssueError, Variant};
+
 use crate::{TpmIssuer, TpmIssuerError};
 
 /// The NV index where Azure's HCL leaves its report.
@@ -193,6 +195,24 @@ pub fn read_hcl_report(
         .read_nv(HCL_REPORT_NV_INDEX, MAX_HCL_REPORT)
         .map_err(AzureIssuerError::ReadHcl)?;
     parse_hcl_report(&bytes, expected).map_err(AzureIssuerError::Hcl)
+}
+
+/// What both Azure issuers issue: a vTPM document from `tpm` binding `user_data` to `nonce`,
+/// carrying `instance_info` (made from the HCL report the vTPM holds now); a failure at either
+/// step is `variant`'s.
+fn issue_document(
+    tpm: &TpmIssuer,
+    variant: Variant,
+    instance_info: Result<Vec<u8>, AzureIssuerError>,
+    user_data: &[u8],
+    nonce: &[u8],
+) -> Result<Vec<u8>, IssueError> {
+    instance_info
+        .and_then(|info| {
+            tpm.issue_document_with_instance_info(user_data, nonce, Some(&info))
+                .map_err(AzureIssuerError::TpmQuote)
+        })
+        .map_err(|e| crate::issue_error(variant, e))
 }
 
 #[cfg(test)]

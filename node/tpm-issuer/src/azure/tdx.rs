@@ -197,18 +197,6 @@ impl AzureTdxIssuer {
         });
         Ok(info.to_string().into_bytes())
     }
-
-    /// A document binding `user_data` to `nonce`.
-    pub fn issue_document(
-        &self,
-        user_data: &[u8],
-        nonce: &[u8],
-    ) -> Result<Vec<u8>, AzureIssuerError> {
-        let info = self.instance_info()?;
-        self.tpm
-            .issue_document_with_instance_info(user_data, nonce, Some(&info))
-            .map_err(AzureIssuerError::TpmQuote)
-    }
 }
 
 impl Issuer for AzureTdxIssuer {
@@ -217,7 +205,12 @@ impl Issuer for AzureTdxIssuer {
     }
 
     fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
-        self.issue_document(user_data, nonce)
-            .map_err(|e| crate::issue_error(Variant::AzureTdx, e))
+        super::issue_document(
+            &self.tpm,
+            self.variant(),
+            self.instance_info(),
+            user_data,
+            nonce,
+        )
     }
 }
