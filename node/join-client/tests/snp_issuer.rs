@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use attestation::snp::{Crl, Product, StaticCollateral, Tcb};
+use attestation::snp::{Product, StaticCollateral};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Issuer, Validator, Variant};
 use snp_issuer::certtable::{CertTable, Guid};
@@ -15,44 +15,23 @@ use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{ReportFields, SimulatedAmd};
 use soft_issuer::tsm::FakeConfigfsTsm;
 use testsupport::harness::extended_once;
+use testsupport::snp::{TCB, attestation_config_enforcing, current_crl};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
-
-const TCB: Tcb = Tcb {
-    fmc: None,
-    bootloader: 3,
-    tee: 0,
-    snp: 8,
-    microcode: 115,
-};
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 fn tpm(swtpm: &Swtpm) -> tpm_issuer::TpmIssuer {
     tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(swtpm.tcti())).unwrap()
 }
 
 fn aws_validator(amd: &SimulatedAmd, pcr9: [u8; 32]) -> SevSnpValidator {
-    let config = serde_json::json!({
-        "measurements": {"9": {"expected": hex::encode(pcr9), "warnOnly": false}},
-        "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
-        "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
-        "amdRootKey": amd.ark_pem(),
-    });
-    let crl = Crl::from_der(amd.crl(&[], now() - 3600, now() + 86_400).unwrap()).unwrap();
-    let collateral = StaticCollateral::new().with_crl(Product::Milan, crl);
-    SevSnpValidator::from_attestation_config(
-        Binding::Aws,
-        config.to_string().as_bytes(),
-        Arc::new(collateral),
-    )
-    .unwrap()
-    .0
+    let config = attestation_config_enforcing(
+        amd,
+        serde_json::json!({"9": {"expected": hex::encode(pcr9), "warnOnly": false}}),
+    );
+    let collateral = StaticCollateral::new().with_crl(Product::Milan, current_crl(amd).unwrap());
+    SevSnpValidator::from_attestation_config(Binding::Aws, config.as_bytes(), Arc::new(collateral))
+        .unwrap()
+        .0
 }
 
 #[test]

@@ -8,28 +8,17 @@
 
 use std::sync::Arc;
 
-use attestation::snp::{Cert, Crl, Product, SigningKey, StaticCollateral, Tcb};
+use attestation::snp::{Cert, Product, SigningKey, StaticCollateral};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
-use attestation::{Issuer, Validator, Variant};
+use attestation::{Issuer, Variant};
 use soft_issuer::snp::{ReportFields, SimulatedAmd, SimulatedSigner};
 use testsupport::harness::extended_once;
+use testsupport::snp::{TCB, attestation_config_enforcing, current_crl};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::azure::sev_snp::AzureSnpIssuer;
 
-const TCB: Tcb = Tcb {
-    fmc: None,
-    bootloader: 3,
-    tee: 0,
-    snp: 8,
-    microcode: 115,
-};
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
+mod common;
+use common::{assert_accepted, assert_refused};
 
 struct Machine {
     amd: SimulatedAmd,
@@ -43,15 +32,12 @@ fn machine() -> Machine {
 }
 
 fn validator(m: &Machine, pcr9: [u8; 32]) -> SevSnpValidator {
-    let config = serde_json::json!({
-        "measurements": {"9": {"expected": hex::encode(pcr9), "warnOnly": false}},
-        "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
-        "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
-        "amdRootKey": m.amd.ark_pem(),
-    });
-    let crl = Crl::from_der(m.amd.crl(&[], now() - 3600, now() + 86_400).unwrap()).unwrap();
+    let config = attestation_config_enforcing(
+        &m.amd,
+        serde_json::json!({"9": {"expected": hex::encode(pcr9), "warnOnly": false}}),
+    );
     let collateral = StaticCollateral::new()
-        .with_crl(Product::Milan, crl)
+        .with_crl(Product::Milan, current_crl(&m.amd).unwrap())
         .with_vcek(
             Product::Milan,
             &m.vcek.hw_id().unwrap(),
@@ -65,7 +51,7 @@ fn validator(m: &Machine, pcr9: [u8; 32]) -> SevSnpValidator {
         );
     SevSnpValidator::from_attestation_config(
         Binding::Azure,
-        config.to_string().as_bytes(),
+        config.as_bytes(),
         Arc::new(collateral),
     )
     .unwrap()
@@ -82,27 +68,9 @@ fn documents_from_the_hcl_report_pass_the_azure_validator() {
     assert_eq!(issuer.variant(), Variant::AzureSevSnp);
 
     let accepting = validator(&m, extended_once(&[0x99; 32]));
-    for nonce in [[1u8; 32], [2u8; 32]] {
-        let document = issuer.issue(b"user data", &nonce).unwrap();
-        let verified = accepting
-            .validate(&document, &nonce)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(verified.user_data, b"user data");
-        assert!(
-            verified.notes[0].contains("VCEK of chip 3c3c"),
-            "{:?}",
-            verified.notes
-        );
-        // Bound to its nonce.
-        assert!(accepting.validate(&document, &[9u8; 32]).is_err());
-    }
+    assert_accepted(&issuer, &accepting, "VCEK of chip 3c3c");
     // The PCRs count too.
-    let document = issuer.issue(b"user data", &[1; 32]).unwrap();
-    let err = validator(&m, [0x42; 32])
-        .validate(&document, &[1; 32])
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("measurement 9"), "{err}");
+    assert_refused(&issuer, &validator(&m, [0x42; 32]), "measurement 9");
 }
 
 #[test]
@@ -115,14 +83,10 @@ fn runtime_data_naming_another_key_is_refused() {
     let runtime = soft_issuer::snp::azure_runtime_data_for(&other).unwrap();
     testsupport::azure::boot_snp(&swtpm, &m.vcek, ReportFields::default(), Some(runtime)).unwrap();
     let issuer = AzureSnpIssuer::open(&swtpm.tcti()).unwrap();
-    let document = issuer.issue(b"u", &[1; 32]).unwrap();
-    let err = validator(&m, [0; 32])
-        .validate(&document, &[1; 32])
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("the runtime data's keys[0] is not the attestation key"),
-        "{err}"
+    assert_refused(
+        &issuer,
+        &validator(&m, [0; 32]),
+        "the runtime data's keys[0] is not the attestation key",
     );
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use attestation::snp::{InstanceRef, Product, Tcb};
+use attestation::snp::{Crl, InstanceRef, Product, Tcb};
 use gce_standin::GceStandin;
 use kds_standin::KdsStandin;
 use soft_issuer::snp::{SimulatedAmd, SimulatedSigner};
@@ -40,13 +40,27 @@ pub const AMD_CERTIFICATES: &str = "simulated-amd.pem";
 /// A Constellation attestation config for an SNP variant: the harness's boot measurements
 /// enforced, [`TCB`] as the minimum TCB, and `amd`'s ARK as the only trusted root.
 pub fn attestation_config(amd: &SimulatedAmd) -> String {
+    attestation_config_enforcing(amd, boot_measurements().into())
+}
+
+/// [`attestation_config`] enforcing `measurements` (an attestation config's `measurements`)
+/// instead of the harness's.
+pub fn attestation_config_enforcing(amd: &SimulatedAmd, measurements: serde_json::Value) -> String {
     serde_json::json!({
-        "measurements": boot_measurements(),
+        "measurements": measurements,
         "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
         "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
         "amdRootKey": amd.ark_pem(),
     })
     .to_string()
+}
+
+/// `amd`'s CRL revoking nothing, current now: issued an hour ago, next due in a day.
+pub fn current_crl(amd: &SimulatedAmd) -> anyhow::Result<Crl> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    Ok(Crl::from_der(amd.crl(&[], now - 3600, now + 86_400)?)?)
 }
 
 /// The KDS path (with query) of the VCEK of chip `hw_id` at `tcb`, as attest-proxy asks for it.
