@@ -11,13 +11,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use attestation::variants::tdx::{TdxKind, TdxValidator};
-use attestation::{Issuer, Validator, Variant};
+use attestation::{Issuer, Variant};
 use pcs_standin::SimulatedIntel;
 use soft_issuer::tdx::{PckSpec, QuoteVersion, TdFields, TdxMachine, current_collateral};
 use testsupport::azure::{QuoteFault, QuoteServiceStandin};
 use testsupport::harness::extended_once;
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::azure::tdx::{AzureTdxIssuer, ImdsQuoteClient};
+
+mod common;
+use common::{assert_accepted, assert_refused};
 
 struct Site {
     intel: SimulatedIntel,
@@ -69,26 +72,9 @@ fn documents_from_the_hcl_report_and_the_quote_service_pass_the_azure_validator(
     assert_eq!(issuer.variant(), Variant::AzureTdx);
 
     let accepting = validator(&site, extended_once(&[0x99; 32]));
-    for nonce in [[1u8; 32], [2u8; 32]] {
-        let document = issuer.issue(b"user data", &nonce).unwrap();
-        let verified = accepting
-            .validate(&document, &nonce)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(verified.user_data, b"user data");
-        assert!(
-            verified.notes[0].contains(&hex::encode(soft_issuer::tdx::MRTD)),
-            "{:?}",
-            verified.notes
-        );
-        assert!(accepting.validate(&document, &[9u8; 32]).is_err());
-    }
+    assert_accepted(&issuer, &accepting, &hex::encode(soft_issuer::tdx::MRTD));
     assert_eq!(site.quotes.requests(), 2, "one quote per document");
-    let document = issuer.issue(b"user data", &[1; 32]).unwrap();
-    let err = validator(&site, [0x42; 32])
-        .validate(&document, &[1; 32])
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("measurement 9"), "{err}");
+    assert_refused(&issuer, &validator(&site, [0x42; 32]), "measurement 9");
 }
 
 #[test]
@@ -98,16 +84,10 @@ fn runtime_data_naming_another_key_is_refused() {
     let other = soft_issuer::SoftIssuer::rsa_2048().unwrap();
     let runtime = soft_issuer::snp::azure_runtime_data_for(&other).unwrap();
     testsupport::azure::boot_tdx(&swtpm, &TdFields::default(), Some(runtime)).unwrap();
-    let document = issuer(&swtpm, &site.quotes.url(), Duration::from_secs(10))
-        .issue(b"u", &[1; 32])
-        .unwrap();
-    let err = validator(&site, [0; 32])
-        .validate(&document, &[1; 32])
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("the runtime data's keys[0] is not the attestation key"),
-        "{err}"
+    assert_refused(
+        &issuer(&swtpm, &site.quotes.url(), Duration::from_secs(10)),
+        &validator(&site, [0; 32]),
+        "the runtime data's keys[0] is not the attestation key",
     );
 }
 
@@ -173,14 +153,7 @@ fn an_snp_hcl_report_is_not_a_td_report() {
     let site = site();
     let swtpm = Swtpm::start().unwrap();
     let amd = soft_issuer::snp::SimulatedAmd::new(attestation::snp::Product::Milan).unwrap();
-    let tcb = attestation::snp::Tcb {
-        fmc: None,
-        bootloader: 3,
-        tee: 0,
-        snp: 8,
-        microcode: 115,
-    };
-    let vcek = amd.chip([1; 64], tcb, 0).unwrap();
+    let vcek = amd.chip([1; 64], testsupport::snp::TCB, 0).unwrap();
     testsupport::azure::boot_snp(&swtpm, &vcek, Default::default(), None).unwrap();
     let err = issuer(&swtpm, &site.quotes.url(), Duration::from_secs(5))
         .issue(b"u", &[1; 32])
