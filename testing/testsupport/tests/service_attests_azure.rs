@@ -24,9 +24,8 @@ use attestation::Variant;
 use attestation::snp::Product;
 use clap::Parser as _;
 use common::InProcessCertifier;
-use node_client::ClientError;
 use soft_issuer::snp::{ReportFields, SimulatedAmd};
-use testsupport::harness::{BOOT_MEASUREMENTS, System, join_request, own_uid};
+use testsupport::harness::{BOOT_MEASUREMENTS, System, own_uid};
 use testsupport::snp::{SnpSite, TCB, attestation_config, vcek_path};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::azure::sev_snp::AzureSnpIssuer;
@@ -132,12 +131,7 @@ async fn an_azure_node_joins_a_service_attesting_on_azure_sev_snp() {
     let attested = start(true).await;
     let system = &attested.system;
     let client = attested.node();
-    let ticket = client
-        .join(join_request("worker-azure-1", DISK).unwrap())
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
-    let rejoined = client.rejoin(DISK).await.unwrap();
-    assert_eq!(rejoined.state_disk_key, ticket.state_disk_key);
+    common::joins_and_rejoins(system, &client, "worker-azure-1", DISK).await;
     drop(client);
     let logs = system.logs();
     assert!(logs.contains("server key certified"), "{logs}");
@@ -172,21 +166,15 @@ async fn an_azure_node_refuses_a_service_that_booted_other_measurements() {
     let attested = start(false).await;
     let system = &attested.system;
     let client = attested.node();
-    let decision = match client
-        .join(join_request("worker-azure-2", DISK).unwrap())
-        .await
-    {
-        Err(ClientError::ServerRefused { decision, .. }) => *decision,
-        other => panic!(
-            "expected a server refusal, got {other:?}\n{}",
-            system.logs()
-        ),
-    };
+    let decision = common::refused_before_sending(
+        system,
+        &client,
+        "worker-azure-2",
+        DISK,
+        "other measurements",
+    )
+    .await;
     assert_eq!(decision.check.as_deref(), Some("measurements"));
-    assert!(
-        system.kube.secrets("kube-system").is_empty(),
-        "a refused service must not have received the join"
-    );
     drop(client);
     attested.stop().await;
 }

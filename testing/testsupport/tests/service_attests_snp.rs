@@ -23,11 +23,11 @@ use atls::server_collateral::ServerCollateral;
 use attestation::Variant;
 use attestation::snp::Product;
 use common::InProcessCertifier;
-use node_client::{ClientError, ServicePolicy};
+use node_client::ServicePolicy;
 use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{ReportFields, SimulatedAmd};
 use soft_issuer::tsm::FakeConfigfsTsm;
-use testsupport::harness::{BOOT_MEASUREMENTS, System, join_request, own_uid};
+use testsupport::harness::{BOOT_MEASUREMENTS, System, own_uid};
 use testsupport::snp::{SnpSite, TCB, attestation_config};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
@@ -138,13 +138,7 @@ async fn a_node_with_an_snp_service_policy_joins_a_service_attesting_on_snp() {
         .client(issuer.clone())
         .unwrap()
         .with_service_policy(policy.clone());
-    let ticket = client
-        .join(join_request("worker-snp-1", DISK).unwrap())
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
-    assert_eq!(ticket.state_disk_key.len(), 32);
-    let rejoined = client.rejoin(DISK).await.unwrap();
-    assert_eq!(rejoined.state_disk_key, ticket.state_disk_key);
+    common::joins_and_rejoins(system, &client, "worker-snp-1", DISK).await;
 
     // The service's evidence came from the control plane's guest, once per key (not per
     // connection); the node's from its own.
@@ -180,21 +174,10 @@ async fn a_node_refuses_an_snp_service_with_other_measurements_before_sending_it
     let policy = attested.service_policy(&config.to_string());
     let (issuer, _guest) = attested.node();
     let client = system.client(issuer).unwrap().with_service_policy(policy);
-    let decision = match client
-        .join(join_request("worker-snp-2", DISK).unwrap())
-        .await
-    {
-        Err(ClientError::ServerRefused { decision, .. }) => *decision,
-        other => panic!(
-            "expected a server refusal, got {other:?}\n{}",
-            system.logs()
-        ),
-    };
+    let decision =
+        common::refused_before_sending(system, &client, "worker-snp-2", DISK, "measurement 4")
+            .await;
     assert_eq!(decision.check.as_deref(), Some("measurements"));
-    assert!(
-        system.kube.secrets("kube-system").is_empty(),
-        "a refused service must not have received the join"
-    );
     drop(client);
     attested.stop().await;
 }

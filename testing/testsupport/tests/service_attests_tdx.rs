@@ -21,12 +21,12 @@ use std::time::Duration;
 use atls::server_collateral::ServerCollateral;
 use attestation::Variant;
 use common::InProcessCertifier;
-use node_client::{ClientError, ServicePolicy};
+use node_client::ServicePolicy;
 use pcs_standin::SimulatedIntel;
 use soft_issuer::tdx::TdFields;
 use soft_issuer::tsm::FakeConfigfsTsm;
 use tdx_issuer::{ConfigfsTdx, QemuTdxIssuer};
-use testsupport::harness::{System, join_request, own_uid};
+use testsupport::harness::{System, own_uid};
 use testsupport::tdx::{TdxMachines, TdxSite, attestation_config};
 
 const DISK: &str = "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f";
@@ -109,16 +109,7 @@ async fn a_node_with_a_tdx_service_policy_joins_a_service_attesting_on_tdx() {
         .client(attested.node())
         .unwrap()
         .with_service_policy(policy.clone());
-    let ticket = client
-        .join(join_request("worker-tdx-1", DISK).unwrap())
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
-    assert_eq!(ticket.state_disk_key.len(), 32);
-    let rejoined = client
-        .rejoin(DISK)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
-    assert_eq!(rejoined.state_disk_key, ticket.state_disk_key);
+    common::joins_and_rejoins(system, &client, "worker-tdx-1", DISK).await;
 
     // The service's quote came from the control plane's TD, once per key (not per connection).
     assert_eq!(attested.guest.reports_made(), 1, "{}", system.logs());
@@ -161,21 +152,9 @@ async fn a_node_refuses_a_tdx_service_it_does_not_expect_before_sending_its_requ
             .client(attested.node())
             .unwrap()
             .with_service_policy(attested.service_policy(&config));
-        let decision = match client
-            .join(join_request("worker-tdx-2", DISK).unwrap())
-            .await
-        {
-            Err(ClientError::ServerRefused { decision, .. }) => *decision,
-            other => panic!(
-                "{case}: expected a server refusal, got {other:?}\n{}",
-                system.logs()
-            ),
-        };
+        let decision =
+            common::refused_before_sending(system, &client, "worker-tdx-2", DISK, case).await;
         assert_eq!(decision.check.as_deref(), Some(check), "{case}");
     }
-    assert!(
-        system.kube.secrets("kube-system").is_empty(),
-        "a refused service must not have received the join"
-    );
     attested.certifier.stop().await;
 }

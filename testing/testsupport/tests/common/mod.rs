@@ -1,5 +1,5 @@
 //! What the end-to-end tests of a service attesting on simulated hardware share
-//! (service_attests_snp.rs, service_attests_tdx.rs): the certifier run in the test's process,
+//! (service_attests_snp.rs, service_attests_tdx.rs, service_attests_azure.rs): the certifier run in the test's process,
 //! since the simulated configfs-tsm it quotes through is the kernel's side of file operations
 //! and cannot be reached from another process; and the certificate the service presents.
 
@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use atls::server_collateral::{ServerCollateral, find_collateral};
+use attestation::audit::Decision;
 use attestation::{Issuer, Variant};
 use clap::Parser as _;
-use node_client::ServicePolicy;
-use testsupport::harness::{Options, System, Uids, own_uid};
+use node_client::{Client, ClientError, ServicePolicy};
+use testsupport::harness::{Options, System, Uids, join_request, own_uid};
 
 /// The largest handshake message Go's crypto/tls accepted before it raised the limit for
 /// certificate messages: a Constellation node (Go) reading a larger one fails the handshake.
@@ -154,4 +155,42 @@ pub async fn served_certificate(
         ServerCollateral::decode(bytes).unwrap()
     };
     (der, collateral)
+}
+
+/// `client` joins `system` as `node_name` and rejoins for `disk`, getting the same state disk key.
+pub async fn joins_and_rejoins(system: &System, client: &Client, node_name: &str, disk: &str) {
+    let ticket = client
+        .join(join_request(node_name, disk).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+    assert_eq!(ticket.state_disk_key.len(), 32);
+    let rejoined = client
+        .rejoin(disk)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+    assert_eq!(rejoined.state_disk_key, ticket.state_disk_key);
+}
+
+/// The audit record of the refusal `client` (whose service policy `system`'s service does not
+/// meet) gives itself when it asks to join as `node_name`: the join must not have reached the
+/// join service. `case` labels a failure.
+pub async fn refused_before_sending(
+    system: &System,
+    client: &Client,
+    node_name: &str,
+    disk: &str,
+    case: &str,
+) -> Decision {
+    let decision = match client.join(join_request(node_name, disk).unwrap()).await {
+        Err(ClientError::ServerRefused { decision, .. }) => *decision,
+        other => panic!(
+            "{case}: expected a server refusal, got {other:?}\n{}",
+            system.logs()
+        ),
+    };
+    assert!(
+        system.kube.secrets("kube-system").is_empty(),
+        "{case}: a refused service must not have received the join"
+    );
+    decision
 }
