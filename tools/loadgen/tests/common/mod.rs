@@ -17,6 +17,9 @@ use testsupport::harness::System;
 pub const CONCURRENCY: usize = 16;
 /// How long a join waits for collateral not cached yet.
 pub const COLLATERAL_WAIT: &str = "2s";
+/// How long storms go on until the collateral service is asked again: three times attest-proxy's
+/// back-off between fetches of one item (10 s).
+const FETCH_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Storms take turns: two at once on two cores would measure each other.
 pub static MACHINE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -111,7 +114,13 @@ impl Storm {
         let mut failed_fetches = 0;
         let mut total = CollateralUse::between(Default::default(), Default::default(), 0);
         let mut joined = 0;
-        for round in 1..=20 {
+        // attest-proxy asks the source again only once the item's back-off (10 s) has passed
+        // since its last fetch, however many joins come meanwhile: storm until then, however
+        // fast this machine runs them, and some time more.
+        let started = std::time::Instant::now();
+        let mut round = 0;
+        while started.elapsed() < FETCH_PATIENCE {
+            round += 1;
             let report = self.joins(&format!("{label} {round}"), batch, None).await;
             assert_eq!(
                 report.failed,
@@ -134,7 +143,10 @@ impl Storm {
                 return total;
             }
         }
-        panic!("{label}: the {service} stand-in was never asked in 20 storms");
+        panic!(
+            "{label}: the {service} stand-in was never asked in {round} storms over {:?}",
+            started.elapsed()
+        );
     }
 
     /// With the collateral cached: `outage` makes the collateral service (`service`, for the
