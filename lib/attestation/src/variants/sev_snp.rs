@@ -50,6 +50,9 @@ pub(crate) fn system_clock() -> Clock {
     })
 }
 
+/// What an SNP variant's document without its report is refused with.
+const NO_SNP_EVIDENCE: &str = "the document has no InstanceInfo (SNP evidence)";
+
 /// Validates the documents of an SNP variant.
 #[derive(Clone)]
 pub struct SevSnpValidator {
@@ -231,22 +234,8 @@ pub fn collateral_for_document(
     document: &[u8],
     collateral: &dyn SnpCollateral,
 ) -> Result<DocumentCollateral, Error> {
-    if document.len() > crate::vtpm::MAX_DOCUMENT_SIZE {
-        return Err(Error::TooLarge {
-            size: document.len(),
-            limit: crate::vtpm::MAX_DOCUMENT_SIZE,
-        });
-    }
-    let doc: crate::vtpm::document::AttestationDocument =
-        serde_json::from_slice(document).map_err(Error::Json)?;
-    let info = doc
-        .instance_info
-        .as_deref()
-        .filter(|i| !i.is_empty())
-        .ok_or(Error::Missing(
-            "the document has no InstanceInfo (SNP evidence)",
-        ))?;
-    let info = InstanceInfo::parse(info)?;
+    let doc = crate::vtpm::document::AttestationDocument::parse(document)?;
+    let info = InstanceInfo::parse(doc.hardware_evidence(NO_SNP_EVIDENCE)?)?;
     let product = product_of(&info)?;
     let intermediate = match info.intermediate {
         Some(_) => None,
@@ -414,14 +403,7 @@ impl Validator for SevSnpValidator {
 
     fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
         let (doc, quotes) = verify_document(document, nonce)?;
-        let info = doc
-            .instance_info
-            .as_deref()
-            .filter(|i| !i.is_empty())
-            .ok_or(Error::Missing(
-                "the document has no InstanceInfo (SNP evidence)",
-            ))?;
-        let info = InstanceInfo::parse(info)?;
+        let info = InstanceInfo::parse(doc.hardware_evidence(NO_SNP_EVIDENCE)?)?;
         let (verified, mut notes) = self.verify_hardware(&info)?;
         let ak_pub = doc
             .attestation

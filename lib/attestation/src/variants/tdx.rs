@@ -27,6 +27,9 @@ use crate::variants::sev_snp::{Clock, system_clock};
 use crate::vtpm::{compare_pcrs, make_extra_data, verify_document};
 use crate::{Error, Validator, Variant, Verified, tpm};
 
+/// What an azure-tdx document without its TD quote is refused with.
+const NO_TDX_EVIDENCE: &str = "the document has no InstanceInfo (TDX evidence)";
+
 /// Which TDX variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TdxKind {
@@ -105,22 +108,8 @@ fn quote_of_document(kind: TdxKind, document: &[u8]) -> Result<TdQuote, Error> {
     match kind {
         TdxKind::Qemu => Ok(parse_qemu_document(document)?.0),
         TdxKind::Azure => {
-            if document.len() > crate::vtpm::MAX_DOCUMENT_SIZE {
-                return Err(Error::TooLarge {
-                    size: document.len(),
-                    limit: crate::vtpm::MAX_DOCUMENT_SIZE,
-                });
-            }
-            let doc: crate::vtpm::document::AttestationDocument =
-                serde_json::from_slice(document).map_err(Error::Json)?;
-            let info = doc
-                .instance_info
-                .as_deref()
-                .filter(|i| !i.is_empty())
-                .ok_or(Error::Missing(
-                    "the document has no InstanceInfo (TDX evidence)",
-                ))?;
-            Ok(parse_azure_instance_info(info)?.0)
+            let doc = crate::vtpm::document::AttestationDocument::parse(document)?;
+            Ok(parse_azure_instance_info(doc.hardware_evidence(NO_TDX_EVIDENCE)?)?.0)
         }
     }
 }
@@ -302,14 +291,8 @@ impl Validator for TdxValidator {
             }
             TdxKind::Azure => {
                 let (doc, quotes) = verify_document(document, nonce)?;
-                let info = doc
-                    .instance_info
-                    .as_deref()
-                    .filter(|i| !i.is_empty())
-                    .ok_or(Error::Missing(
-                        "the document has no InstanceInfo (TDX evidence)",
-                    ))?;
-                let (quote, runtime) = parse_azure_instance_info(info)?;
+                let (quote, runtime) =
+                    parse_azure_instance_info(doc.hardware_evidence(NO_TDX_EVIDENCE)?)?;
                 let (verified, mut notes) = self.verify_hardware(&quote)?;
                 let ak_pub = doc
                     .attestation

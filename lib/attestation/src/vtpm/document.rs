@@ -26,6 +26,28 @@ pub struct AttestationDocument {
     pub user_data: Option<Vec<u8>>,
 }
 
+impl AttestationDocument {
+    /// Parses `document` within [`MAX_DOCUMENT_SIZE`](crate::vtpm::MAX_DOCUMENT_SIZE), checking
+    /// nothing else.
+    pub fn parse(document: &[u8]) -> Result<Self, crate::Error> {
+        if document.len() > crate::vtpm::MAX_DOCUMENT_SIZE {
+            return Err(crate::Error::TooLarge {
+                size: document.len(),
+                limit: crate::vtpm::MAX_DOCUMENT_SIZE,
+            });
+        }
+        serde_json::from_slice(document).map_err(crate::Error::Json)
+    }
+
+    /// The hardware evidence in `InstanceInfo`; `missing` names it when it is absent or empty.
+    pub fn hardware_evidence(&self, missing: &'static str) -> Result<&[u8], crate::Error> {
+        self.instance_info
+            .as_deref()
+            .filter(|info| !info.is_empty())
+            .ok_or(crate::Error::Missing(missing))
+    }
+}
+
 /// go-tpm-tools' `attest.Attestation`, the fields a vTPM document uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attestation {

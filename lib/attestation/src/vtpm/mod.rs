@@ -91,13 +91,7 @@ pub fn verify_document(
     document: &[u8],
     nonce: &[u8],
 ) -> Result<(AttestationDocument, Vec<VerifiedQuote>), Error> {
-    if document.len() > MAX_DOCUMENT_SIZE {
-        return Err(Error::TooLarge {
-            size: document.len(),
-            limit: MAX_DOCUMENT_SIZE,
-        });
-    }
-    let doc: AttestationDocument = serde_json::from_slice(document).map_err(Error::Json)?;
+    let doc = AttestationDocument::parse(document)?;
     let att = doc.attestation.as_ref().ok_or(Error::Missing(
         "the \"Attestation\" field is absent or null",
     ))?;
