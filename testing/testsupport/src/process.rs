@@ -55,16 +55,34 @@ pub fn bin_for_others(name: &str) -> anyhow::Result<PathBuf> {
             SHARED.get_or_init(|| dir).clone()
         }
     };
+    publish(&path, &dir, name)
+}
+
+/// Puts `path` into `dir` as `name`, executable by everyone, once: a hard link (or a copy across
+/// file systems) made under a name no other call uses, then renamed into place. Calls are
+/// serialized, so two threads never link or copy onto the same file: a copy onto a hard link of
+/// the build's own binary would truncate that binary under the processes running it.
+fn publish(path: &Path, dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PUBLISHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let _one_at_a_time = PUBLISHING.lock().unwrap_or_else(|e| e.into_inner());
     let shared = dir.join(name);
-    if !shared.is_file() {
-        let partial = dir.join(format!(".{name}.{}", std::process::id()));
-        if std::fs::hard_link(&path, &partial).is_err() {
-            std::fs::copy(&path, &partial)
-                .with_context(|| format!("copying {} to {}", path.display(), dir.display()))?;
-        }
-        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::rename(&partial, &shared)?;
+    if shared.is_file() {
+        return Ok(shared);
     }
+    let partial = dir.join(format!(
+        ".{name}.{}.{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    if std::fs::hard_link(path, &partial).is_err() {
+        std::fs::copy(path, &partial)
+            .with_context(|| format!("copying {} to {}", path.display(), dir.display()))?;
+    }
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&partial, &shared)?;
     Ok(shared)
 }
 
@@ -364,5 +382,49 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Many tests of one process start their systems at once, each asking for the same binary:
+    /// the build's binary must come out whole, and so must the published one.
+    #[test]
+    fn publishing_one_binary_from_many_threads_at_once_leaves_it_whole() {
+        let build = tempfile::tempdir().unwrap();
+        let binary = build.path().join("token-issuer");
+        let content: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+        for round in 0..20 {
+            std::fs::write(&binary, &content).unwrap();
+            let shared = tempfile::tempdir().unwrap();
+            let barrier = std::sync::Barrier::new(16);
+            let published: Vec<PathBuf> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..16)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            barrier.wait();
+                            publish(&binary, shared.path(), "token-issuer").unwrap()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(
+                std::fs::read(&binary).unwrap().len(),
+                content.len(),
+                "round {round}: the build's binary was truncated"
+            );
+            for path in published {
+                assert_eq!(std::fs::read(&path).unwrap(), content, "round {round}");
+            }
+            let left: Vec<_> = std::fs::read_dir(shared.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left, ["token-issuer"], "round {round}: {left:?}");
+        }
     }
 }
