@@ -331,13 +331,23 @@ mod tests {
 
     use super::*;
 
-    /// A certifier with the real rules (atls::server_evidence::certify) on a software key, that
-    /// can be told to fail.
+    /// A certifier with the real rules (atls::server_evidence::certify) on a software device,
+    /// that can be told to fail.
     #[derive(Debug)]
     struct InProcess {
-        issuer: SoftIssuer,
+        issuer: Box<dyn Issuer>,
         down: Mutex<bool>,
         clock: Mutex<SystemTime>,
+    }
+
+    impl InProcess {
+        fn new(issuer: impl Issuer + 'static) -> Self {
+            InProcess {
+                issuer: Box::new(issuer),
+                down: Mutex::new(false),
+                clock: Mutex::new(SystemTime::now()),
+            }
+        }
     }
 
     impl Certifier for InProcess {
@@ -351,7 +361,7 @@ mod tests {
                     return Err(CertifierError::Unavailable("connection refused".into()));
                 }
                 let now = *self.clock.lock().unwrap();
-                atls::server_evidence::certify(&self.issuer, spki, window, now)
+                atls::server_evidence::certify(self.issuer.as_ref(), spki, window, now)
                     .map(|document| (self.issuer.variant(), document))
                     .map_err(|e| CertifierError::Refused(e.to_string()))
             })
@@ -359,11 +369,7 @@ mod tests {
     }
 
     fn setup() -> (Arc<InProcess>, Rotator, Acceptor) {
-        let certifier = Arc::new(InProcess {
-            issuer: SoftIssuer::ecdsa_p256().unwrap(),
-            down: Mutex::new(false),
-            clock: Mutex::new(SystemTime::now()),
-        });
+        let certifier = Arc::new(InProcess::new(SoftIssuer::ecdsa_p256().unwrap()));
         let rotator = Rotator::new(certifier.clone(), Variant::QemuVtpm, Schedule::default());
         (certifier, rotator, Acceptor::new().unwrap())
     }
@@ -448,22 +454,7 @@ mod tests {
             ReportFields::default(),
         )
         .unwrap();
-        #[derive(Debug)]
-        struct Snp(SnpDocumentIssuer);
-        impl Certifier for Snp {
-            fn certify<'a>(
-                &'a self,
-                spki: &'a [u8],
-                window: Window,
-            ) -> BoxFuture<'a, Result<(Variant, Vec<u8>), CertifierError>> {
-                Box::pin(async move {
-                    atls::server_evidence::certify(&self.0, spki, window, SystemTime::now())
-                        .map(|document| (Variant::AwsSevSnp, document))
-                        .map_err(|e| CertifierError::Refused(e.to_string()))
-                })
-            }
-        }
-        let certifier = Arc::new(Snp(machine));
+        let certifier = Arc::new(InProcess::new(machine));
         let rotator = |collateral: StaticCollateral| {
             Rotator::new(certifier.clone(), Variant::AwsSevSnp, Schedule::default())
                 .with_collateral(OwnCollateral {
