@@ -103,21 +103,57 @@ fn server_key() -> Vec<u8> {
     rcgen::PublicKeyData::subject_public_key_info(&key)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn certifies_a_current_window_and_refuses_the_rest_by_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let uid = own_uid(dir.path());
-    let (device, _trigger, socket) = start(dir.path(), uid).await;
-    let mut client = CertifierClient::new(plumbing::unix::channel(&socket, uid));
+/// What one certification of a new key for the current rotation window returned, with the
+/// client that asked (for more requests).
+struct Certified {
+    client: CertifierClient<tonic::transport::Channel>,
+    spki: Vec<u8>,
+    window: Window,
+    answer: proto::certifier::CertifyResponse,
+}
+
+/// Asks the certifier on `socket` (run as `uid`) to certify a new key for the current window.
+async fn certify_current(socket: &Path, uid: u32) -> Certified {
+    let mut client = CertifierClient::new(plumbing::unix::channel(socket, uid));
     let spki = server_key();
     let window = Window::for_rotation_at(SystemTime::now());
-
     let answer = client
         .certify(request(&spki, window))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(answer.variant, "qemu-vtpm");
+    Certified {
+        client,
+        spki,
+        window,
+        answer,
+    }
+}
+
+impl Certified {
+    /// `validator` accepts the document for this key's window, and its user data names the key.
+    fn assert_accepted_by(&self, validator: &dyn Validator) {
+        let verified = validator
+            .validate(
+                &self.answer.document,
+                &server_evidence_nonce(&self.spki, self.window),
+            )
+            .unwrap();
+        assert_eq!(
+            verified.user_data,
+            atls::extension::user_data_for_spki(&self.spki).to_vec(),
+            "the evidence names the key"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certifies_a_current_window_and_refuses_the_rest_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let uid = own_uid(dir.path());
+    let (device, _trigger, socket) = start(dir.path(), uid).await;
+    let certified = certify_current(&socket, uid).await;
+    assert_eq!(certified.answer.variant, "qemu-vtpm");
     let validator = QemuVtpmValidator::new(
         Policy::new(
             [(
@@ -133,15 +169,14 @@ async fn certifies_a_current_window_and_refuses_the_rest_by_name() {
         .unwrap(),
         AkTrust::keys([device.tpm.ak_public()]),
     );
-    let verified = validator
-        .validate(&answer.document, &server_evidence_nonce(&spki, window))
-        .unwrap();
-    assert_eq!(
-        verified.user_data,
-        atls::extension::user_data_for_spki(&spki).to_vec(),
-        "the evidence names the key"
-    );
+    certified.assert_accepted_by(&validator);
     assert_eq!(device.quotes.load(Ordering::SeqCst), 1);
+    let Certified {
+        mut client,
+        spki,
+        window,
+        ..
+    } = certified;
 
     let too_long = Window {
         not_after: window.not_before + 6 * 3600,
@@ -217,25 +252,16 @@ async fn certifies_as_qemu_tdx_with_a_quote_from_configfs_tsm() {
     let dir = tempfile::tempdir().unwrap();
     let uid = own_uid(dir.path());
     let (_trigger, socket) = serve(dir.path(), uid, Arc::new(issuer)).await;
-    let mut client = CertifierClient::new(plumbing::unix::channel(&socket, uid));
-    let spki = server_key();
-    let window = Window::for_rotation_at(SystemTime::now());
-
-    let answer = client
-        .certify(request(&spki, window))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(answer.variant, "qemu-tdx");
+    let certified = certify_current(&socket, uid).await;
+    assert_eq!(certified.answer.variant, "qemu-tdx");
     let validator = qemu_validator(&intel, &machine).unwrap();
-    let verified = validator
-        .validate(&answer.document, &server_evidence_nonce(&spki, window))
-        .unwrap();
-    assert_eq!(
-        verified.user_data,
-        atls::extension::user_data_for_spki(&spki).to_vec(),
-        "the evidence names the key"
-    );
+    certified.assert_accepted_by(&validator);
+    let Certified {
+        mut client,
+        spki,
+        window,
+        answer,
+    } = certified;
     // Made for this window: the nonce of another one is refused.
     let later = Window::for_rotation_at(SystemTime::now() + Duration::from_secs(3600));
     let err = validator
