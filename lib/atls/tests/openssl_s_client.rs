@@ -19,7 +19,7 @@ use atls::{Acceptor, ServerKey, VerifyError, Window};
 use attestation::{Validator, Variant, Verified};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::{go_style_check, s_client};
+use common::openssl::{go_style_check, s_client};
 use tokio::net::TcpListener;
 
 /// Never reached: the certificate openssl presents carries no attestation.

@@ -18,11 +18,10 @@ use atls::{
 };
 use attestation::snp::{Product, SigningKey, SnpCollateral, StaticCollateral, Tcb};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
-use attestation::{IssueError, Issuer, Variant};
+use attestation::{Issuer, Variant};
+use common::handshake::{NodeIssuer, join_once};
 use soft_issuer::SoftIssuer;
 use soft_issuer::snp::{ReportFields, SimulatedAmd, SnpDocumentIssuer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const TCB: Tcb = Tcb {
     fmc: None,
@@ -128,19 +127,6 @@ fn good_snp_policy(machine: &SnpMachine) -> ServerPolicy {
     snp_policy(&machine.amd, [0x44; 32], DAY)
 }
 
-/// The node's own attestation: not under test here.
-#[derive(Debug)]
-struct NodeIssuer;
-
-impl Issuer for NodeIssuer {
-    fn variant(&self) -> Variant {
-        Variant::QemuVtpm
-    }
-    fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
-        Ok([user_data, nonce].concat())
-    }
-}
-
 /// One real handshake over loopback from a node with `policy` to a server presenting
 /// `credential`: the node's request, echoed, when the node accepts the server, and whether the
 /// server completed its handshake (and so received the node's certificate).
@@ -148,36 +134,10 @@ async fn connect(
     credential: ServerCredential,
     policy: ServerPolicy,
 ) -> (Result<Vec<u8>, HandshakeError>, bool) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let acceptor = Arc::new(Acceptor::with_credential(credential));
-    let server = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let accepted = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-            .await
-            .expect("server handshake timed out");
-        let Ok((mut stream, _)) = accepted else {
-            return false;
-        };
-        let mut request = [0u8; 7];
-        stream.read_exact(&mut request).await.unwrap();
-        stream.write_all(&request).await.unwrap();
-        stream.shutdown().await.unwrap();
-        true
-    });
-    let connector = Connector::new(Arc::new(NodeIssuer)).with_server_policy(policy);
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let result = match connector.connect(tcp).await {
-        Ok(mut stream) => {
-            stream.write_all(b"request").await.unwrap();
-            stream.flush().await.unwrap();
-            let mut reply = Vec::new();
-            stream.read_to_end(&mut reply).await.unwrap();
-            Ok(reply)
-        }
-        Err(e) => Err(e),
-    };
-    (result, server.await.unwrap())
+    let connector = Connector::new(Arc::new(NodeIssuer::default())).with_server_policy(policy);
+    let (reply, accepted) = join_once(acceptor, &connector).await;
+    (reply, accepted.is_ok())
 }
 
 /// The policy refuses `credential` with `check`; returns the error.
@@ -222,7 +182,7 @@ async fn go_nodes_accept(credential: ServerCredential) {
     let size = credential.certificate().as_ref().len();
     assert!(size < 48 * 1024, "{size} bytes");
     for version in ["-tls1_3", "-tls1_2"] {
-        let printed = common::go_style_check(credential.clone(), version).await;
+        let printed = common::openssl::go_style_check(credential.clone(), version).await;
         assert!(
             printed.contains("Verify return code: 0 (ok)"),
             "{version}: {printed}"
