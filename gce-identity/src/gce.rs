@@ -34,9 +34,14 @@ pub enum GceError {
     NoSigningKey { instance: String, reason: String },
     /// The API cannot be asked now: the metadata server or the API failed, refused (403,
     /// 429, 5xx) or did not answer in time. Nothing is wrong with the node.
+    ///
+    /// `google` is the message of Google's error answer. It can name this cluster's service
+    /// account, project and permissions, so it is for this process's log only: the error's text
+    /// (what attest-proxy relays to the unauthenticated node) leaves it out.
     #[error("{reason}")]
     Unavailable {
         reason: String,
+        google: Option<String>,
         retry_after: Option<Duration>,
     },
 }
@@ -44,6 +49,7 @@ pub enum GceError {
 fn unavailable(reason: String) -> GceError {
     GceError::Unavailable {
         reason,
+        google: None,
         retry_after: None,
     }
 }
@@ -152,10 +158,8 @@ impl GceClient {
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
                     return Err(GceError::Unavailable {
-                        reason: format!(
-                            "getShieldedInstanceIdentity of {instance}: HTTP {status}{}",
-                            google_message(&body)
-                        ),
+                        reason: format!("getShieldedInstanceIdentity of {instance}: HTTP {status}"),
+                        google: google_message(&body),
                         retry_after,
                     });
                 }
@@ -239,13 +243,12 @@ fn parse_identity(instance: &InstanceRef, body: &[u8]) -> Result<Vec<u8>, GceErr
     attestation::snp::gce::spki_from_pem(&pem).map_err(no_key)
 }
 
-/// `: <message>` from Google's error JSON, if the body is one.
-fn google_message(body: &[u8]) -> String {
+/// The message of Google's error JSON, if the body is one (at most 200 characters).
+fn google_message(body: &[u8]) -> Option<String> {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-        .map(|m| format!(": {}", m.chars().take(200).collect::<String>()))
-        .unwrap_or_default()
+        .map(|m| m.chars().take(200).collect())
 }
 
 #[cfg(test)]
@@ -283,7 +286,7 @@ mod tests {
     #[test]
     fn google_error_messages_are_quoted() {
         let body = br#"{"error":{"code":429,"message":"Quota exceeded"}}"#;
-        assert_eq!(google_message(body), ": Quota exceeded");
-        assert_eq!(google_message(b"<html>"), "");
+        assert_eq!(google_message(body).as_deref(), Some("Quota exceeded"));
+        assert_eq!(google_message(b"<html>"), None);
     }
 }

@@ -88,7 +88,15 @@ impl proto::gceidentity::gce_identity_server::GceIdentity for Service {
                     GceError::NoSigningKey { .. } => "no_signing_key",
                     GceError::Unavailable { .. } => "unavailable",
                 });
-                tracing::warn!(%instance, %error, "no signing key from the GCE API");
+                match &error {
+                    GceError::Unavailable {
+                        google: Some(google),
+                        ..
+                    } => {
+                        tracing::warn!(%instance, %error, google, "no signing key from the GCE API")
+                    }
+                    _ => tracing::warn!(%instance, %error, "no signing key from the GCE API"),
+                }
                 Err(status(&error))
             }
         }

@@ -599,6 +599,27 @@ async fn while_the_gce_api_rate_limits_or_fails_gcp_nodes_are_told_to_retry_and_
             "{fault:?}: {}",
             status.message()
         );
+        // Google's own words (here: the permission this cluster's service account lacks) stay
+        // in gce-identity's log; the unauthenticated node learns only that the API failed.
+        if fault == GceFault::Forbidden {
+            assert!(
+                !status.message().contains("permission"),
+                "Google's message reached the node: {}",
+                status.message()
+            );
+            assert!(
+                status.message().contains("HTTP 403"),
+                "{}",
+                status.message()
+            );
+            assert!(
+                system.logs().contains(
+                    "Required 'compute.instances.getShieldedInstanceIdentity' permission"
+                ),
+                "gce-identity did not log Google's message:\n{}",
+                system.logs()
+            );
+        }
         s.gce.set_compute_fault(GceFault::None);
         joins_eventually(&system, &client, &name).await;
     }
