@@ -46,6 +46,13 @@ pub enum ServicePolicyError {
         "join-client cannot verify a gcp-sev-snp service: its attestation key is vouched for by the GCE API, which needs a Google credential the node does not have"
     )]
     GcpUnsupported,
+    /// A qemu-vtpm service policy that trusts any attestation key: anyone in the network path
+    /// could then present a quote of their own making and be called verified.
+    #[error(
+        "service policy {} sets \"trustAnyAk\": true, under which any machine in the network path could impersonate the join service with a quote of its own; list the control-plane nodes' keys in \"trustedAkDigests\" (attest-tool ak-digest prints them), or leave out --service-policy to join without verifying the service",
+        path.display()
+    )]
+    TrustsAnyKey { path: PathBuf },
 }
 
 /// Which validator a service policy builds.
@@ -103,6 +110,11 @@ impl ServicePolicy {
         let (policy, digest) = match check {
             Kind::Vtpm => {
                 let config = QemuVtpmConfig::from_attestation_config(&raw).map_err(invalid)?;
+                if config.ak_trust.is_any() {
+                    return Err(ServicePolicyError::TrustsAnyKey {
+                        path: path.to_owned(),
+                    });
+                }
                 let digest = config.digest();
                 let validator = Arc::new(QemuVtpmValidator::from_config(config));
                 (atls::ServerPolicy::new(validator), digest)

@@ -155,3 +155,22 @@ async fn goes_on_to_the_request_with_a_service_that_attests_correctly() {
     assert!(matches!(result, Err(ClientError::Status(_))), "{result:?}");
     assert!(completed.recv().await.unwrap(), "the handshake completed");
 }
+
+#[test]
+fn a_service_policy_trusting_any_key_is_refused() {
+    // Under it any machine in the network path that quotes the expected PCRs with a key of its
+    // own would be "verified" as the join service.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("service-policy.json");
+    let json = serde_json::json!({
+        "measurements": {"4": {"expected": hex::encode(GOOD_PCR), "warnOnly": false}},
+        "trustAnyAk": true,
+    });
+    std::fs::write(&path, json.to_string()).unwrap();
+
+    let error = ServicePolicy::load(Variant::QemuVtpm, &path).unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("\"trustAnyAk\": true"), "{text}");
+    assert!(text.contains("impersonate the join service"), "{text}");
+    assert!(text.contains("trustedAkDigests"), "{text}");
+}
