@@ -89,6 +89,9 @@ pub enum PolicyError {
     Snp(#[from] crate::snp::SnpConfigError),
     #[error(transparent)]
     Tdx(#[from] crate::tdx::TdxConfigError),
+    /// gcp-sev-snp's `allowedGcpProjects` is invalid, or set for another variant.
+    #[error(transparent)]
+    GcpProjects(#[from] crate::snp::GcpProjectsError),
 }
 
 /// A measurement policy: register index → expected value.

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use attestation::snp::{
-    Cert, Crl, InstanceRef, Product, SigningKey, SnpConfig, SnpError, SnpPolicyError,
-    StaticCollateral, StaticGceIdentity, Tcb,
+    Cert, Crl, GceIdentity, GceKeyError, GcpProjects, InstanceRef, Product, SigningKey, SnpConfig,
+    SnpError, SnpPolicyError, StaticCollateral, StaticGceIdentity, Tcb,
 };
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Error, Issuer, Measurement, Policy, Validator, Variant};
@@ -460,6 +460,140 @@ fn gcp_binding_refusals_name_what_is_wrong() {
         validate(&v, &good).unwrap_err(),
         Error::Binding(_)
     ));
+}
+
+/// A GCE identity that counts how often it is asked.
+#[derive(Debug)]
+struct Counting {
+    inner: StaticGceIdentity,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: StaticGceIdentity) -> Arc<Counting> {
+        Arc::new(Counting {
+            inner,
+            asked: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    fn asked(&self) -> usize {
+        self.asked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl GceIdentity for Counting {
+    fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.signing_key(instance)
+    }
+}
+
+#[test]
+fn gcp_instances_of_other_projects_are_refused_before_gce_is_asked() {
+    let gcp = Gcp::new();
+    let node = gcp.node(Some(instance()), GcpReportData::Bound);
+    let gce = Counting::new(vouching_for(&node));
+    let only = |projects: &[&str]| {
+        validator(Binding::Gcp, snp_config(&gcp.amd), collateral(&gcp.amd))
+            .with_gce_identity(gce.clone())
+            .with_gcp_projects(GcpProjects::only(projects.iter().copied()))
+    };
+
+    let error = validate(&only(&["attacker-project"]), &node).unwrap_err();
+    assert!(
+        matches!(error, Error::Binding(ref m) if m.contains("GCP project constellation-331613 is not in allowedGcpProjects")),
+        "{error}"
+    );
+    assert_eq!(
+        gce.asked(),
+        0,
+        "the GCE API was asked for a project not allowed"
+    );
+
+    validate(&only(&["attacker-project", "constellation-331613"]), &node).unwrap();
+    assert_eq!(gce.asked(), 1);
+}
+
+#[test]
+fn gcp_measurements_are_compared_before_gce_is_asked() {
+    let gcp = Gcp::new();
+    let node = SnpDocumentIssuer::gcp(
+        SoftIssuer::new(KeyType::EcdsaP256)
+            .unwrap()
+            .with_pcrs([(4, [0x45; 32]), (9, [0x99; 32])])
+            .unwrap(),
+        gcp.vcek.clone(),
+        &gcp.amd.vcek_chain_pem(),
+        ReportFields::default(),
+        Some(instance()),
+        GcpReportData::Bound,
+    );
+    let gce = Counting::new(vouching_for(&node));
+    let v = validator(Binding::Gcp, snp_config(&gcp.amd), collateral(&gcp.amd))
+        .with_gce_identity(gce.clone());
+    let error = validate(&v, &node).unwrap_err();
+    assert!(matches!(error, Error::Measurements { .. }), "{error}");
+    assert_eq!(
+        gce.asked(),
+        0,
+        "the GCE API was asked for a node with wrong PCRs"
+    );
+}
+
+#[test]
+fn allowed_gcp_projects_are_read_from_the_config_and_bound_into_its_digest() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let config = |extra: serde_json::Value| {
+        let mut json = serde_json::json!({
+            "measurements": {"4": {"expected": hex::encode([0x44; 32]), "warnOnly": false}},
+            "bootloaderVersion": MIN.bootloader, "teeVersion": MIN.tee,
+            "snpVersion": MIN.snp, "microcodeVersion": MIN.microcode,
+            "amdRootKey": amd.ark_pem(),
+        });
+        json.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json.to_string()
+    };
+    let load = |binding: Binding, json: &str| {
+        SevSnpValidator::from_attestation_config(
+            binding,
+            json.as_bytes(),
+            Arc::new(collateral(&amd)),
+        )
+    };
+    let (_, any) = load(Binding::Gcp, &config(serde_json::json!({}))).unwrap();
+    let (_, one) = load(
+        Binding::Gcp,
+        &config(serde_json::json!({"allowedGcpProjects": ["constellation-331613"]})),
+    )
+    .unwrap();
+    assert_ne!(
+        any, one,
+        "the project allow-list is not in the policy digest"
+    );
+
+    for (binding, extra, needle) in [
+        (
+            Binding::Gcp,
+            serde_json::json!({"allowedGcpProjects": []}),
+            "allowedGcpProjects is empty",
+        ),
+        (
+            Binding::Gcp,
+            serde_json::json!({"allowedGcpProjects": ["Not A Project"]}),
+            "\"Not A Project\" is not a GCP project ID",
+        ),
+        (
+            Binding::Aws,
+            serde_json::json!({"allowedGcpProjects": ["constellation-331613"]}),
+            "applies to gcp-sev-snp only; aws-sev-snp",
+        ),
+    ] {
+        let error = load(binding, &config(extra)).unwrap_err();
+        assert!(error.to_string().contains(needle), "{needle}: {error}");
+    }
 }
 
 #[test]

@@ -93,32 +93,119 @@ impl InstanceRef {
                 })
             }
         };
-        let project = {
-            let (domain, id) = match gce.project_id.rsplit_once(':') {
-                Some((domain, id)) => (Some(domain), id),
-                None => (None, gce.project_id.as_str()),
-            };
-            let domain_ok = domain.is_none_or(|d| {
-                !d.is_empty()
-                    && d.len() <= 63
-                    && d.chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
-            });
-            if !domain_ok || id.len() < 6 || id.len() > 30 {
-                return Err(InstanceRefError {
-                    field: "project_id",
-                    value: gce.project_id.chars().take(80).collect(),
-                    what: "project ID",
-                });
-            }
-            label("project_id", id, "project ID")?;
-            gce.project_id.clone()
-        };
+        let project = check_project_id(&gce.project_id).map_err(|_| InstanceRefError {
+            field: "project_id",
+            value: gce.project_id.chars().take(80).collect(),
+            what: "project ID",
+        })?;
         Ok(InstanceRef {
             project,
             zone: label("zone", &gce.zone, "zone name")?,
             instance: label("instance_name", &gce.instance_name, "instance name")?,
         })
+    }
+}
+
+/// `id` if it is a GCE project ID: 6–30 of `[a-z0-9-]`, starting with a letter and not ending
+/// with `-`, with an optional `domain.example:` prefix for domain-scoped projects.
+fn check_project_id(id: &str) -> Result<String, ()> {
+    let (domain, bare) = match id.rsplit_once(':') {
+        Some((domain, bare)) => (Some(domain), bare),
+        None => (None, id),
+    };
+    let domain_ok = domain.is_none_or(|d| {
+        !d.is_empty()
+            && d.len() <= 63
+            && d.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
+    });
+    let bare_ok = (6..=30).contains(&bare.len())
+        && bare.starts_with(|c: char| c.is_ascii_lowercase())
+        && !bare.ends_with('-')
+        && bare
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if domain_ok && bare_ok {
+        Ok(id.to_owned())
+    } else {
+        Err(())
+    }
+}
+
+/// gcp-sev-snp's setting beyond Constellation: `allowedGcpProjects`, the GCP projects whose
+/// instances may join. Without it any project's instance may (as with Constellation): the GCE
+/// API vouches for an attestation key of an instance in whatever project the document names,
+/// including one of the attacker's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcpProjects(Option<std::collections::BTreeSet<String>>);
+
+/// Why `allowedGcpProjects` could not be read.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GcpProjectsError {
+    #[error("attestation config: allowedGcpProjects: {0}")]
+    Json(String),
+    #[error("attestation config: allowedGcpProjects entry {0:?} is not a GCP project ID")]
+    BadProject(String),
+    #[error(
+        "attestation config: allowedGcpProjects is empty, which would admit no node; name the cluster's projects, or remove it to admit any project"
+    )]
+    Empty,
+    #[error(
+        "attestation config: allowedGcpProjects applies to gcp-sev-snp only; {0} names no GCP project"
+    )]
+    NotGcp(&'static str),
+}
+
+impl GcpProjects {
+    /// Reads `allowedGcpProjects` from a whole attestation config.
+    pub fn from_attestation_config(json: &[u8]) -> Result<GcpProjects, GcpProjectsError> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Raw {
+            allowed_gcp_projects: Option<Vec<String>>,
+        }
+        let raw: Raw =
+            serde_json::from_slice(json).map_err(|e| GcpProjectsError::Json(e.to_string()))?;
+        let Some(projects) = raw.allowed_gcp_projects else {
+            return Ok(GcpProjects(None));
+        };
+        if projects.is_empty() {
+            return Err(GcpProjectsError::Empty);
+        }
+        projects
+            .iter()
+            .map(|p| {
+                check_project_id(p)
+                    .map_err(|()| GcpProjectsError::BadProject(p.chars().take(80).collect()))
+            })
+            .collect::<Result<_, _>>()
+            .map(|set| GcpProjects(Some(set)))
+    }
+
+    /// Only instances of `projects`.
+    pub fn only<I: IntoIterator<Item = S>, S: Into<String>>(projects: I) -> GcpProjects {
+        GcpProjects(Some(projects.into_iter().map(Into::into).collect()))
+    }
+
+    /// Whether any project is allowed (the setting is absent).
+    pub fn is_any(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Whether an instance of `project` may join.
+    pub fn admits(&self, project: &str) -> bool {
+        self.0.as_ref().is_none_or(|set| set.contains(project))
+    }
+
+    /// The line this setting adds to the policy digest (none when absent).
+    pub fn canonical(&self) -> String {
+        match &self.0 {
+            None => String::new(),
+            Some(set) => format!(
+                "gcp:projects:{}\n",
+                set.iter().cloned().collect::<Vec<_>>().join(",")
+            ),
+        }
     }
 }
 

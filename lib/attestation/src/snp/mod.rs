@@ -29,7 +29,9 @@ pub use certs::{Cert, LeafFacts, certs_from_pem};
 pub use collateral::{CollateralError, SnpCollateral, StaticCollateral};
 pub use config::{Enforcement, FirmwareSigner, SnpConfig, SnpConfigError, SnpPolicyError};
 pub use crl::Crl;
-pub use gce::{GceIdentity, GceKeyError, InstanceRef, StaticGceIdentity};
+pub use gce::{
+    GceIdentity, GceKeyError, GcpProjects, GcpProjectsError, InstanceRef, StaticGceIdentity,
+};
 pub use instance_info::InstanceInfo;
 pub use report::{Report, SigningKey, Tcb};
 

@@ -7,8 +7,9 @@
 //! AK (aws: REPORT_DATA = SHA-512 of its SubjectPublicKeyInfo; azure: REPORT_DATA[0:32] =
 //! SHA-256 of the HCL runtime data, whose `keys[0]` is the AK; gcp: REPORT_DATA = this
 //! connection's extraData and 32 zero bytes, and the GCE API's shielded-instance identity of
-//! the instance InstanceInfo names is the AK, see [`crate::snp::gce`]); and only then are the
-//! quoted PCRs compared with `measurements`. On GCP the API is asked last, so a document that
+//! the instance InstanceInfo names is the AK, see [`crate::snp::gce`]); and then the quoted
+//! PCRs are compared with `measurements`. On GCP the instance must be in one of
+//! `allowedGcpProjects` (when set) and the API is asked last, after the PCRs, so a document that
 //! fails any local check costs no call.
 
 use std::fmt;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 use crate::policy::Policy;
-use crate::snp::gce::{self, GceIdentity, GceKeyError, InstanceRef};
+use crate::snp::gce::{self, GceIdentity, GceKeyError, GcpProjects, InstanceRef};
 use crate::snp::instance_info::check_azure_binding;
 use crate::snp::{
     Cert, Crl, InstanceInfo, Product, SigningKey, SnpCollateral, SnpConfig, SnpError,
@@ -62,6 +63,8 @@ pub struct SevSnpValidator {
     collateral: Arc<dyn SnpCollateral>,
     /// Where gcp-sev-snp asks which key the GCE API vouches for.
     gce: Option<Arc<dyn GceIdentity>>,
+    /// The GCP projects whose instances gcp-sev-snp admits.
+    gcp_projects: GcpProjects,
     clock: Clock,
 }
 
@@ -73,6 +76,7 @@ impl fmt::Debug for SevSnpValidator {
             .field("snp", &self.snp)
             .field("collateral", &self.collateral)
             .field("gce", &self.gce)
+            .field("gcp_projects", &self.gcp_projects)
             .finish_non_exhaustive()
     }
 }
@@ -90,6 +94,7 @@ impl SevSnpValidator {
             snp,
             collateral,
             gce: None,
+            gcp_projects: GcpProjects::default(),
             clock: system_clock(),
         }
     }
@@ -104,11 +109,22 @@ impl SevSnpValidator {
     ) -> Result<(SevSnpValidator, String), crate::PolicyError> {
         let policy = Policy::enforcing_from_attestation_config(json)?;
         let snp = SnpConfig::from_attestation_config(json)?;
-        let digest = policy.digest_with(&snp.canonical());
+        let gcp_projects = GcpProjects::from_attestation_config(json)?;
+        if binding != Binding::Gcp && !gcp_projects.is_any() {
+            let variant = SevSnpValidator::new(binding, policy, snp, collateral).variant();
+            return Err(crate::snp::GcpProjectsError::NotGcp(variant.name()).into());
+        }
+        let digest = policy.digest_with(&(snp.canonical() + &gcp_projects.canonical()));
         Ok((
-            SevSnpValidator::new(binding, policy, snp, collateral),
+            SevSnpValidator::new(binding, policy, snp, collateral).with_gcp_projects(gcp_projects),
             digest,
         ))
+    }
+
+    /// gcp-sev-snp admits only instances of `projects` (`allowedGcpProjects`).
+    pub fn with_gcp_projects(mut self, projects: GcpProjects) -> Self {
+        self.gcp_projects = projects;
+        self
     }
 
     /// Verifies at the time `clock` gives instead of now (tests, offline verification).
@@ -286,19 +302,23 @@ fn product_of_intermediate(cert: &Cert) -> Option<Product> {
     Product::from_name(name)
 }
 
-/// The AK binding the report must carry. `extra_data` is this connection's (SHA-256 of the
-/// document's user data and the nonce); `gce` answers for gcp-sev-snp.
+/// The AK binding the report must carry, as far as the node's evidence alone shows it.
+/// `extra_data` is this connection's (SHA-256 of the document's user data and the nonce). For
+/// gcp-sev-snp it returns the instance whose key the GCE API must vouch for
+/// ([`check_gce_vouches`], asked last).
 fn check_binding(
     binding: Binding,
     report: &VerifiedReport,
     ak: &tpm::Public,
     info: &InstanceInfo,
     extra_data: &[u8; 32],
-    gce: Option<&dyn GceIdentity>,
-) -> Result<(), Error> {
+    gcp_projects: &GcpProjects,
+) -> Result<Option<InstanceRef>, Error> {
     let report_data = report.report.report_data();
     match binding {
-        Binding::Gcp => check_gcp_binding(report_data, ak, info, extra_data, gce)?,
+        Binding::Gcp => {
+            return gcp_instance(report_data, info, extra_data, gcp_projects).map(Some);
+        }
         Binding::Aws => {
             let spki = ak
                 .spki_der()
@@ -318,17 +338,17 @@ fn check_binding(
             check_azure_binding(report_data.as_slice(), runtime, ak)?;
         }
     }
-    Ok(())
+    Ok(None)
 }
 
-/// gcp-sev-snp: the report was made for this connection, and GCE vouches for the AK.
-fn check_gcp_binding(
+/// gcp-sev-snp: the report was made for this connection, and the instance it names is one of
+/// an allowed project.
+fn gcp_instance(
     report_data: &[u8; 64],
-    ak: &tpm::Public,
     info: &InstanceInfo,
     extra_data: &[u8; 32],
-    gce: Option<&dyn GceIdentity>,
-) -> Result<(), Error> {
+    projects: &GcpProjects,
+) -> Result<InstanceRef, Error> {
     let (head, tail) = report_data.split_at(32);
     if !bool::from(head.ct_eq(extra_data.as_slice())) {
         return Err(Error::Binding(
@@ -348,9 +368,24 @@ fn check_gcp_binding(
     })?;
     let instance =
         InstanceRef::from_instance_info(named).map_err(|e| Error::Binding(e.to_string()))?;
+    if !projects.admits(&instance.project) {
+        return Err(Error::Binding(format!(
+            "GCP project {} is not in allowedGcpProjects (a setting beyond Constellation's)",
+            instance.project
+        )));
+    }
+    Ok(instance)
+}
+
+/// gcp-sev-snp: the GCE API vouches for the AK as `instance`'s signing key.
+fn check_gce_vouches(
+    instance: &InstanceRef,
+    ak: &tpm::Public,
+    gce: Option<&dyn GceIdentity>,
+) -> Result<(), Error> {
     let gce = gce
         .ok_or_else(|| Error::Binding("this validator has no way to ask the GCE API".to_owned()))?;
-    let vouched = match gce.signing_key(&instance) {
+    let vouched = match gce.signing_key(instance) {
         Ok(key) => key,
         Err(GceKeyError::NotFound(what)) => {
             return Err(Error::Binding(format!(
@@ -412,15 +447,18 @@ impl Validator for SevSnpValidator {
             .unwrap_or_default();
         let ak = tpm::Public::parse(ak_pub).map_err(Error::AkPublic)?;
         let extra_data = make_extra_data(doc.user_data.as_deref().unwrap_or_default(), nonce);
-        check_binding(
+        let gce_instance = check_binding(
             self.binding,
             &verified,
             &ak,
             &info,
             &extra_data,
-            self.gce.as_deref(),
+            &self.gcp_projects,
         )?;
         let warnings = compare_pcrs(&self.policy, &quotes)?;
+        if let Some(instance) = &gce_instance {
+            check_gce_vouches(instance, &ak, self.gce.as_deref())?;
+        }
         notes.insert(0, facts(&verified));
         if let (Binding::Gcp, Some(gce)) = (self.binding, &info.gce) {
             notes.insert(
