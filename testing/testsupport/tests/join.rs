@@ -130,6 +130,14 @@ async fn node_joins_and_rejoins_with_the_same_disk_key() {
         .await
         .unwrap();
     assert_ne!(other.state_disk_key, ticket.state_disk_key);
+
+    // Every process logs to a file here, not a terminal: plain text, no colour codes.
+    let logs = system.logs();
+    assert!(logs.contains("INFO"), "{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "ANSI escape codes in logs written to a file:\n{logs}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -479,6 +479,7 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,atls::client=error"));
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
+                .with_ansi(plumbing::telemetry::colour())
                 .with_writer(std::io::stderr)
                 .init();
         }
