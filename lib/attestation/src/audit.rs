@@ -212,19 +212,38 @@ impl Decision {
             .unwrap_or_else(|_| self.explain().to_string().replace('\n', " | "))
     }
 
-    /// The record for people: a headline and one line per detail.
+    /// The record for people: a headline and one line per detail, calling the peer a node.
     pub fn explain(&self) -> Explain<'_> {
-        Explain(self)
+        self.explain_as(Role::Node)
     }
+
+    /// [`Decision::explain`] for a peer of `role` (a node checking the join service calls it
+    /// the service).
+    pub fn explain_as(&self, role: Role) -> Explain<'_> {
+        Explain(self, role)
+    }
+}
+
+/// What the peer a decision is about is, for its human-readable headline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A node asking to join (attest-proxy's decisions).
+    Node,
+    /// The join service, as a node checks it (join-client's decisions).
+    Service,
 }
 
 /// Human-readable rendering of a [`Decision`]; see [`Decision::explain`].
 #[derive(Debug)]
-pub struct Explain<'a>(&'a Decision);
+pub struct Explain<'a>(&'a Decision, Role);
 
 impl fmt::Display for Explain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = self.0;
+        let role = match self.1 {
+            Role::Node => "node",
+            Role::Service => "service",
+        };
         match d.result {
             Outcome::Accepted => write!(f, "ACCEPTED")?,
             Outcome::Rejected => write!(
@@ -233,7 +252,7 @@ impl fmt::Display for Explain<'_> {
                 d.check.as_deref().unwrap_or("evidence")
             )?,
         }
-        writeln!(f, ": {} node {} at {}", d.variant, d.peer, d.time)?;
+        writeln!(f, ": {} {role} {} at {}", d.variant, d.peer, d.time)?;
         writeln!(f, "  policy:   {}", d.policy)?;
         if let Some(reason) = &d.reason {
             writeln!(f, "  reason:   {reason}")?;

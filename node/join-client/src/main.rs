@@ -237,10 +237,17 @@ fn unverified_warning(endpoint: SocketAddr) -> String {
 fn report<T>(result: Result<T, node_client::ClientError>) -> anyhow::Result<T> {
     result.map_err(|error| {
         if let node_client::ClientError::ServerRefused { decision, .. } = &error {
-            eprintln!("{}", decision.explain());
+            eprintln!("{}", decision.explain_as(attestation::audit::Role::Service));
+            return refusal_error(&error);
         }
         anyhow::Error::new(error)
     })
+}
+
+/// The error of a refused server, whose record (with every cause) is already printed: its
+/// headline alone, so the causes are not printed a second time.
+fn refusal_error(error: &node_client::ClientError) -> anyhow::Error {
+    anyhow::anyhow!("{error}; the audit record above says why")
 }
 
 /// The host certificate principals to ask for: the node's addresses and name, then the extras,

@@ -107,5 +107,42 @@ fn the_attested_service_is_verified_by_the_demo_node_and_by_the_printed_join_cli
         std::fs::read_dir(&out).is_ok_and(|mut entries| entries.next().is_some()),
         "{command}\n{stderr}"
     );
+
+    // The same command with a service policy the service does not meet: refused, the record
+    // calls the peer the service, and each cause is printed once.
+    let mut policy: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(value("--service-policy")).unwrap()).unwrap();
+    for (_, m) in policy["measurements"].as_object_mut().unwrap().iter_mut() {
+        m["expected"] = "00".repeat(32).into();
+    }
+    let other_policy = out.with_file_name("other-service-policy.json");
+    std::fs::write(&other_policy, policy.to_string()).unwrap();
+    let other_args: Vec<&str> = args
+        .iter()
+        .map(|a| {
+            if *a == value("--service-policy") {
+                other_policy.to_str().unwrap()
+            } else {
+                a
+            }
+        })
+        .collect();
+    let refused = Command::new(program)
+        .args(&other_args)
+        .args(["--retry-for", "0s"])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("REJECTED by check measurements: qemu-vtpm service 127.0.0.1:"),
+        "{stderr}"
+    );
+    let reason = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("  reason:   "))
+        .unwrap_or_else(|| panic!("no reason line:\n{stderr}"));
+    assert_eq!(stderr.matches(reason).count(), 1, "{stderr}");
     cluster.process.check_running().unwrap();
 }
