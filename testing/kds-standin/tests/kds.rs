@@ -160,6 +160,21 @@ async fn what_the_node_left_out_is_fetched_once_and_faults_do_not_fail_cached_jo
     );
 }
 
+/// `Retry-After: 18446744073709551615`: clamped, not a panic in the fetch task that left the CRL
+/// in flight, so that every join answered Unavailable until restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_retry_after_from_the_kds_is_clamped() {
+    let w = world(None).await;
+    w.kds.set_fault(Fault::RateLimited {
+        retry_after: u64::MAX,
+    });
+    let error = join(&w).await.unwrap_err();
+    assert!(error.is_unavailable(), "{error}");
+    assert!(error.to_string().contains("429"), "{error}");
+    let held = w.collateral.cache().held_for().unwrap();
+    assert!(held <= collateral::MAX_RETRY_AFTER, "held {held:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nothing_cached_a_rate_limited_kds_is_unavailable_fast_and_joins_recover() {
     let w = world(None).await;
