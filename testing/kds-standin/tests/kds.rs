@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use attestation::snp::{Product, SnpCollateral, SnpConfig, Tcb};
+use attestation::snp::{Product, SigningKey, SnpCollateral, SnpConfig, Tcb};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Issuer, Measurement, Policy, Validator, Variant};
 use collateral::kds::{KdsCollateral, KdsSource, vcek_key};
@@ -52,7 +52,8 @@ async fn world(cache_dir: Option<&std::path::Path>) -> World {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    kds.put_crl("Milan", amd.crl(&[], now - 3600, now + 7 * 86_400).unwrap());
+    kds.put_vcek_crl("Milan", amd.crl(&[], now - 3600, now + 7 * 86_400).unwrap());
+    kds.put_vlek_crl("Milan", amd.crl(&[], now - 3600, now + 7 * 86_400).unwrap());
 
     let ca = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(ca.path(), kds.ca_pem()).unwrap();
@@ -259,10 +260,13 @@ async fn warming_fetches_crls_and_chains_ahead_of_the_first_join() {
     let paths = w.kds.paths();
     for path in [
         "/vcek/v1/Milan/crl",
+        "/vlek/v1/Milan/crl",
         "/vcek/v1/Milan/cert_chain",
         "/vlek/v1/Milan/cert_chain",
     ] {
         assert!(paths.iter().any(|p| p == path), "{path} in {paths:?}");
     }
-    assert!(w.collateral.crl(Product::Milan).is_ok());
+    for key in [SigningKey::Vcek, SigningKey::Vlek] {
+        assert!(w.collateral.crl(Product::Milan, key).is_ok());
+    }
 }

@@ -1,5 +1,7 @@
-//! AMD's certificate revocation list for one product (KDS `/vcek/v1/{product}/crl`), signed by
-//! that product's ARK.
+//! AMD's certificate revocation lists for one product, signed by that product's ARK (the only AMD
+//! key with cRLSign): KDS `/vcek/v1/{product}/crl` for ASK-certified chains and
+//! `/vlek/v1/{product}/crl` for ASVK-certified ones, the URLs the ASK's and the ASVK's CRL
+//! distribution points name. The caller picks the list by the report's signing-key kind.
 //!
 //! x509-parser parses it and ring verifies its signature (once per CRL and ARK, see
 //! [`super::certs::SignatureMemo`]); checked on every call here: the issuer is the ARK

@@ -156,7 +156,7 @@ impl SevSnpValidator {
         let verified = verify_report(report, &signer, &intermediate, ark, &self.snp.trust, now)?;
         let crl = self
             .collateral
-            .crl(product)
+            .crl(product, key)
             .map_err(|e| Error::CollateralUnavailable(e.to_string()))?;
         crl.check(
             ark,
@@ -216,7 +216,8 @@ fn signer_of(
     }
 }
 
-/// The AMD collateral a verifier needs beside an SNP document: the product's CRL, and the
+/// The AMD collateral a verifier needs beside an SNP document: the product's CRL for the report's
+/// signing-key kind (VCEK or VLEK), and the
 /// intermediate and signer when the document lacks them.
 #[derive(Clone, Debug)]
 pub struct DocumentCollateral {
@@ -246,7 +247,7 @@ pub fn collateral_for_document(
         None => Some(signer_of(&info, product, collateral)?),
     };
     let crl = collateral
-        .crl(product)
+        .crl(product, info.report.signing_key())
         .map_err(|e| Error::CollateralUnavailable(e.to_string()))?;
     Ok(DocumentCollateral {
         crl,
