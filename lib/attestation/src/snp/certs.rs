@@ -2,7 +2,9 @@
 //!
 //! x509-parser parses the certificates; ring verifies their RSA-PSS signatures (SHA-384, MGF1
 //! with SHA-384, 48-byte salt, as AMD signs them) and the report's ECDSA P-384 signature. What
-//! neither does is done here: the names chain, the signature parameters are the ones AMD uses,
+//! neither does is done here: the names chain, every issuer (ARK, ASK, ASVK) is a CA
+//! (BasicConstraints CA:TRUE) with KeyUsage keyCertSign as RFC 5280 asks, the signature
+//! parameters are the ones AMD uses,
 //! each certificate is valid at the verification time, the ARK is one the configuration
 //! trusts, the product is the same along the chain, and AMD's extensions (TCB, hwID, product
 //! name, CSP) are read.
@@ -272,6 +274,11 @@ fn verify_chain_in(
         )));
     }
 
+    // RFC 5280 6.1.4 (k), (n): a certificate signs certificates only as a CA with keyCertSign.
+    for (name, cert) in [("ARK", &ark_c), ("intermediate", &int_c)] {
+        issuer_may_sign(cert, name, Usage::Certificates)?;
+    }
+
     for (name, (subject, subject_der), (issuer, issuer_der)) in [
         ("ARK", (&ark_c, ark.der()), (&ark_c, ark.der())),
         (
@@ -313,6 +320,64 @@ fn verify_chain_in(
 
     let facts = leaf_facts(&leaf_c, leaf_key, product)?;
     Ok(facts)
+}
+
+/// What an issuing certificate is used for here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Usage {
+    /// Signing certificates: BasicConstraints CA:TRUE and KeyUsage keyCertSign.
+    Certificates,
+    /// Signing CRLs: KeyUsage cRLSign.
+    Crls,
+}
+
+/// Refuses `cert` (the `which`) as an issuer for `usage` unless it says so as RFC 5280 asks: a
+/// certificate signer must be a CA (BasicConstraints CA:TRUE) whose KeyUsage has keyCertSign, a
+/// CRL signer must have cRLSign. A missing extension is refused, as every AMD CA carries both.
+pub(crate) fn issuer_may_sign(
+    cert: &X509Certificate<'_>,
+    which: &str,
+    usage: Usage,
+) -> Result<(), SnpError> {
+    let cn = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let refuse = |reason: String| SnpError::Chain(format!("the {which} {cn:?} {reason}"));
+    if usage == Usage::Certificates {
+        let constraints = cert
+            .basic_constraints()
+            .map_err(|e| refuse(format!("has unreadable BasicConstraints: {e}")))?;
+        if !constraints.is_some_and(|c| c.value.ca) {
+            return Err(refuse(
+                "is not a CA (no BasicConstraints CA:TRUE), so it may not sign certificates"
+                    .to_owned(),
+            ));
+        }
+    }
+    let key_usage = cert
+        .key_usage()
+        .map_err(|e| refuse(format!("has an unreadable KeyUsage: {e}")))?;
+    let (allowed, bit) = match usage {
+        Usage::Certificates => (
+            key_usage.is_some_and(|k| k.value.key_cert_sign()),
+            "keyCertSign",
+        ),
+        Usage::Crls => (key_usage.is_some_and(|k| k.value.crl_sign()), "cRLSign"),
+    };
+    if !allowed {
+        return Err(refuse(format!(
+            "has no KeyUsage {bit}, so it may not sign {}",
+            match usage {
+                Usage::Certificates => "certificates",
+                Usage::Crls => "CRLs",
+            }
+        )));
+    }
+    Ok(())
 }
 
 /// Checks that `signed` (a certificate's or CRL's to-be-signed bytes) is signed by `issuer`'s key
