@@ -29,6 +29,7 @@ use x509_parser::x509::AlgorithmIdentifier;
 
 use super::report::{SigningKey, Tcb};
 use super::{Product, SnpError};
+pub(crate) use crate::issuer::Usage;
 
 /// `1.3.6.1.4.1.3704.1` is AMD's arc for SEV certificate extensions.
 const AMD_ARC: [u64; 8] = [1, 3, 6, 1, 4, 1, 3704, 1];
@@ -322,62 +323,23 @@ fn verify_chain_in(
     Ok(facts)
 }
 
-/// What an issuing certificate is used for here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Usage {
-    /// Signing certificates: BasicConstraints CA:TRUE and KeyUsage keyCertSign.
-    Certificates,
-    /// Signing CRLs: KeyUsage cRLSign.
-    Crls,
-}
-
-/// Refuses `cert` (the `which`) as an issuer for `usage` unless it says so as RFC 5280 asks: a
-/// certificate signer must be a CA (BasicConstraints CA:TRUE) whose KeyUsage has keyCertSign, a
-/// CRL signer must have cRLSign. A missing extension is refused, as every AMD CA carries both.
+/// Refuses `cert` (the `which`) as an issuer for `usage` unless RFC 5280 lets it sign
+/// ([`crate::issuer`]).
 pub(crate) fn issuer_may_sign(
     cert: &X509Certificate<'_>,
     which: &str,
     usage: Usage,
 ) -> Result<(), SnpError> {
-    let cn = cert
-        .subject()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let refuse = |reason: String| SnpError::Chain(format!("the {which} {cn:?} {reason}"));
-    if usage == Usage::Certificates {
-        let constraints = cert
-            .basic_constraints()
-            .map_err(|e| refuse(format!("has unreadable BasicConstraints: {e}")))?;
-        if !constraints.is_some_and(|c| c.value.ca) {
-            return Err(refuse(
-                "is not a CA (no BasicConstraints CA:TRUE), so it may not sign certificates"
-                    .to_owned(),
-            ));
-        }
-    }
-    let key_usage = cert
-        .key_usage()
-        .map_err(|e| refuse(format!("has an unreadable KeyUsage: {e}")))?;
-    let (allowed, bit) = match usage {
-        Usage::Certificates => (
-            key_usage.is_some_and(|k| k.value.key_cert_sign()),
-            "keyCertSign",
-        ),
-        Usage::Crls => (key_usage.is_some_and(|k| k.value.crl_sign()), "cRLSign"),
-    };
-    if !allowed {
-        return Err(refuse(format!(
-            "has no KeyUsage {bit}, so it may not sign {}",
-            match usage {
-                Usage::Certificates => "certificates",
-                Usage::Crls => "CRLs",
-            }
-        )));
-    }
-    Ok(())
+    crate::issuer::may_sign(cert, usage).map_err(|reason| {
+        let cn = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        SnpError::Chain(format!("the {which} {cn:?} {reason}"))
+    })
 }
 
 /// Checks that `signed` (a certificate's or CRL's to-be-signed bytes) is signed by `issuer`'s key

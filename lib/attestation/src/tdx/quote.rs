@@ -234,6 +234,13 @@ impl TdQuote {
         let leaf = parse(leaf, "the PCK certificate")?;
         let ca = parse(ca, "the PCK CA certificate")?;
         let root = parse(trust.root_der(), "the trusted root")?;
+        // dcap-qvl's path building (webpki) requires CA:TRUE of an issuer but not keyCertSign;
+        // RFC 5280 asks both of the two issuers this chain has.
+        for (which, cert) in [("PCK CA", &ca), ("trusted root", &root)] {
+            crate::issuer::may_sign(cert, crate::issuer::Usage::Certificates).map_err(
+                |reason| chain_error(format!("the {which} {} {reason}", cert.subject())),
+            )?;
+        }
         if leaf.issuer() != ca.subject() {
             return Err(chain_error(format!(
                 "the PCK certificate's issuer {} is not the CA it carries ({})",
