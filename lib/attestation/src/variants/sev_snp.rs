@@ -1,8 +1,11 @@
 //! aws-sev-snp, azure-sev-snp and gcp-sev-snp: a vTPM document whose attestation key an AMD
 //! SEV-SNP report (and, on GCP, the GCE API) vouches for.
 //!
-//! The order follows the trust chain: the vTPM quotes verify with the document's AK (as for
-//! qemu-vtpm); the SNP report in InstanceInfo verifies with AMD's chain up to a configured ARK,
+//! Everything that needs nothing from AMD comes first, so a made-up report costs no KDS fetch
+//! (a VCEK is named by the report's unverified CHIP_ID and TCB): the vTPM quotes verify with the
+//! document's AK (as for qemu-vtpm), the report parses, the configured SNP policy accepts its
+//! fields, and REPORT_DATA binds the AK as below; these verdicts hold once the same bytes
+//! verify. Then the trust chain: the SNP report in InstanceInfo verifies with AMD's chain up to a configured ARK,
 //! against AMD's current CRL; the configured SNP policy accepts it; the report binds that very
 //! AK (aws: REPORT_DATA = SHA-512 of its SubjectPublicKeyInfo; azure: REPORT_DATA[0:32] =
 //! SHA-256 of the HCL runtime data, whose `keys[0]` is the AK; gcp: REPORT_DATA = this
@@ -138,13 +141,10 @@ impl SevSnpValidator {
     fn verify_hardware(&self, info: &InstanceInfo) -> Result<(VerifiedReport, Vec<String>), Error> {
         let report = &info.report;
         let key = report.signing_key();
-        if self.binding == Binding::Aws && key != SigningKey::Vlek {
-            return Err(SnpError::ReportField(
-                "aws-sev-snp reports are signed by a VLEK, this one by a VCEK".to_owned(),
-            )
-            .into());
-        }
         let product = product_of(info)?;
+        // Everything that needs nothing from AMD first: a report the policy refuses, whoever
+        // signed it, makes the service fetch nothing (a VCEK is named by the unverified report).
+        let warnings = self.snp.check_report(report, product)?;
         let intermediate = intermediate_of(info, product, self.collateral.as_ref())?;
         let signer = signer_of(info, product, self.collateral.as_ref())?;
         let ark = self.snp.trust.ark_for(product).ok_or_else(|| {
@@ -165,7 +165,6 @@ impl SevSnpValidator {
             now,
             self.collateral.crl_max_stale(),
         )?;
-        let warnings = self.snp.check(&verified)?;
         Ok((verified, warnings))
     }
 }
@@ -287,19 +286,19 @@ fn product_of_intermediate(cert: &Cert) -> Option<Product> {
     Product::from_name(name)
 }
 
-/// The AK binding the report must carry. `extra_data` is this connection's (SHA-256 of the
-/// document's user data and the nonce); `gce` answers for gcp-sev-snp.
+/// The AK binding the report must carry, as far as it needs nothing but the document (on
+/// gcp-sev-snp the GCE API's part is [`check_gce_vouches`]). `extra_data` is this connection's
+/// (SHA-256 of the document's user data and the nonce).
 fn check_binding(
     binding: Binding,
-    report: &VerifiedReport,
+    report: &crate::snp::Report,
     ak: &tpm::Public,
     info: &InstanceInfo,
     extra_data: &[u8; 32],
-    gce: Option<&dyn GceIdentity>,
 ) -> Result<(), Error> {
-    let report_data = report.report.report_data();
+    let report_data = report.report_data();
     match binding {
-        Binding::Gcp => check_gcp_binding(report_data, ak, info, extra_data, gce)?,
+        Binding::Gcp => check_gcp_report_data(report_data, extra_data)?,
         Binding::Aws => {
             let spki = ak
                 .spki_der()
@@ -322,14 +321,8 @@ fn check_binding(
     Ok(())
 }
 
-/// gcp-sev-snp: the report was made for this connection, and GCE vouches for the AK.
-fn check_gcp_binding(
-    report_data: &[u8; 64],
-    ak: &tpm::Public,
-    info: &InstanceInfo,
-    extra_data: &[u8; 32],
-    gce: Option<&dyn GceIdentity>,
-) -> Result<(), Error> {
+/// gcp-sev-snp: the report was made for this connection.
+fn check_gcp_report_data(report_data: &[u8; 64], extra_data: &[u8; 32]) -> Result<(), Error> {
     let (head, tail) = report_data.split_at(32);
     if !bool::from(head.ct_eq(extra_data.as_slice())) {
         return Err(Error::Binding(
@@ -341,6 +334,16 @@ fn check_gcp_binding(
             "REPORT_DATA[32:64] is not 32 zero bytes, as a GCE node leaves it".to_owned(),
         ));
     }
+    Ok(())
+}
+
+/// gcp-sev-snp: the GCE API vouches for the AK of the instance InstanceInfo names. Asked last,
+/// after every local check and AMD's.
+fn check_gce_vouches(
+    ak: &tpm::Public,
+    info: &InstanceInfo,
+    gce: Option<&dyn GceIdentity>,
+) -> Result<(), Error> {
     let named = info.gce.as_ref().ok_or_else(|| {
         Error::Binding(
             "InstanceInfo has no GCP field naming the instance whose key the GCE API vouches for"
@@ -405,7 +408,6 @@ impl Validator for SevSnpValidator {
     fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
         let (doc, quotes) = verify_document(document, nonce)?;
         let info = InstanceInfo::parse(doc.hardware_evidence(NO_SNP_EVIDENCE)?)?;
-        let (verified, mut notes) = self.verify_hardware(&info)?;
         let ak_pub = doc
             .attestation
             .as_ref()
@@ -413,14 +415,19 @@ impl Validator for SevSnpValidator {
             .unwrap_or_default();
         let ak = tpm::Public::parse(ak_pub).map_err(Error::AkPublic)?;
         let extra_data = make_extra_data(doc.user_data.as_deref().unwrap_or_default(), nonce);
-        check_binding(
-            self.binding,
-            &verified,
-            &ak,
-            &info,
-            &extra_data,
-            self.gce.as_deref(),
-        )?;
+        // The binding needs nothing from AMD: checked on the report as sent, before anything is
+        // fetched for it; it holds for the verified report, whose bytes these are.
+        if self.binding == Binding::Aws && info.report.signing_key() != SigningKey::Vlek {
+            return Err(SnpError::ReportField(
+                "aws-sev-snp reports are signed by a VLEK, this one by a VCEK".to_owned(),
+            )
+            .into());
+        }
+        check_binding(self.binding, &info.report, &ak, &info, &extra_data)?;
+        let (verified, mut notes) = self.verify_hardware(&info)?;
+        if self.binding == Binding::Gcp {
+            check_gce_vouches(&ak, &info, self.gce.as_deref())?;
+        }
         let warnings = compare_pcrs(&self.policy, &quotes)?;
         notes.insert(0, facts(&verified));
         if let (Binding::Gcp, Some(gce)) = (self.binding, &info.gce) {
