@@ -469,7 +469,7 @@ mod tests {
         let error = waiting.certified(SystemTime::now()).await.unwrap_err();
         assert!(matches!(error, RotationError::Collateral(_)), "{error}");
         assert!(
-            attestation::audit::chain(&error).contains("no CRL for Milan"),
+            attestation::audit::chain(&error).contains("no Milan CRL for VLEK chains"),
             "{}",
             attestation::audit::chain(&error)
         );

@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     match decoded {
         ServerCollateral::Amd(amd) => {
             let source = CertificateSnpCollateral::new(amd, stale);
-            let _ = source.crl(Product::Milan);
+            let _ = source.crl(Product::Milan, SigningKey::Vlek);
             let _ = source.intermediate(Product::Genoa, SigningKey::Vlek);
             let tcb = Tcb {
                 fmc: None,

@@ -7,7 +7,8 @@
 //! ([`SERVER_COLLATERAL_OID`]) next to the evidence:
 //!
 //! - AMD (`{"amd": {"crl", "intermediate"?, "signer"?}}`, DER in standard base64): the product's
-//!   CRL, and the ASK or ASVK and the VCEK when the document does not carry them;
+//!   CRL for the report's signer kind (KDS `/vcek/v1/{product}/crl` for a VCEK,
+//!   `/vlek/v1/{product}/crl` for a VLEK), and the ASK or ASVK and the VCEK when the document does not carry them;
 //! - Intel (`{"intel": {...}}`): dcap-qvl's collateral JSON for the quote's FMSPC and PCK CA (TCB
 //!   info and QE identity exactly as Intel signed them, with their issuer chains, the PCK CRL and
 //!   the root CA CRL).
@@ -201,8 +202,9 @@ impl CertificateSnpCollateral {
 }
 
 impl SnpCollateral for CertificateSnpCollateral {
-    fn crl(&self, _product: Product) -> Result<Crl, CollateralError> {
-        // The CRL's issuer and signature are checked against the ARK of the report's product.
+    fn crl(&self, _product: Product, _key: SigningKey) -> Result<Crl, CollateralError> {
+        // The CRL's issuer and signature are checked against the ARK of the report's product;
+        // the service gathered the CRL of its own report's signing-key kind.
         Ok(self.collateral.crl.clone())
     }
 

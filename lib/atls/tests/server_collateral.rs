@@ -267,6 +267,28 @@ fn a_node_refuses_an_snp_service_whose_bundled_crl_revokes_its_vlek() {
     );
 }
 
+/// The service's KDS cache holds AMD's two CRLs; the ASVK (serial 3) is revoked on the VLEK
+/// chain's only. The service ships the VLEK chain's CRL for its VLEK-signed report, and the node
+/// refuses the service.
+#[test]
+fn a_node_refuses_an_aws_service_whose_asvk_is_revoked_on_the_vlek_crl() {
+    let machine = snp_machine();
+    let now = unix(SystemTime::now());
+    let crl = |serials: &[u8]| {
+        attestation::snp::Crl::from_der(machine.amd.crl(serials, now - 3600, now + 86_400).unwrap())
+            .unwrap()
+    };
+    let source = current_kds(&machine.amd)
+        .with_crl_for(Product::Milan, SigningKey::Vcek, crl(&[]))
+        .with_crl_for(Product::Milan, SigningKey::Vlek, crl(&[3]));
+    for issuer in [&machine.with_chain, &machine.without_chain] {
+        let credential = attest(issuer, &source);
+        let error = refused(&good_snp_policy(&machine), &credential, "snp_revoked");
+        let chain = attestation::audit::chain(&error);
+        assert!(chain.contains("SEV-VLEK-Milan"), "{chain}");
+    }
+}
+
 #[test]
 fn a_node_refuses_snp_collateral_stale_beyond_its_allowance() {
     let machine = snp_machine();

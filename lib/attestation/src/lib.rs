@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod error;
 pub mod eventlog;
+pub mod issuer;
 pub mod policy;
 pub mod snp;
 pub mod tdx;

@@ -6,7 +6,8 @@
 //!
 //! | key | path | refreshed |
 //! |---|---|---|
-//! | `crl/{product}` | `/vcek/v1/{product}/crl` (DER) | a quarter of its window before `nextUpdate`; stale after it |
+//! | `crl/vcek/{product}` | `/vcek/v1/{product}/crl` (DER; revokes ASKs, the ASK's CRL distribution point) | a quarter of its window before `nextUpdate`; stale after it |
+//! | `crl/vlek/{product}` | `/vlek/v1/{product}/crl` (DER; revokes ASVKs, the ASVK's CRL distribution point) | as above |
 //! | `chain/vcek/{product}` | `/vcek/v1/{product}/cert_chain` (PEM: ASK, ARK) | weekly |
 //! | `chain/vlek/{product}` | `/vlek/v1/{product}/cert_chain` (PEM: ASVK, ARK) | weekly |
 //! | `vcek/{product}/{hwid}/{tcb}` | `/vcek/v1/{product}/{hwid}?blSPL=..&teeSPL=..&snpSPL=..&ucodeSPL=..` (DER) | never needed: a VCEK names one chip at one TCB |
@@ -75,7 +76,9 @@ impl KdsSource {
     pub fn url(&self, key: &str) -> Option<String> {
         let parts: Vec<&str> = key.split('/').collect();
         match parts.as_slice() {
-            ["crl", product] => Some(format!("{}/vcek/v1/{product}/crl", self.base)),
+            ["crl", kind @ ("vcek" | "vlek"), product] => {
+                Some(format!("{}/{kind}/v1/{product}/crl", self.base))
+            }
             ["chain", kind @ ("vcek" | "vlek"), product] => {
                 Some(format!("{}/{kind}/v1/{product}/cert_chain", self.base))
             }
@@ -177,7 +180,8 @@ impl KdsCollateral {
     /// Starts fetching the CRLs and chains of `products`, so the first joins find them cached.
     pub fn warm(&self, products: &[Product]) {
         for product in products {
-            self.cache.prefetch(&format!("crl/{product}"));
+            self.cache.prefetch(&format!("crl/vcek/{product}"));
+            self.cache.prefetch(&format!("crl/vlek/{product}"));
             self.cache.prefetch(&format!("chain/vcek/{product}"));
             self.cache.prefetch(&format!("chain/vlek/{product}"));
         }
@@ -187,6 +191,14 @@ impl KdsCollateral {
         self.cache
             .get(key)
             .map_err(|e| CollateralError(e.to_string()))
+    }
+}
+
+/// The path segment KDS names a signing-key kind by.
+fn kind(key: SigningKey) -> &'static str {
+    match key {
+        SigningKey::Vcek => "vcek",
+        SigningKey::Vlek => "vlek",
     }
 }
 
@@ -207,8 +219,8 @@ pub fn vcek_key(product: Product, hw_id: &[u8], tcb: &Tcb) -> String {
 }
 
 impl SnpCollateral for KdsCollateral {
-    fn crl(&self, product: Product) -> Result<Crl, CollateralError> {
-        let bytes = self.get(&format!("crl/{product}"))?;
+    fn crl(&self, product: Product, key: SigningKey) -> Result<Crl, CollateralError> {
+        let bytes = self.get(&format!("crl/{}/{product}", kind(key)))?;
         Crl::from_der(bytes.to_vec()).map_err(|e| CollateralError(e.to_string()))
     }
 
@@ -218,10 +230,7 @@ impl SnpCollateral for KdsCollateral {
     }
 
     fn intermediate(&self, product: Product, key: SigningKey) -> Result<Cert, CollateralError> {
-        let kind = match key {
-            SigningKey::Vcek => "vcek",
-            SigningKey::Vlek => "vlek",
-        };
+        let kind = kind(key);
         let bytes = self.get(&format!("chain/{kind}/{product}"))?;
         certs_from_pem(&bytes)
             .map_err(|e| CollateralError(e.to_string()))?

@@ -29,11 +29,16 @@
 //!   and at most that many node-named fetches are in flight. So a node inventing names costs
 //!   bounded memory and disk and can never push out what every join needs.
 //! - **Polite.** A failed fetch is not retried for a back-off (the source's `Retry-After` when it
-//!   gives one). A `Retry-After` from the source also holds back every node-named fetch that
+//!   gives one, at most [`MAX_RETRY_AFTER`]). A `Retry-After` from the source also holds back every node-named fetch that
 //!   source would start, for that long: a node inventing names cannot turn one vendor's 429 into
 //!   one more request per name. Shared keys are still refreshed when due, each with its own
 //!   back-off, so the vendor's rate limit is not spent on names a node made up while the items
 //!   every join needs fall stale.
+//!
+//! - **Bounded by the service, not the source.** Every time taken from a source's answer is
+//!   clamped: `Retry-After` to [`MAX_RETRY_AFTER`], an item's refresh and staleness times (a
+//!   CRL's or TCB info's `nextUpdate`) to [`MAX_ITEM_LIFETIME`] from now, and sums that would
+//!   overflow saturate, so no answer can panic the cache or pause it past a bound.
 //!
 //! What the bytes mean is the caller's business: the source parses what it fetched far enough
 //! to say when it expires, and the verifier checks it as it checks everything else.
@@ -256,7 +261,28 @@ fn secs(t: SystemTime) -> u64 {
 }
 
 fn time(secs: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    later(SystemTime::UNIX_EPOCH, Duration::from_secs(secs))
+}
+
+/// The longest a source's `Retry-After` is honoured: a vendor (or whoever answers in its name)
+/// cannot pause the cache for longer than this, nor make `now + retry_after` overflow.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// The furthest ahead an item's refresh or staleness time is taken from a source: a CRL or TCB
+/// info whose `nextUpdate` lies decades ahead is still fetched again within this.
+pub const MAX_ITEM_LIFETIME: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// `at + by`, never panicking: when that overflows, `at` plus [`MAX_ITEM_LIFETIME`] (times taken
+/// from what a source sent must never panic the cache, which may hold its lock).
+fn later(at: SystemTime, by: Duration) -> SystemTime {
+    at.checked_add(by)
+        .or_else(|| at.checked_add(MAX_ITEM_LIFETIME))
+        .unwrap_or(at)
+}
+
+/// `t`, but no further than `max` past `now`.
+fn at_most(t: SystemTime, now: SystemTime, max: Duration) -> SystemTime {
+    t.min(later(now, max))
 }
 
 fn file_stem(key: &str) -> String {
@@ -318,7 +344,7 @@ impl Cache {
                     self.inner.stats.hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(entry.bytes);
                 }
-                let usable_until = entry.stale_after + self.inner.config.max_stale;
+                let usable_until = later(entry.stale_after, self.inner.config.max_stale);
                 if now < usable_until {
                     // Due for a refresh (or stale within the bound): serve it and refresh.
                     if now < entry.stale_after {
@@ -405,6 +431,15 @@ impl Cache {
                 .count(),
             node_named_in_flight: state.node_named_flights(),
         }
+    }
+
+    /// How long from now no node-named fetch starts, as the source's last `Retry-After` asked
+    /// (at most [`MAX_RETRY_AFTER`]); `None` when nothing is held.
+    pub fn held_for(&self) -> Option<Duration> {
+        let now = SystemTime::now();
+        let state = self.lock();
+        let (until, _) = state.hold.as_ref()?;
+        until.duration_since(now).ok()
     }
 
     /// Keys whose items are served stale (past `stale_after`), for a readiness note.
@@ -502,8 +537,9 @@ impl Cache {
                     // An item the source serves already due (its issuer has not published the
                     // next one yet, or a clock differs) would otherwise be fetched again by every
                     // lookup, back to back: it is asked for again after a back-off instead.
-                    refresh_after: fetched.refresh_after.max(now + self.inner.config.backoff),
-                    stale_after: fetched.stale_after,
+                    refresh_after: at_most(fetched.refresh_after, now, MAX_ITEM_LIFETIME)
+                        .max(later(now, self.inner.config.backoff)),
+                    stale_after: at_most(fetched.stale_after, now, MAX_ITEM_LIFETIME),
                 };
                 if let Some(dir) = &self.inner.config.dir {
                     if let Err(error) = persist(dir, key, &entry) {
@@ -533,12 +569,13 @@ impl Cache {
                     .fetch_failed
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%key, reason = %error.reason, "collateral fetch failed");
-                let backoff = error.retry_after.unwrap_or(self.inner.config.backoff);
+                let retry_after = error.retry_after.map(|r| r.min(MAX_RETRY_AFTER));
+                let backoff = retry_after.unwrap_or(self.inner.config.backoff);
                 let mut state = self.lock();
-                if let Some(retry_after) = error.retry_after {
+                if let Some(retry_after) = retry_after {
                     // The source asked to be left alone: whatever key it answered, the keys
                     // nodes name wait with it (shared keys keep their own back-off).
-                    let until = now + retry_after;
+                    let until = later(now, retry_after);
                     if state.hold.as_ref().is_none_or(|(held, _)| *held < until) {
                         state.hold = Some((until, error.reason.clone()));
                     }
@@ -566,7 +603,7 @@ impl Cache {
                     key.to_owned(),
                     Backoff {
                         class,
-                        until: now + backoff,
+                        until: later(now, backoff),
                         reason: error.reason.clone(),
                     },
                 );
@@ -596,7 +633,7 @@ impl Cache {
         let mut evicted: Vec<String> = state
             .entries
             .iter()
-            .filter(|(_, e)| named(e) && now >= e.stale_after + max_stale)
+            .filter(|(_, e)| named(e) && now >= later(e.stale_after, max_stale))
             .map(|(k, _)| k.clone())
             .collect();
         for key in &evicted {

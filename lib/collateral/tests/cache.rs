@@ -46,10 +46,12 @@ impl Source for Fake {
                 Mode::Answer(bytes, delay, refresh, stale) => {
                     tokio::time::sleep(delay).await;
                     let now = SystemTime::now();
+                    // Past what the clock holds: some 35,000 years from the epoch.
+                    let far = SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 40);
                     Ok(Fetched {
                         bytes: bytes.to_vec(),
-                        refresh_after: now + refresh,
-                        stale_after: now + stale,
+                        refresh_after: now.checked_add(refresh).unwrap_or(far),
+                        stale_after: now.checked_add(stale).unwrap_or(far),
                     })
                 }
                 Mode::Fail(retry_after) => Err(FetchError {
@@ -194,6 +196,31 @@ fn nothing_cached_and_a_hanging_source_is_unavailable_within_the_wait() {
     assert!(error.reason.contains("did not answer"), "{error}");
     // The fetch in flight is joined, not repeated.
     let _ = cache.get("k");
+    assert_eq!(source.fetches(), 1);
+}
+
+/// A source's `Retry-After` or item lifetime beyond what `SystemTime` holds: the cache clamps it
+/// rather than overflowing `now + retry_after` in its fetch task (which left the key in flight,
+/// answering Unavailable until restart).
+#[test]
+fn a_huge_retry_after_or_lifetime_is_clamped_not_a_panic() {
+    let rt = runtime();
+    for key in ["node/chip", "shared/crl/Milan"] {
+        let source = Fake::new(Mode::Fail(Some(Duration::MAX)));
+        let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
+        let err = cache.get(key).unwrap_err();
+        assert!(err.reason.contains("429"), "{key}: {err}");
+        let held = cache.held_for().expect("the source's pause is honoured");
+        assert!(held <= collateral::MAX_RETRY_AFTER, "{key}: held {held:?}");
+        assert!(cache.get(key).unwrap_err().reason.contains("backing off"));
+        assert_eq!(source.fetches(), 1);
+    }
+    // An item whose refresh and staleness lie past what the clock holds is served, and due
+    // again within the bound.
+    let source = Fake::new(Mode::Answer(b"ok", ZERO, Duration::MAX, Duration::MAX));
+    let cache = Cache::new(source.clone(), config(), rt.handle().clone()).unwrap();
+    assert_eq!(cache.get("shared/crl/Milan").unwrap().as_slice(), b"ok");
+    assert_eq!(cache.get("shared/crl/Milan").unwrap().as_slice(), b"ok");
     assert_eq!(source.fetches(), 1);
 }
 

@@ -2,7 +2,7 @@
 //!
 //! It serves whatever its catalog holds at the paths the real service uses
 //! (`/vcek/v1/{product}/cert_chain`, `/vlek/v1/{product}/cert_chain`, `/vcek/v1/{product}/crl`,
-//! `/vcek/v1/{product}/{hwid}?blSPL=..`), with the real content types, over TLS with a CA of its
+//! `/vlek/v1/{product}/crl`, `/vcek/v1/{product}/{hwid}?blSPL=..`), with the real content types, over TLS with a CA of its
 //! own; a test fills the catalog from simulated AMD hardware. It fails the way the real one does,
 //! as the test sets: rate limiting (429 with `Retry-After`), server errors, answers that never
 //! come, and going away altogether.
@@ -126,10 +126,19 @@ impl KdsStandin {
         );
     }
 
-    /// A product's CRL (DER).
-    pub fn put_crl(&self, product: &str, der: Vec<u8>) {
+    /// A product's CRL for VCEK chains (DER; the ASK's CRL distribution point).
+    pub fn put_vcek_crl(&self, product: &str, der: Vec<u8>) {
         self.put(
             &format!("/vcek/v1/{product}/crl"),
+            "application/pkix-crl",
+            der,
+        );
+    }
+
+    /// A product's CRL for VLEK chains (DER; the ASVK's CRL distribution point).
+    pub fn put_vlek_crl(&self, product: &str, der: Vec<u8>) {
+        self.put(
+            &format!("/vlek/v1/{product}/crl"),
             "application/pkix-crl",
             der,
         );

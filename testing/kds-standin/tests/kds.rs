@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use attestation::snp::{Product, SnpCollateral, SnpConfig, Tcb};
+use attestation::snp::{Product, SigningKey, SnpCollateral, SnpConfig, Tcb};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Issuer, Measurement, Policy, Validator, Variant};
 use collateral::kds::{KdsCollateral, KdsSource, vcek_key};
@@ -52,7 +52,8 @@ async fn world(cache_dir: Option<&std::path::Path>) -> World {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    kds.put_crl("Milan", amd.crl(&[], now - 3600, now + 7 * 86_400).unwrap());
+    kds.put_vcek_crl("Milan", amd.crl(&[], now - 3600, now + 7 * 86_400).unwrap());
+    kds.put_vlek_crl("Milan", amd.crl(&[], now - 3600, now + 7 * 86_400).unwrap());
 
     let ca = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(ca.path(), kds.ca_pem()).unwrap();
@@ -160,6 +161,21 @@ async fn what_the_node_left_out_is_fetched_once_and_faults_do_not_fail_cached_jo
     );
 }
 
+/// `Retry-After: 18446744073709551615`: clamped, not a panic in the fetch task that left the CRL
+/// in flight, so that every join answered Unavailable until restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_retry_after_from_the_kds_is_clamped() {
+    let w = world(None).await;
+    w.kds.set_fault(Fault::RateLimited {
+        retry_after: u64::MAX,
+    });
+    let error = join(&w).await.unwrap_err();
+    assert!(error.is_unavailable(), "{error}");
+    assert!(error.to_string().contains("429"), "{error}");
+    let held = w.collateral.cache().held_for().unwrap();
+    assert!(held <= collateral::MAX_RETRY_AFTER, "held {held:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nothing_cached_a_rate_limited_kds_is_unavailable_fast_and_joins_recover() {
     let w = world(None).await;
@@ -244,10 +260,13 @@ async fn warming_fetches_crls_and_chains_ahead_of_the_first_join() {
     let paths = w.kds.paths();
     for path in [
         "/vcek/v1/Milan/crl",
+        "/vlek/v1/Milan/crl",
         "/vcek/v1/Milan/cert_chain",
         "/vlek/v1/Milan/cert_chain",
     ] {
         assert!(paths.iter().any(|p| p == path), "{path} in {paths:?}");
     }
-    assert!(w.collateral.crl(Product::Milan).is_ok());
+    for key in [SigningKey::Vcek, SigningKey::Vlek] {
+        assert!(w.collateral.crl(Product::Milan, key).is_ok());
+    }
 }

@@ -14,12 +14,15 @@ use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair as _};
 use time::format_description::well_known::Rfc3339;
 use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
-use x509_cert::der::asn1::{BitString, OctetString, Uint};
+use x509_cert::der::asn1::{BitString, Ia5String, OctetString, Uint};
 use x509_cert::der::oid::{AssociatedOid, ObjectIdentifier};
 use x509_cert::der::{Any, Encode};
 use x509_cert::ext::Extension;
+use x509_cert::ext::pkix::crl::dp::DistributionPoint;
+use x509_cert::ext::pkix::name::{DistributionPointName, GeneralName};
 use x509_cert::ext::pkix::{
-    AuthorityKeyIdentifier, BasicConstraints, CrlNumber, KeyUsage, KeyUsages,
+    AuthorityKeyIdentifier, BasicConstraints, CrlDistributionPoints, CrlNumber, KeyUsage,
+    KeyUsages, SubjectKeyIdentifier,
 };
 use x509_cert::name::Name;
 use x509_cert::serial_number::SerialNumber;
@@ -171,21 +174,26 @@ fn extension<T: AssociatedOid + Encode>(
     })
 }
 
-fn ca_extensions() -> Result<Vec<Extension>, SimulationError> {
+/// KeyUsage and BasicConstraints of a CA (path length `path_len`), in Intel's order.
+fn ca_extensions(path_len: u8) -> Result<Vec<Extension>, SimulationError> {
     Ok(vec![
+        extension(&KeyUsage(KeyUsages::KeyCertSign | KeyUsages::CRLSign), true)?,
         extension(
             &BasicConstraints {
                 ca: true,
-                path_len_constraint: Some(0),
+                path_len_constraint: Some(path_len),
             },
             true,
         )?,
-        extension(&KeyUsage(KeyUsages::KeyCertSign | KeyUsages::CRLSign), true)?,
     ])
 }
 
 fn leaf_extensions() -> Result<Vec<Extension>, SimulationError> {
     Ok(vec![
+        extension(
+            &KeyUsage(KeyUsages::DigitalSignature | KeyUsages::NonRepudiation),
+            true,
+        )?,
         extension(
             &BasicConstraints {
                 ca: false,
@@ -193,11 +201,21 @@ fn leaf_extensions() -> Result<Vec<Extension>, SimulationError> {
             },
             true,
         )?,
-        extension(
-            &KeyUsage(KeyUsages::DigitalSignature | KeyUsages::NonRepudiation),
-            true,
-        )?,
     ])
+}
+
+/// Where Intel publishes the CRL of the certificates `issuer_cn` signs, as its certificates'
+/// CRL distribution points name it.
+fn crl_url(issuer_cn: &str) -> &'static str {
+    match issuer_cn {
+        "Intel SGX PCK Platform CA" => {
+            "https://api.trustedservices.intel.com/sgx/certification/v4/pckcrl?ca=platform&encoding=der"
+        }
+        "Intel SGX PCK Processor CA" => {
+            "https://api.trustedservices.intel.com/sgx/certification/v4/pckcrl?ca=processor&encoding=der"
+        }
+        _ => "https://certificates.trustedservices.intel.com/IntelSGXRootCA.der",
+    }
 }
 
 /// Formats `at` as Intel writes dates: RFC 3339, UTC, whole seconds.
@@ -295,15 +313,8 @@ impl SimulatedIntel {
         };
         let root_subject = intel.root.name.clone();
         let root_point = intel.root.key.public_key().as_ref().to_vec();
-        let mut root_ext = ca_extensions()?;
         // The root may certify CAs.
-        root_ext[0] = extension(
-            &BasicConstraints {
-                ca: true,
-                path_len_constraint: Some(1),
-            },
-            true,
-        )?;
+        let root_ext = ca_extensions(1)?;
         intel.root.cert_der = intel.certify(&intel.root, root_subject, &root_point, 1, root_ext)?;
         intel.tcb_signing.cert_der = intel.certify(
             &intel.root,
@@ -317,14 +328,14 @@ impl SimulatedIntel {
             intel.platform.name.clone(),
             intel.platform.key.public_key().as_ref(),
             3,
-            ca_extensions()?,
+            ca_extensions(0)?,
         )?;
         intel.processor.cert_der = intel.certify(
             &intel.root,
             intel.processor.name.clone(),
             intel.processor.key.public_key().as_ref(),
             4,
-            ca_extensions()?,
+            ca_extensions(0)?,
         )?;
         Ok(intel)
     }
@@ -339,6 +350,43 @@ impl SimulatedIntel {
         serial_number: u64,
         extensions: Vec<Extension>,
     ) -> Result<Vec<u8>, SimulationError> {
+        // As Intel's certificates begin: the issuer's key, its CRL, the subject's key.
+        let issuer_cn = issuer.name.to_string();
+        let issuer_cn = issuer_cn
+            .split(',')
+            .find_map(|rdn| rdn.trim().strip_prefix("CN="))
+            .unwrap_or_default()
+            .to_owned();
+        let mut all = vec![
+            extension(
+                &AuthorityKeyIdentifier {
+                    key_identifier: Some(OctetString::new(key_id(
+                        issuer.key.public_key().as_ref(),
+                    ))?),
+                    authority_cert_issuer: None,
+                    authority_cert_serial_number: None,
+                },
+                false,
+            )?,
+            extension(
+                &CrlDistributionPoints(vec![DistributionPoint {
+                    distribution_point: Some(DistributionPointName::FullName(vec![
+                        GeneralName::UniformResourceIdentifier(Ia5String::new(crl_url(
+                            &issuer_cn,
+                        ))?),
+                    ])),
+                    reasons: None,
+                    crl_issuer: None,
+                }]),
+                false,
+            )?,
+            extension(
+                &SubjectKeyIdentifier(OctetString::new(key_id(point))?),
+                false,
+            )?,
+        ];
+        all.extend(extensions);
+        let extensions = all;
         let tbs = TbsCertificate {
             version: Version::V3,
             serial_number: serial(serial_number)?,

@@ -222,6 +222,22 @@ async fn a_rate_limited_pcs_is_not_asked_again_within_retry_after() {
     assert!(ok, "the QE identity is had once Retry-After has passed");
 }
 
+/// `Retry-After: 18446744073709551615` (u64::MAX seconds): clamped, not a panic in the fetch task
+/// that left the key in flight (Unavailable until restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_retry_after_from_the_pcs_is_clamped() {
+    let w = fresh_world(None).await;
+    w.pcs.set_fault(Fault::RateLimited {
+        retry_after: u64::MAX,
+    });
+    let error = blocking(&w.collateral, |c| c.qe_identity().unwrap_err()).await;
+    assert!(error.to_string().contains("429"), "{error}");
+    let held = w.collateral.cache().held_for().unwrap();
+    assert!(held <= collateral::MAX_RETRY_AFTER, "held {held:?}");
+    let error = blocking(&w.collateral, |c| c.qe_identity().unwrap_err()).await;
+    assert!(error.to_string().contains("backing off"), "{error}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_item_within_the_last_quarter_of_its_window_is_refreshed_before_next_update() {
     // Issued 60 s ago, next update in 20 s: the refresh point (a quarter of 80 s before

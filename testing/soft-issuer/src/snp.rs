@@ -3,7 +3,14 @@
 //!
 //! No SNP machine runs here. The certificates carry what AMD's do (the same names, RSA-PSS with
 //! the very algorithm identifier AMD's Milan ARK carries, AMD's TCB, hwID, product and CSP
-//! extensions), so the verifier checks them exactly as it checks real ones. They are trusted
+//! extensions, and on the CAs the X.509 extensions AMD's real ARK, ASK and ASVK carry: the ARK
+//! KeyUsage keyCertSign and cRLSign, a SubjectKeyIdentifier, BasicConstraints CA:TRUE and a CRL
+//! distribution point naming `/vcek/v1/{product}/crl`; the ASK and ASVK a SubjectKeyIdentifier,
+//! the ARK's key as AuthorityKeyIdentifier, BasicConstraints CA:TRUE with pathlen 0, KeyUsage
+//! keyCertSign, and a CRL distribution point naming `/vcek/v1/{product}/crl` and
+//! `/vlek/v1/{product}/crl` respectively; VCEKs and VLEKs, as AMD's, none of them), so the
+//! verifier checks them exactly as it checks real ones. RSA keys are 3072 bits where AMD's are
+//! 4096 (test keys ring can load). They are trusted
 //! only where a test's attestation config sets `amdRootKey` to [`SimulatedAmd::ark_pem`].
 
 use std::str::FromStr;
@@ -15,10 +22,18 @@ use attestation::snp::{InstanceRef, Product, SigningKey, Tcb, Trust};
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair as _, RsaKeyPair};
 use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
+use x509_cert::der::asn1::Uint;
 use x509_cert::der::asn1::{BitString, Ia5String, OctetString};
+use x509_cert::der::oid::AssociatedOid;
 use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::{Any, Decode, Encode};
 use x509_cert::ext::Extension;
+use x509_cert::ext::pkix::crl::dp::DistributionPoint;
+use x509_cert::ext::pkix::name::{DistributionPointName, GeneralName};
+use x509_cert::ext::pkix::{
+    AuthorityKeyIdentifier, BasicConstraints, CrlDistributionPoints, CrlNumber, KeyUsage,
+    KeyUsages, SubjectKeyIdentifier,
+};
 use x509_cert::name::Name;
 use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
@@ -33,6 +48,8 @@ const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.1
 const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
 const SECP384R1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
 const AMD_ARC: &str = "1.3.6.1.4.1.3704.1";
+/// The host AMD's CRL distribution points name.
+const KDS: &str = "https://kdsintf.amd.com";
 
 /// Why simulated hardware could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -111,21 +128,78 @@ fn extension(suffix: &str, value: Vec<u8>) -> Result<Extension, SimulationError>
     })
 }
 
+/// An X.509 extension AMD's CAs carry, from its x509-cert type.
+fn pkix<T: AssociatedOid + Encode>(
+    value: &T,
+    critical: bool,
+) -> Result<Extension, SimulationError> {
+    Ok(Extension {
+        extn_id: T::OID,
+        critical,
+        extn_value: OctetString::new(value.to_der()?)?,
+    })
+}
+
+/// RFC 5280's key identifier (method 1): SHA-1 of the subjectPublicKey bits.
+fn key_id(key: &RsaKeyPair) -> Vec<u8> {
+    ring::digest::digest(
+        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        key.public().as_ref(),
+    )
+    .as_ref()
+    .to_vec()
+}
+
+/// A CRL distribution point naming `url`.
+fn crl_point(url: &str) -> Result<Extension, SimulationError> {
+    pkix(
+        &CrlDistributionPoints(vec![DistributionPoint {
+            distribution_point: Some(DistributionPointName::FullName(vec![
+                GeneralName::UniformResourceIdentifier(Ia5String::new(url)?),
+            ])),
+            reasons: None,
+            crl_issuer: None,
+        }]),
+        false,
+    )
+}
+
+/// What an issuing certificate of a simulated AMD lacks, for tests that an X.509 verifier refuses
+/// such a chain (RFC 5280 6.1.4 (k) and (n)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IssuerFlaw {
+    /// The ASK and ASVK say BasicConstraints CA:FALSE.
+    NotCa,
+    /// The ASK's and ASVK's KeyUsage is digitalSignature, without keyCertSign.
+    NoKeyCertSign,
+    /// The ARK's KeyUsage has keyCertSign but not cRLSign.
+    ArkNoCrlSign,
+}
+
 impl SimulatedAmd {
     /// The simulated roots of `product`: an ARK, and the ASK and ASVK it certified.
     pub fn new(product: Product) -> Result<SimulatedAmd, SimulationError> {
-        SimulatedAmd::with_keys(product, [ARK_KEY, ASK_KEY, ASVK_KEY])
+        SimulatedAmd::with_keys(product, [ARK_KEY, ASK_KEY, ASVK_KEY], None)
+    }
+
+    /// [`SimulatedAmd::new`]'s keys and names, its CA certificates issued with `flaw`.
+    pub fn with_flaw(product: Product, flaw: IssuerFlaw) -> Result<SimulatedAmd, SimulationError> {
+        SimulatedAmd::with_keys(product, [ARK_KEY, ASK_KEY, ASVK_KEY], Some(flaw))
     }
 
     /// Roots with AMD's names that [`SimulatedAmd::new`]'s ARK did not make: the same test keys
     /// in other roles (ring cannot generate RSA keys), so its ARK is another key. A config that
     /// trusts `new`'s ARK must refuse everything this one signs.
     pub fn impostor(product: Product) -> Result<SimulatedAmd, SimulationError> {
-        SimulatedAmd::with_keys(product, [ASVK_KEY, ARK_KEY, ASK_KEY])
+        SimulatedAmd::with_keys(product, [ASVK_KEY, ARK_KEY, ASK_KEY], None)
     }
 
     /// `keys`: the ARK's, the ASK's and the ASVK's PKCS#8 RSA keys.
-    fn with_keys(product: Product, keys: [&[u8]; 3]) -> Result<SimulatedAmd, SimulationError> {
+    fn with_keys(
+        product: Product,
+        keys: [&[u8]; 3],
+        flaw: Option<IssuerFlaw>,
+    ) -> Result<SimulatedAmd, SimulationError> {
         let [ark_key, ask_key, asvk_key] = keys;
         // AMD's own Milan ARK, read only for its signature algorithm identifier (RSASSA-PSS
         // with SHA-384, MGF1-SHA-384, a 48-byte salt), so ours is byte for byte AMD's.
@@ -154,26 +228,74 @@ impl SimulatedAmd {
             pss,
             rng: SystemRandom::new(),
         };
+        // In the order AMD's certificates list them.
+        let ark_usage = match flaw {
+            Some(IssuerFlaw::ArkNoCrlSign) => KeyUsages::KeyCertSign.into(),
+            _ => KeyUsages::KeyCertSign | KeyUsages::CRLSign,
+        };
+        let ark_ext = vec![
+            pkix(&KeyUsage(ark_usage), true)?,
+            pkix(
+                &SubjectKeyIdentifier(OctetString::new(key_id(&amd.ark.key))?),
+                false,
+            )?,
+            pkix(
+                &BasicConstraints {
+                    ca: true,
+                    path_len_constraint: None,
+                },
+                true,
+            )?,
+            crl_point(&format!("{KDS}/vcek/v1/{product}/crl"))?,
+        ];
+        let intermediate_ext = |key: &RsaKeyPair, kind: &str| -> Result<_, SimulationError> {
+            let usage = match flaw {
+                Some(IssuerFlaw::NoKeyCertSign) => KeyUsages::DigitalSignature.into(),
+                _ => KeyUsages::KeyCertSign.into(),
+            };
+            Ok(vec![
+                pkix(&SubjectKeyIdentifier(OctetString::new(key_id(key))?), false)?,
+                pkix(
+                    &AuthorityKeyIdentifier {
+                        key_identifier: Some(OctetString::new(key_id(&amd.ark.key))?),
+                        authority_cert_issuer: None,
+                        authority_cert_serial_number: None,
+                    },
+                    false,
+                )?,
+                pkix(
+                    &BasicConstraints {
+                        ca: flaw != Some(IssuerFlaw::NotCa),
+                        path_len_constraint: (flaw != Some(IssuerFlaw::NotCa)).then_some(0),
+                    },
+                    true,
+                )?,
+                pkix(&KeyUsage(usage), true)?,
+                crl_point(&format!("{KDS}/{kind}/v1/{product}/crl"))?,
+            ])
+        };
+        let ask_ext = intermediate_ext(&amd.ask.key, "vcek")?;
+        let asvk_ext = intermediate_ext(&amd.asvk.key, "vlek")?;
         amd.ark.cert_der = amd.sign(
             &amd.ark,
             amd.ark.name.clone(),
             rsa_spki(&amd.ark.key)?,
             1,
-            Vec::new(),
+            ark_ext,
         )?;
         amd.ask.cert_der = amd.sign(
             &amd.ark,
             amd.ask.name.clone(),
             rsa_spki(&amd.ask.key)?,
             2,
-            Vec::new(),
+            ask_ext,
         )?;
         amd.asvk.cert_der = amd.sign(
             &amd.ark,
             amd.asvk.name.clone(),
             rsa_spki(&amd.asvk.key)?,
             3,
-            Vec::new(),
+            asvk_ext,
         )?;
         Ok(amd)
     }
@@ -330,9 +452,11 @@ impl SimulatedAmd {
         )
     }
 
-    /// The product's CRL, signed by the ARK, valid from `this_update` to `next_update` (seconds
-    /// since the epoch), revoking the certificates with the given serials (the simulated ASK is
-    /// serial 2, the ASVK 3).
+    /// A CRL of the product, signed by the ARK, valid from `this_update` to `next_update`
+    /// (seconds since the epoch), revoking the certificates with the given serials (the simulated
+    /// ASK is serial 2, the ASVK 3). AMD publishes two, both signed so: KDS
+    /// `/vcek/v1/{product}/crl` (the ASK's distribution point) and `/vlek/v1/{product}/crl` (the
+    /// ASVK's); a test makes each with what it revokes.
     pub fn crl(
         &self,
         revoked: &[u8],
@@ -360,7 +484,18 @@ impl SimulatedAmd {
             this_update: time(this_update)?,
             next_update: Some(time(next_update)?),
             revoked_certificates: (!revoked.is_empty()).then_some(revoked),
-            crl_extensions: None,
+            // What RFC 5280 requires of a CRL issuer.
+            crl_extensions: Some(vec![
+                pkix(&CrlNumber(Uint::new(&[1])?), false)?,
+                pkix(
+                    &AuthorityKeyIdentifier {
+                        key_identifier: Some(OctetString::new(key_id(&self.ark.key))?),
+                        authority_cert_issuer: None,
+                        authority_cert_serial_number: None,
+                    },
+                    false,
+                )?,
+            ]),
         };
         let sig = self.pss_sign(&self.ark, &tbs.to_der()?)?;
         Ok(CertificateList {

@@ -88,7 +88,7 @@ pub struct SnpSite {
 }
 
 impl SnpSite {
-    /// Starts a KDS stand-in serving `amd`'s VCEK and VLEK chains and a CRL (revoking nothing)
+    /// Starts a KDS stand-in serving `amd`'s VCEK and VLEK chains and their two CRLs (revoking nothing)
     /// valid from an hour ago for `crl_valid_for`, and prepares `dir`: the stand-in's CA
     /// (`kds-ca.pem`), the simulated AMD's certificates ([`AMD_CERTIFICATES`]), the attestation
     /// config (`attestationConfig`) and the collateral directory (`collateral/`, owned by
@@ -109,10 +109,11 @@ impl SnpSite {
             .duration_since(std::time::UNIX_EPOCH)
             .context("clock before 1970")?
             .as_secs();
-        kds.put_crl(
-            product,
-            amd.crl(&[], now - 3600, now + crl_valid_for.as_secs())?,
-        );
+        // AMD publishes a CRL per signing-key kind; each revokes nothing here.
+        let crl = amd.crl(&[], now - 3600, now + crl_valid_for.as_secs())?;
+        kds.put_vcek_crl(product, crl);
+        let crl = amd.crl(&[], now - 3600, now + crl_valid_for.as_secs())?;
+        kds.put_vlek_crl(product, crl);
         let dir = SiteDir::prepare(
             dir,
             &[

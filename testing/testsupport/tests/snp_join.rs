@@ -66,7 +66,12 @@ async fn setup() -> Setup {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    kds.put_crl(
+    // AMD's two CRLs, each revoking the signers with serial REVOKED of its kind.
+    kds.put_vcek_crl(
+        "Milan",
+        amd.crl(&[REVOKED], now - 3600, now + 7 * 86_400).unwrap(),
+    );
+    kds.put_vlek_crl(
         "Milan",
         amd.crl(&[REVOKED], now - 3600, now + 7 * 86_400).unwrap(),
     );
@@ -664,7 +669,7 @@ async fn an_azure_node_without_its_vcek_gets_it_from_the_kds_and_a_revoked_one_i
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    s.kds.put_crl(
+    s.kds.put_vcek_crl(
         "Milan",
         s.amd.crl(&[2], now - 3600, now + 7 * 86_400).unwrap(),
     );
@@ -674,6 +679,48 @@ async fn an_azure_node_without_its_vcek_gets_it_from_the_kds_and_a_revoked_one_i
             .client(node)
             .unwrap()
             .join(join_request("worker-azure-1", DISK).unwrap())
+            .await,
+    );
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("revoked"), "{}", status.message());
+}
+
+/// AMD revokes an ASVK on the VLEK chain's own CRL (`/vlek/v1/{product}/crl`, the ASVK's CRL
+/// distribution point), which the VCEK chain's CRL does not list: an aws-sev-snp node under it
+/// is refused, and a VCEK CRL listing the ASVK's serial does not refuse one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aws_node_under_an_asvk_revoked_on_the_vlek_crl_is_refused() {
+    let s = setup().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let crl = |serials: &[u8]| s.amd.crl(serials, now - 3600, now + 7 * 86_400).unwrap();
+    // The simulated ASVK is serial 3.
+    s.kds.put_vcek_crl("Milan", crl(&[3]));
+    s.kds.put_vlek_crl("Milan", crl(&[]));
+    let system = start(&s, Variant::AwsSevSnp).await;
+    system
+        .client(aws_node(&s, ReportFields::default()))
+        .unwrap()
+        .join(join_request("worker-aws-revoked", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+    assert!(
+        s.kds.paths().iter().any(|p| p == "/vlek/v1/Milan/crl"),
+        "{:?}",
+        s.kds.paths()
+    );
+
+    drop(system);
+    s.kds.put_vcek_crl("Milan", crl(&[]));
+    s.kds.put_vlek_crl("Milan", crl(&[3]));
+    let system = start(&s, Variant::AwsSevSnp).await;
+    let status = refusal(
+        system
+            .client(aws_node(&s, ReportFields::default()))
+            .unwrap()
+            .join(join_request("worker-aws-revoked", DISK).unwrap())
             .await,
     );
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");

@@ -87,9 +87,11 @@ pub enum Command {
         #[arg(long)]
         at: Option<String>,
         /// aws-sev-snp, azure-sev-snp: AMD's collateral as files, in place of attest-proxy's
-        /// KDS cache: `crl-<Product>.der` (AMD's CRL, required), and for documents that leave
-        /// them out `ask-<Product>.pem` / `asvk-<Product>.pem` (KDS's cert_chain). Without it,
-        /// the decision names the CRL as unavailable.
+        /// KDS cache: AMD's CRL for the report's signer, required (`crl-<Product>.der`, KDS's
+        /// /vcek/v1/<Product>/crl, for VCEK-signed reports; `vlek-crl-<Product>.der`, KDS's
+        /// /vlek/v1/<Product>/crl, for VLEK-signed ones), and for documents that leave them out
+        /// `ask-<Product>.pem` / `asvk-<Product>.pem` (KDS's cert_chain). Without it, the
+        /// decision names the CRL as unavailable.
         #[arg(long)]
         collateral_dir: Option<PathBuf>,
         /// The attestation document (the bytes of the certificate extension).

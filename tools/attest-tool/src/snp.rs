@@ -303,11 +303,14 @@ pub fn document_validator(
             bail!("--collateral-dir {} is not a directory", dir.display());
         }
         for product in [Product::Milan, Product::Genoa, Product::Turin] {
-            let crl = dir.join(format!("crl-{product}.der"));
-            if crl.exists() {
-                let crl = Crl::from_der(read(&crl)?)
-                    .with_context(|| format!("{} is not an AMD CRL", crl.display()))?;
-                collateral = collateral.with_crl(product, crl);
+            // KDS's /vcek/v1/{product}/crl and /vlek/v1/{product}/crl.
+            for (name, key) in [("crl", SigningKey::Vcek), ("vlek-crl", SigningKey::Vlek)] {
+                let crl = dir.join(format!("{name}-{product}.der"));
+                if crl.exists() {
+                    let crl = Crl::from_der(read(&crl)?)
+                        .with_context(|| format!("{} is not an AMD CRL", crl.display()))?;
+                    collateral = collateral.with_crl_for(product, key, crl);
+                }
             }
             for (prefix, key) in [("ask", SigningKey::Vcek), ("asvk", SigningKey::Vlek)] {
                 let path = dir.join(format!("{prefix}-{product}.pem"));

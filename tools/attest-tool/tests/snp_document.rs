@@ -46,11 +46,13 @@ fn write_case(dir: &Path, amd: &SimulatedAmd, node: &SnpDocumentIssuer) {
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let collateral = dir.join("collateral");
     std::fs::create_dir_all(&collateral).unwrap();
-    std::fs::write(
-        collateral.join("crl-Milan.der"),
-        amd.crl(&[], AT - 86_400, AT + 7 * 86_400).unwrap(),
-    )
-    .unwrap();
+    for name in ["crl-Milan.der", "vlek-crl-Milan.der"] {
+        std::fs::write(
+            collateral.join(name),
+            amd.crl(&[], AT - 86_400, AT + 7 * 86_400).unwrap(),
+        )
+        .unwrap();
+    }
     std::fs::write(
         dir.join("document.json"),
         node.issue(b"user", &[0x0a; 32]).unwrap(),
@@ -149,7 +151,7 @@ fn an_azure_document_verifies_and_without_collateral_the_crl_is_named() {
     let out = verify(dir.path(), "azure-sev-snp", &AT.to_string(), &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("no CRL for Milan"), "{stdout}");
+    assert!(stdout.contains("no Milan CRL for VCEK chains"), "{stdout}");
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //!
 //! x509-parser parses the certificates; ring verifies their RSA-PSS signatures (SHA-384, MGF1
 //! with SHA-384, 48-byte salt, as AMD signs them) and the report's ECDSA P-384 signature. What
-//! neither does is done here: the names chain, the signature parameters are the ones AMD uses,
+//! neither does is done here: the names chain, every issuer (ARK, ASK, ASVK) is a CA
+//! (BasicConstraints CA:TRUE) with KeyUsage keyCertSign as RFC 5280 asks, the signature
+//! parameters are the ones AMD uses,
 //! each certificate is valid at the verification time, the ARK is one the configuration
 //! trusts, the product is the same along the chain, and AMD's extensions (TCB, hwID, product
 //! name, CSP) are read.
@@ -27,6 +29,7 @@ use x509_parser::x509::AlgorithmIdentifier;
 
 use super::report::{SigningKey, Tcb};
 use super::{Product, SnpError};
+pub(crate) use crate::issuer::Usage;
 
 /// `1.3.6.1.4.1.3704.1` is AMD's arc for SEV certificate extensions.
 const AMD_ARC: [u64; 8] = [1, 3, 6, 1, 4, 1, 3704, 1];
@@ -272,6 +275,11 @@ fn verify_chain_in(
         )));
     }
 
+    // RFC 5280 6.1.4 (k), (n): a certificate signs certificates only as a CA with keyCertSign.
+    for (name, cert) in [("ARK", &ark_c), ("intermediate", &int_c)] {
+        issuer_may_sign(cert, name, Usage::Certificates)?;
+    }
+
     for (name, (subject, subject_der), (issuer, issuer_der)) in [
         ("ARK", (&ark_c, ark.der()), (&ark_c, ark.der())),
         (
@@ -313,6 +321,25 @@ fn verify_chain_in(
 
     let facts = leaf_facts(&leaf_c, leaf_key, product)?;
     Ok(facts)
+}
+
+/// Refuses `cert` (the `which`) as an issuer for `usage` unless RFC 5280 lets it sign
+/// ([`crate::issuer`]).
+pub(crate) fn issuer_may_sign(
+    cert: &X509Certificate<'_>,
+    which: &str,
+    usage: Usage,
+) -> Result<(), SnpError> {
+    crate::issuer::may_sign(cert, usage).map_err(|reason| {
+        let cn = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        SnpError::Chain(format!("the {which} {cn:?} {reason}"))
+    })
 }
 
 /// Checks that `signed` (a certificate's or CRL's to-be-signed bytes) is signed by `issuer`'s key

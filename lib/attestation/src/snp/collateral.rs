@@ -1,5 +1,7 @@
 //! Where a verifier gets what a document lacks: a VCEK (nodes may omit it), the ASK or ASVK, and
-//! AMD's CRL for a product. The service's source is a cache in front of AMD's KDS; tests and
+//! AMD's CRL for a product and signing-key kind (AMD publishes two per product, both signed by
+//! the ARK: KDS `/vcek/v1/{product}/crl`, which the ASK's CRL distribution point names, and
+//! `/vlek/v1/{product}/crl`, which the ASVK's names). The service's source is a cache in front of AMD's KDS; tests and
 //! offline tools use [`StaticCollateral`].
 
 use std::collections::HashMap;
@@ -16,8 +18,9 @@ pub struct CollateralError(pub String);
 /// A source of AMD collateral. Implementations must not block for long: the verifier calls them
 /// on its verification threads, so a slow source is answered from cache or refused.
 pub trait SnpCollateral: Send + Sync + fmt::Debug {
-    /// AMD's current CRL for `product`.
-    fn crl(&self, product: Product) -> Result<Crl, CollateralError>;
+    /// AMD's current CRL for `product`'s `key` chain: the one revoking ASKs (and VCEKs) for a
+    /// VCEK, the one revoking ASVKs (and VLEKs) for a VLEK.
+    fn crl(&self, product: Product, key: SigningKey) -> Result<Crl, CollateralError>;
 
     /// The VCEK of the chip `hw_id` at `tcb`.
     fn vcek(&self, product: Product, hw_id: &[u8], tcb: &Tcb) -> Result<Cert, CollateralError>;
@@ -35,7 +38,7 @@ pub trait SnpCollateral: Send + Sync + fmt::Debug {
 /// Collateral held in memory: given up front, never fetched.
 #[derive(Clone, Debug, Default)]
 pub struct StaticCollateral {
-    crls: HashMap<Product, Crl>,
+    crls: HashMap<(Product, bool), Crl>,
     vceks: Vec<(Product, Vec<u8>, Tcb, Cert)>,
     intermediates: HashMap<(Product, bool), Cert>,
 }
@@ -45,8 +48,16 @@ impl StaticCollateral {
         Self::default()
     }
 
-    pub fn with_crl(mut self, product: Product, crl: Crl) -> Self {
-        self.crls.insert(product, crl);
+    /// `crl` as both of `product`'s CRLs (the VCEK and the VLEK chain's): for tests whose
+    /// simulated AMD revokes nothing, or the same serials on both.
+    pub fn with_crl(self, product: Product, crl: Crl) -> Self {
+        self.with_crl_for(product, SigningKey::Vcek, crl.clone())
+            .with_crl_for(product, SigningKey::Vlek, crl)
+    }
+
+    /// `crl` as `product`'s CRL for the `key` chain.
+    pub fn with_crl_for(mut self, product: Product, key: SigningKey, crl: Crl) -> Self {
+        self.crls.insert((product, key == SigningKey::Vlek), crl);
         self
     }
 
@@ -63,11 +74,11 @@ impl StaticCollateral {
 }
 
 impl SnpCollateral for StaticCollateral {
-    fn crl(&self, product: Product) -> Result<Crl, CollateralError> {
+    fn crl(&self, product: Product, key: SigningKey) -> Result<Crl, CollateralError> {
         self.crls
-            .get(&product)
+            .get(&(product, key == SigningKey::Vlek))
             .cloned()
-            .ok_or_else(|| CollateralError(format!("no CRL for {product}")))
+            .ok_or_else(|| CollateralError(format!("no {product} CRL for {key} chains")))
     }
 
     fn vcek(&self, product: Product, hw_id: &[u8], tcb: &Tcb) -> Result<Cert, CollateralError> {

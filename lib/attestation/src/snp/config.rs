@@ -208,8 +208,17 @@ impl SnpConfig {
     /// Applies the config to a verified report. Returns notes for what is only reported (an ID
     /// key digest under `WarnOnly`), or the first check that fails.
     pub fn check(&self, verified: &VerifiedReport) -> Result<Vec<String>, SnpPolicyError> {
-        let report = &verified.report;
-        let product = verified.product();
+        self.check_report(&verified.report, verified.product())
+    }
+
+    /// [`SnpConfig::check`] on a report of `product` whose signature is not checked yet: the
+    /// validator runs it before it asks AMD for anything, so a report the policy refuses anyway
+    /// costs no fetch; its verdict counts only once the same bytes verify.
+    pub fn check_report(
+        &self,
+        report: &super::Report,
+        product: super::Product,
+    ) -> Result<Vec<String>, SnpPolicyError> {
         let policy = report.policy();
         if policy & policy_bits::DEBUG != 0 {
             return Err(SnpPolicyError::Debug);

@@ -1,9 +1,11 @@
-//! AMD's certificate revocation list for one product (KDS `/vcek/v1/{product}/crl`), signed by
-//! that product's ARK.
+//! AMD's certificate revocation lists for one product, signed by that product's ARK (the only AMD
+//! key with cRLSign): KDS `/vcek/v1/{product}/crl` for ASK-certified chains and
+//! `/vlek/v1/{product}/crl` for ASVK-certified ones, the URLs the ASK's and the ASVK's CRL
+//! distribution points name. The caller picks the list by the report's signing-key kind.
 //!
 //! x509-parser parses it and ring verifies its signature (once per CRL and ARK, see
 //! [`super::certs::SignatureMemo`]); checked on every call here: the issuer is the ARK
-//! the chain ends in, the signature is AMD's RSA-PSS, the list is current at the verification
+//! the chain ends in and its KeyUsage has cRLSign, the signature is AMD's RSA-PSS, the list is current at the verification
 //! time (thisUpdate ≤ time < nextUpdate + the staleness the caller allows, so a list past that is
 //! refused rather than trusted), and
 //! neither the intermediate (ASK or ASVK) nor the signer (VCEK or VLEK) is on it.
@@ -80,6 +82,8 @@ impl Crl {
                 ark.common_name()
             )));
         }
+        super::certs::issuer_may_sign(&ark_parsed, "CRL issuer", super::certs::Usage::Crls)
+            .map_err(|e| SnpError::Crl(e.to_string()))?;
         // The signature depends on the two encodings alone: verified once per CRL and ARK.
         super::certs::SIGNATURES
             .check(&self.der, ark.der(), || {

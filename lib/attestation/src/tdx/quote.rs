@@ -234,6 +234,12 @@ impl TdQuote {
         let leaf = parse(leaf, "the PCK certificate")?;
         let ca = parse(ca, "the PCK CA certificate")?;
         let root = parse(trust.root_der(), "the trusted root")?;
+        // dcap-qvl's path building (webpki) requires CA:TRUE of an issuer but not keyCertSign;
+        // RFC 5280 asks both of the two issuers this chain has.
+        let may_sign = |which: &str, cert: &x509_parser::certificate::X509Certificate<'_>| {
+            crate::issuer::may_sign(cert, crate::issuer::Usage::Certificates)
+                .map_err(|reason| chain_error(format!("the {which} {} {reason}", cert.subject())))
+        };
         if leaf.issuer() != ca.subject() {
             return Err(chain_error(format!(
                 "the PCK certificate's issuer {} is not the CA it carries ({})",
@@ -241,6 +247,7 @@ impl TdQuote {
                 ca.subject()
             )));
         }
+        may_sign("PCK CA", &ca)?;
         leaf.verify_signature(Some(ca.public_key())).map_err(|e| {
             chain_error(format!(
                 "the PCK certificate's signature does not verify with its CA's key: {e}"
@@ -262,6 +269,7 @@ impl TdQuote {
                 trust.fingerprint()
             ))
         })?;
+        may_sign("trusted root", &root)?;
         Ok(())
     }
 

@@ -1,16 +1,18 @@
 //! aws-sev-snp, azure-sev-snp and gcp-sev-snp: a vTPM document whose attestation key an AMD
 //! SEV-SNP report (and, on GCP, the GCE API) vouches for.
 //!
-//! The order follows the trust chain: the vTPM quotes verify with the document's AK (as for
-//! qemu-vtpm); the SNP report in InstanceInfo verifies with AMD's chain up to a configured ARK,
-//! against AMD's current CRL; the configured SNP policy accepts it; the report binds that very
-//! AK (aws: REPORT_DATA = SHA-512 of its SubjectPublicKeyInfo; azure: REPORT_DATA[0:32] =
-//! SHA-256 of the HCL runtime data, whose `keys[0]` is the AK; gcp: REPORT_DATA = this
-//! connection's extraData and 32 zero bytes, and the GCE API's shielded-instance identity of
-//! the instance InstanceInfo names is the AK, see [`crate::snp::gce`]); and then the quoted
-//! PCRs are compared with `measurements`. On GCP the instance must be in one of
-//! `allowedGcpProjects` (when set) and the API is asked last, after the PCRs, so a document that
-//! fails any local check costs no call.
+//! Everything that needs nothing from AMD comes first, so a made-up report costs no KDS fetch
+//! (a VCEK is named by the report's unverified CHIP_ID and TCB): the vTPM quotes verify with the
+//! document's AK (as for qemu-vtpm), the report parses, the configured SNP policy accepts its
+//! fields, and REPORT_DATA binds the AK (aws: SHA-512 of its SubjectPublicKeyInfo; azure: the
+//! first 32 bytes are SHA-256 of the HCL runtime data, whose `keys[0]` is the AK; gcp: this
+//! connection's extraData and 32 zero bytes, and the instance InstanceInfo names is in one of
+//! `allowedGcpProjects` when that is set). These verdicts hold once the same bytes verify. Then
+//! the trust chain: the report verifies with AMD's chain up to a configured ARK, against AMD's
+//! current CRL for its signer's kind (VCEK or VLEK); then the quoted PCRs are compared with
+//! `measurements`; on GCP the GCE API is asked last whether its shielded-instance identity of
+//! that instance is the AK (see [`crate::snp::gce`]), so a document that fails any other check
+//! costs no call.
 
 use std::fmt;
 use std::sync::Arc;
@@ -154,13 +156,10 @@ impl SevSnpValidator {
     fn verify_hardware(&self, info: &InstanceInfo) -> Result<(VerifiedReport, Vec<String>), Error> {
         let report = &info.report;
         let key = report.signing_key();
-        if self.binding == Binding::Aws && key != SigningKey::Vlek {
-            return Err(SnpError::ReportField(
-                "aws-sev-snp reports are signed by a VLEK, this one by a VCEK".to_owned(),
-            )
-            .into());
-        }
         let product = product_of(info)?;
+        // Everything that needs nothing from AMD first: a report the policy refuses, whoever
+        // signed it, makes the service fetch nothing (a VCEK is named by the unverified report).
+        let warnings = self.snp.check_report(report, product)?;
         let intermediate = intermediate_of(info, product, self.collateral.as_ref())?;
         let signer = signer_of(info, product, self.collateral.as_ref())?;
         let ark = self.snp.trust.ark_for(product).ok_or_else(|| {
@@ -172,7 +171,7 @@ impl SevSnpValidator {
         let verified = verify_report(report, &signer, &intermediate, ark, &self.snp.trust, now)?;
         let crl = self
             .collateral
-            .crl(product)
+            .crl(product, key)
             .map_err(|e| Error::CollateralUnavailable(e.to_string()))?;
         crl.check(
             ark,
@@ -181,7 +180,6 @@ impl SevSnpValidator {
             now,
             self.collateral.crl_max_stale(),
         )?;
-        let warnings = self.snp.check(&verified)?;
         Ok((verified, warnings))
     }
 }
@@ -232,7 +230,8 @@ fn signer_of(
     }
 }
 
-/// The AMD collateral a verifier needs beside an SNP document: the product's CRL, and the
+/// The AMD collateral a verifier needs beside an SNP document: the product's CRL for the report's
+/// signing-key kind (VCEK or VLEK), and the
 /// intermediate and signer when the document lacks them.
 #[derive(Clone, Debug)]
 pub struct DocumentCollateral {
@@ -262,7 +261,7 @@ pub fn collateral_for_document(
         None => Some(signer_of(&info, product, collateral)?),
     };
     let crl = collateral
-        .crl(product)
+        .crl(product, info.report.signing_key())
         .map_err(|e| Error::CollateralUnavailable(e.to_string()))?;
     Ok(DocumentCollateral {
         crl,
@@ -302,19 +301,19 @@ fn product_of_intermediate(cert: &Cert) -> Option<Product> {
     Product::from_name(name)
 }
 
-/// The AK binding the report must carry, as far as the node's evidence alone shows it.
-/// `extra_data` is this connection's (SHA-256 of the document's user data and the nonce). For
-/// gcp-sev-snp it returns the instance whose key the GCE API must vouch for
-/// ([`check_gce_vouches`], asked last).
+/// The AK binding the report must carry, as far as it needs nothing but the document (on
+/// gcp-sev-snp the GCE API's part is [`check_gce_vouches`], asked last). `extra_data` is this
+/// connection's (SHA-256 of the document's user data and the nonce). For gcp-sev-snp it returns
+/// the instance whose key the GCE API must vouch for.
 fn check_binding(
     binding: Binding,
-    report: &VerifiedReport,
+    report: &crate::snp::Report,
     ak: &tpm::Public,
     info: &InstanceInfo,
     extra_data: &[u8; 32],
     gcp_projects: &GcpProjects,
 ) -> Result<Option<InstanceRef>, Error> {
-    let report_data = report.report.report_data();
+    let report_data = report.report_data();
     match binding {
         Binding::Gcp => {
             return gcp_instance(report_data, info, extra_data, gcp_projects).map(Some);
@@ -439,7 +438,6 @@ impl Validator for SevSnpValidator {
     fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
         let (doc, quotes) = verify_document(document, nonce)?;
         let info = InstanceInfo::parse(doc.hardware_evidence(NO_SNP_EVIDENCE)?)?;
-        let (verified, mut notes) = self.verify_hardware(&info)?;
         let ak_pub = doc
             .attestation
             .as_ref()
@@ -447,14 +445,23 @@ impl Validator for SevSnpValidator {
             .unwrap_or_default();
         let ak = tpm::Public::parse(ak_pub).map_err(Error::AkPublic)?;
         let extra_data = make_extra_data(doc.user_data.as_deref().unwrap_or_default(), nonce);
+        // The binding needs nothing from AMD: checked on the report as sent, before anything is
+        // fetched for it; it holds for the verified report, whose bytes these are.
+        if self.binding == Binding::Aws && info.report.signing_key() != SigningKey::Vlek {
+            return Err(SnpError::ReportField(
+                "aws-sev-snp reports are signed by a VLEK, this one by a VCEK".to_owned(),
+            )
+            .into());
+        }
         let gce_instance = check_binding(
             self.binding,
-            &verified,
+            &info.report,
             &ak,
             &info,
             &extra_data,
             &self.gcp_projects,
         )?;
+        let (verified, mut notes) = self.verify_hardware(&info)?;
         let warnings = compare_pcrs(&self.policy, &quotes)?;
         if let Some(instance) = &gce_instance {
             check_gce_vouches(instance, &ak, self.gce.as_deref())?;
