@@ -34,6 +34,8 @@ pub struct Shared {
     pub handshake_timeout: std::time::Duration,
     pub lifetime: Lifetime,
     pub metrics: Metrics,
+    /// The hash chain every audit record of this process is sealed into.
+    pub audit: attestation::audit_trail::Chain,
 }
 
 /// How long a connection lives once its attestation is decided.
@@ -265,11 +267,12 @@ async fn attest(
     };
     shared.metrics.verification(verifying.elapsed());
     shared.metrics.decision(&decision);
-    let line = decision.to_json_line();
-    match decision.result {
-        audit::Outcome::Accepted => tracing::info!(target: audit::TARGET, "{line}"),
-        audit::Outcome::Rejected => tracing::warn!(target: audit::TARGET, "{line}"),
-    }
+    shared.audit.seal(decision.to_value(), |record| {
+        plumbing::telemetry::audit(
+            decision.result == audit::Outcome::Accepted,
+            &attestation::audit_trail::canonical(record),
+        );
+    });
     Ok((tls, outcome))
 }
 

@@ -141,6 +141,8 @@ impl Proxy {
             .or_else(|| tdx.as_ref().map(|c| (c.cache().clone(), "Intel PCS")));
         let policy = policy::Current::load(config.variant, &config.attestation_config, hardware)?;
         tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
+        let (audit, chain_start) = attestation::audit_trail::Chain::start("attest-proxy");
+        plumbing::telemetry::audit(true, &attestation::audit_trail::canonical(&chain_start));
         let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
         let metrics = metrics::Metrics::register(admin_endpoint.registry());
         let shared = connection::Shared {
@@ -166,6 +168,7 @@ impl Proxy {
                 max_age: config.max_connection_age,
             },
             metrics,
+            audit,
         };
         let mut rotator = config.certifier_uid.map(|uid| {
             let certifier =

@@ -1,7 +1,9 @@
 //! The audit record of one attestation decision.
 //!
 //! attest-proxy writes one [`Decision`] per node it accepts or rejects, as a single JSON line on
-//! the tracing target [`TARGET`], so operators can route those lines to their own sink. The
+//! the tracing target [`TARGET`], so operators can route those lines to their own sink; each
+//! record is a link of the process's hash chain ([`crate::audit_trail`]), which `attest-tool
+//! audit verify` checks. The
 //! operator CLI prints the same record ([`Decision::explain`]) when it verifies a saved document
 //! offline. The record alone must let an operator of a rejected node tell why: it names the
 //! failing check, the whole error chain, every mismatched measurement (enforced and warn-only)
@@ -202,6 +204,16 @@ impl Decision {
     pub fn with_check(mut self, check: impl Into<String>) -> Self {
         self.check = Some(check.into());
         self
+    }
+
+    /// The record as a JSON object, to be sealed into an audit chain
+    /// ([`crate::audit_trail::Chain::seal`]).
+    pub fn to_value(&self) -> serde_json::Value {
+        // Plain strings, numbers and enums always serialize; should that ever change, the
+        // readable form is kept rather than the record lost.
+        serde_json::to_value(self).unwrap_or_else(
+            |_| serde_json::json!({"result": self.result, "explained": self.explain().to_string()}),
+        )
     }
 
     /// The record as one line of JSON.

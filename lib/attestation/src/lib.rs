@@ -9,6 +9,7 @@
 //! hash of the certificate's public key).
 
 pub mod audit;
+pub mod audit_trail;
 pub mod error;
 pub mod eventlog;
 pub mod issuer;

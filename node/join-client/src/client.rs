@@ -108,12 +108,17 @@ impl Client {
                             certificate,
                             source,
                         }) => {
-                            let decision = policy.as_ref().map(|policy| {
-                                policy.refusal(addr, certificate.as_ref(), &source)
-                            });
+                            let decision = policy
+                                .as_ref()
+                                .map(|policy| policy.refusal(addr, certificate.as_ref(), &source));
                             let text = attestation::audit::chain(source.as_ref());
                             if let Some(decision) = decision {
-                                tracing::warn!(target: attestation::audit::TARGET, "{}", decision.to_json_line());
+                                audit_chain().seal(decision.to_value(), |record| {
+                                    plumbing::telemetry::audit(
+                                        false,
+                                        &attestation::audit_trail::canonical(record),
+                                    );
+                                });
                                 *slot.lock().unwrap_or_else(PoisonError::into_inner) =
                                     Some(ClientError::ServerRefused {
                                         peer: addr,
@@ -174,4 +179,14 @@ impl Client {
             Err(status) => Err(Self::failed(status, &refusal)),
         }
     }
+}
+
+/// This process's audit chain, started (its start record written) with its first record.
+fn audit_chain() -> &'static attestation::audit_trail::Chain {
+    static CHAIN: std::sync::OnceLock<attestation::audit_trail::Chain> = std::sync::OnceLock::new();
+    CHAIN.get_or_init(|| {
+        let (chain, start) = attestation::audit_trail::Chain::start("join-client");
+        plumbing::telemetry::audit(true, &attestation::audit_trail::canonical(&start));
+        chain
+    })
 }

@@ -307,3 +307,77 @@ async fn methods_outside_the_join_api_are_not_forwarded() {
     assert_eq!(refused.code(), Code::Unimplemented, "{refused:?}");
     assert!(refused.message().contains("/kms.API/GetDataKey"));
 }
+
+/// attest-proxy's audit records form a hash chain from its start record, in text and in JSON
+/// logs (where each record is an object, not an escaped string); `attest-tool audit verify`
+/// finds the chain intact, and names the line after a record changed in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_records_chain_and_a_changed_one_is_found() {
+    for format in ["text", "json"] {
+        let system = System::start(Options {
+            proxy_args: vec!["--log-format".into(), format.into()],
+            ..Options::default()
+        })
+        .await
+        .unwrap();
+        let client = system.client(system.issuer().unwrap()).unwrap();
+        let disk = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d";
+        client
+            .join(join_request("worker-1", disk))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+        client.rejoin(disk).await.unwrap();
+
+        let log = system.proxy.log();
+        let audit_lines: Vec<&str> = log
+            .lines()
+            .filter(|l| attestation::audit_trail::record_in_line(l).is_some())
+            .collect();
+        assert_eq!(
+            audit_lines.len(),
+            3,
+            "{format}: start and two decisions\n{log}"
+        );
+        if format == "json" {
+            let line: serde_json::Value = serde_json::from_str(audit_lines[1]).unwrap();
+            assert_eq!(line["target"], "audit", "{line}");
+            assert_eq!(line["audit"]["result"], "accepted", "{line}");
+            assert_eq!(line["audit"]["seq"], 1, "{line}");
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let verify = |text: &str| {
+            let file = dir.path().join("proxy.log");
+            std::fs::write(&file, text).unwrap();
+            let output =
+                std::process::Command::new(testsupport::process::bin("attest-tool").unwrap())
+                    .args(["audit", "verify"])
+                    .arg(&file)
+                    .output()
+                    .unwrap();
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+            )
+        };
+        let (code, out) = verify(&log);
+        assert_eq!(code, Some(0), "{format}: {out}");
+        assert!(
+            out.contains("chain of attest-proxy") && out.contains("2 record(s)"),
+            "{format}: {out}"
+        );
+
+        // The first decision rewritten as a refusal: the chain breaks at the record after it.
+        let first = audit_lines[1];
+        let tampered = log.replacen(first, &first.replacen("\"accepted\"", "\"rejected\"", 1), 1);
+        let line_of_second = log.lines().position(|l| l == audit_lines[2]).unwrap() + 1;
+        let (code, out) = verify(&tampered);
+        assert_eq!(code, Some(1), "{format}: {out}");
+        assert!(
+            out.contains(&format!(
+                "BROKEN at line {line_of_second}: prev is not the SHA-256"
+            )),
+            "{format}: {out}"
+        );
+    }
+}

@@ -40,12 +40,8 @@ fn audit_lines(system: &System) -> Vec<Value> {
         .proxy
         .log()
         .lines()
-        // The text format colours the level and target, so find the record by its own shape.
-        .filter(|line| line.contains("audit") && line.contains("{\"time\":"))
-        .map(|line| {
-            let json = &line[line.find("{\"time\":").unwrap()..=line.rfind('}').unwrap()];
-            serde_json::from_str(json).unwrap_or_else(|e| panic!("audit line {line:?}: {e}"))
-        })
+        .filter_map(attestation::audit_trail::record_in_line)
+        .filter(|record| record.get("chain_start").is_none())
         .collect()
 }
 

@@ -36,6 +36,7 @@ use attestation::{AkTrust, QemuVtpmConfig, QemuVtpmValidator, Validator, Variant
 use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
 
+pub mod audit;
 pub mod snp;
 pub mod tdx;
 
@@ -107,6 +108,11 @@ pub enum Command {
         #[command(subcommand)]
         command: tdx::TdxCommand,
     },
+    /// Audit logs: check their hash chains.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
     /// Print the measurement policy the service would enforce from an attestation config.
     Policy {
         /// The attestation config (the variant's JSON object with its measurements).
@@ -136,7 +142,7 @@ pub enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Success,
-    /// `verify` rejected the document.
+    /// `verify` rejected the document, or `audit verify` found a break.
     Rejected,
 }
 
@@ -225,6 +231,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
         } else {
             Outcome::Rejected
         }),
+        Command::Audit { command } => audit::run(command, out),
         Command::Policy { config, variant } => {
             let config = load_config(&config, variant)?;
             write!(out, "{}", describe_policy(&config, variant))?;
