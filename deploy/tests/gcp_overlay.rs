@@ -32,7 +32,7 @@ fn the_overlay_builds_on_the_base_and_patches_the_daemonset() {
     let k = &docs[0];
     assert_eq!(
         str_set(k["resources"].as_array().expect("resources")),
-        names(&["../../base", "egress.yaml"])
+        names(&["../../base", "egress.yaml", "metrics-ingress.yaml"])
     );
     let patches = array(&k["patches"]);
     assert_eq!(patches.len(), 1);
@@ -235,4 +235,40 @@ fn the_example_config_is_a_valid_gcp_sev_snp_policy_once_measured() {
         .expect("the SNP settings parse");
     attestation::Policy::from_attestation_config(config.to_string().as_bytes())
         .expect("the measurements parse");
+}
+
+/// The TCP ports an ingress rule admits from the monitoring namespace, over every
+/// NetworkPolicy in `docs`.
+fn monitoring_ports(docs: &[Value]) -> BTreeSet<u64> {
+    docs.iter()
+        .filter(|d| d["kind"] == "NetworkPolicy")
+        .flat_map(|d| array(&d["spec"]["ingress"]))
+        .filter(|rule| {
+            array(&rule["from"]).iter().any(|f| {
+                f["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                    == "monitoring"
+            })
+        })
+        .flat_map(|rule| array(&rule["ports"]))
+        .map(|p| p["port"].as_u64().expect("port"))
+        .collect()
+}
+
+#[test]
+fn prometheus_reaches_every_admin_endpoint_of_the_overlay() {
+    let mut docs = read_docs(&deploy_dir().join("base/networkpolicy.yaml"));
+    docs.extend(read_docs(&overlay_dir().join("metrics-ingress.yaml")));
+    let admitted = monitoring_ports(&docs);
+    for container in array(&gcp_pod_spec()["containers"]) {
+        for port in array(&container["ports"]) {
+            let number = port["containerPort"].as_u64().expect("containerPort");
+            if port["name"].as_str().is_some_and(|n| n.ends_with("admin")) {
+                assert!(
+                    admitted.contains(&number),
+                    "{}'s admin port {number} is not admitted from the monitoring namespace ({admitted:?})",
+                    container["name"]
+                );
+            }
+        }
+    }
 }
