@@ -245,8 +245,7 @@ fn monitoring_ports(docs: &[Value]) -> BTreeSet<u64> {
         .flat_map(|d| array(&d["spec"]["ingress"]))
         .filter(|rule| {
             array(&rule["from"]).iter().any(|f| {
-                f["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
-                    == "monitoring"
+                f["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "monitoring"
             })
         })
         .flat_map(|rule| array(&rule["ports"]))

@@ -91,8 +91,10 @@ pub enum Command {
         /// KDS cache: AMD's CRL for the report's signer, required (`crl-<Product>.der`, KDS's
         /// /vcek/v1/<Product>/crl, for VCEK-signed reports; `vlek-crl-<Product>.der`, KDS's
         /// /vlek/v1/<Product>/crl, for VLEK-signed ones), and for documents that leave them out
-        /// `ask-<Product>.pem` / `asvk-<Product>.pem` (KDS's cert_chain). Without it, the
-        /// decision names the CRL as unavailable.
+        /// `ask-<Product>.pem` / `asvk-<Product>.pem` (KDS's cert_chain) and the VCEK
+        /// `vcek-<Product>.der` (KDS's /vcek/v1/<Product>/<hwid>?..., which `attest-tool snp
+        /// kds-url` prints; Azure's documents carry none). Without it, the decision names what
+        /// is unavailable.
         #[arg(long)]
         collateral_dir: Option<PathBuf>,
         /// The attestation document (the bytes of the certificate extension).

@@ -298,6 +298,7 @@ pub fn document_validator(
         other => bail!("{other} is not an SEV-SNP variant"),
     };
     let mut collateral = StaticCollateral::new();
+    let mut vceks = Vec::new();
     if let Some(dir) = collateral_dir {
         if !dir.is_dir() {
             bail!("--collateral-dir {} is not a directory", dir.display());
@@ -312,6 +313,16 @@ pub fn document_validator(
                     collateral = collateral.with_crl_for(product, key, crl);
                 }
             }
+            // KDS's /vcek/v1/{product}/{hwid}?...: served for whatever chip and TCB the report
+            // names; the verifier checks that it is the report's.
+            for extension in ["der", "pem"] {
+                let path = dir.join(format!("vcek-{product}.{extension}"));
+                if path.exists() {
+                    let vcek = signer_cert(read(&path)?)
+                        .with_context(|| format!("{} is not a VCEK", path.display()))?;
+                    vceks.push((product, vcek));
+                }
+            }
             for (prefix, key) in [("ask", SigningKey::Vcek), ("asvk", SigningKey::Vlek)] {
                 let path = dir.join(format!("{prefix}-{product}.pem"));
                 if path.exists() {
@@ -324,10 +335,58 @@ pub fn document_validator(
             }
         }
     }
+    let collateral = FileCollateral {
+        files: collateral,
+        vceks,
+    };
     let (validator, digest) =
         SevSnpValidator::from_attestation_config(binding, config, std::sync::Arc::new(collateral))?;
     Ok((
         validator.with_clock(std::sync::Arc::new(move || at)),
         digest,
     ))
+}
+
+/// AMD's collateral from `--collateral-dir`: the CRLs and intermediates as files name them, and
+/// each product's VCEK (`vcek-<Product>.der`) for a document that leaves its VCEK out, as
+/// Azure's do.
+#[derive(Debug)]
+struct FileCollateral {
+    files: attestation::snp::StaticCollateral,
+    vceks: Vec<(Product, Cert)>,
+}
+
+impl attestation::snp::SnpCollateral for FileCollateral {
+    fn crl(
+        &self,
+        product: Product,
+        key: attestation::snp::SigningKey,
+    ) -> Result<Crl, attestation::snp::CollateralError> {
+        self.files.crl(product, key)
+    }
+
+    fn vcek(
+        &self,
+        product: Product,
+        _hw_id: &[u8],
+        _tcb: &Tcb,
+    ) -> Result<Cert, attestation::snp::CollateralError> {
+        self.vceks
+            .iter()
+            .find(|(p, _)| *p == product)
+            .map(|(_, cert)| cert.clone())
+            .ok_or_else(|| {
+                attestation::snp::CollateralError(format!(
+                    "the document carries no VCEK and --collateral-dir has no vcek-{product}.der (`attest-tool snp kds-url` names the KDS URL to fetch it from)"
+                ))
+            })
+    }
+
+    fn intermediate(
+        &self,
+        product: Product,
+        key: attestation::snp::SigningKey,
+    ) -> Result<Cert, attestation::snp::CollateralError> {
+        self.files.intermediate(product, key)
+    }
 }

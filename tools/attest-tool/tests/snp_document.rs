@@ -177,3 +177,46 @@ fn snp_options_are_refused_for_qemu_vtpm() {
             .contains("--at and --collateral-dir are for the SEV-SNP variants")
     );
 }
+
+/// A document as Azure's nodes send it, without VCEK and ASK: verified with both from the
+/// collateral directory, and refused by name without the VCEK.
+#[test]
+fn an_azure_document_without_certificates_verifies_with_the_vcek_from_the_directory() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let vcek = amd.chip([3; 64], TCB, 0).unwrap();
+    let full =
+        SnpDocumentIssuer::azure(ak(), &vcek, &amd.vcek_chain_pem(), ReportFields::default())
+            .unwrap();
+    let bare = SnpDocumentIssuer::from_parts(
+        attestation::Variant::AzureSevSnp,
+        ak(),
+        full.instance_info_without_certificates().unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_case(dir.path(), &amd, &bare);
+    std::fs::write(
+        dir.path().join("collateral/ask-Milan.pem"),
+        amd.vcek_chain_pem(),
+    )
+    .unwrap();
+
+    let out = verify(dir.path(), "azure-sev-snp", &AT.to_string(), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("no vcek-Milan.der"), "{stdout}");
+
+    std::fs::write(
+        dir.path().join("collateral/vcek-Milan.der"),
+        vcek.cert_der(),
+    )
+    .unwrap();
+    let out = verify(dir.path(), "azure-sev-snp", &AT.to_string(), &["--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("VCEK of chip 0303"), "{stdout}");
+}
