@@ -35,7 +35,8 @@
 //! - join-core has `--upstream-timeout` (15 s) to answer a forwarded call; the node is then
 //!   answered `DeadlineExceeded`.
 //!
-//! Nodes retry refusals and `ResourceExhausted` with full-jitter backoff (node-client). On
+//! Nodes retry `ResourceExhausted`, `Unavailable` and `Aborted` with full-jitter backoff
+//! (node-client); an attestation refusal (`Unauthenticated`) is final. On
 //! SIGTERM the listener closes (new connections are refused), and connections in flight finish
 //! within `--drain-timeout`.
 

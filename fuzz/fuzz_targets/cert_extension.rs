@@ -1,22 +1,10 @@
 //! The aTLS client certificate as the server receives it: X.509 parsing and the lookup of the
 //! attestation extension (lib/atls/src/extension.rs), for every variant.
+//! The body is in src/atls_targets.rs, which lib/atls/tests/fuzz_regressions.rs replays.
 #![no_main]
 
-use attestation::Variant;
-use libfuzzer_sys::fuzz_target;
-use x509_parser::prelude::{FromDer, X509Certificate};
+#[path = "../src/atls_targets.rs"]
+#[allow(dead_code)] // Each target uses one function of the shared module.
+mod atls_targets;
 
-fuzz_target!(|data: &[u8]| {
-    // The server refuses larger certificates before parsing them.
-    if data.len() > atls::MAX_CLIENT_CERTIFICATE_SIZE {
-        return;
-    }
-    if let Ok((_, cert)) = X509Certificate::from_der(data) {
-        for variant in Variant::ALL {
-            let _ = atls::extension::find_document(&cert, variant);
-        }
-        let _ = atls::extension::attestation_oids(&cert);
-        let _ = atls::extension::user_data_for_spki(cert.tbs_certificate.subject_pki.raw);
-        let _ = cert.validity().is_valid();
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| atls_targets::cert_extension(data));

@@ -250,9 +250,9 @@ async fn main() -> anyhow::Result<()> {
     plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text);
     ensure!(
         !args.attested_service || args.variant == Variant::QemuVtpm,
-        "--attested-service runs the certifier on a TPM, so the service attests as qemu-vtpm; \
-         attest-proxy serving {} would refuse its evidence (a certifier for SEV-SNP and TDX \
-         control planes does not exist yet)",
+        "--attested-service runs the certifier on the local swtpm, so the service attests as \
+         qemu-vtpm; local-cluster gives the certifier no simulated SEV-SNP or TDX device, and \
+         nodes checking a {} service would refuse qemu-vtpm evidence",
         args.variant
     );
     let simulated = simulate_hardware(&args).await?;
