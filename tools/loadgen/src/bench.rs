@@ -391,8 +391,8 @@ impl Drop for Running {
 /// parent-death signal). It keeps its files with `--serve`; they are removed after it stops.
 struct Cluster(Process);
 
-/// What local-cluster prints once every service it started serves, before anything else of the
-/// system is announced.
+/// What local-cluster prints once every service it started serves (attest-proxy's port accepts
+/// before that).
 const PROXY_ADMIN_ANNOUNCED: &str = "attest-proxy admin endpoint on ";
 
 /// What local-cluster prints (`--attested-service`) after [`PROXY_ADMIN_ANNOUNCED`].
