@@ -22,10 +22,7 @@ struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let dir = self.process.log().lines().find_map(|l| {
-            let (_, dir) = l.split_once("(files and logs in ")?;
-            Some(PathBuf::from(dir.trim_end_matches(')')))
-        });
+        let dir = kept_dir(&self.process.log());
         if self.process.terminate(Duration::from_secs(15)).is_err() {
             self.process.kill();
         }
@@ -33,6 +30,14 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The directory local-cluster keeps its files and logs in (`--serve`), as its log names it.
+fn kept_dir(log: &str) -> Option<PathBuf> {
+    log.lines().find_map(|l| {
+        let (_, dir) = l.split_once("(files and logs in ")?;
+        Some(PathBuf::from(dir.trim_end_matches(')')))
+    })
 }
 
 /// The line after the one starting with `heading` in `log`, trimmed.
@@ -198,10 +203,7 @@ fn ends_with_everything_it_started(signal: Signal, args: &[&str], expected: &[&s
     for name in expected {
         assert!(names.contains(name), "no {name} among {names:?}");
     }
-    let dir = process.log().lines().find_map(|l| {
-        let (_, dir) = l.split_once("(files and logs in ")?;
-        Some(PathBuf::from(dir.trim_end_matches(')')))
-    });
+    let dir = kept_dir(&process.log());
 
     process.signal(signal).unwrap();
     process.wait_exit(Duration::from_secs(20)).unwrap();
