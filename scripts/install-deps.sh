@@ -5,12 +5,14 @@
 #   tpm2-tools          handy for inspecting the emulated TPM
 #   openssl             the openssl CLI as a foreign TLS client in tests (no library is linked)
 #   procps              kill(1), used by tests to send SIGTERM
+#   util-linux          setpriv: the processes tests and local-cluster start end when their starter
+#                       does, even by SIGKILL (a parent-death signal)
 #   pkg-config          finds libtss2 at build time
 #   openssh-client      ssh-keygen, an independent check of the SSH host certificates in tests
 #   python3, python3-venv  run the pinned offline manifest validator (scripts/validate-manifests.sh)
 #   binutils            readelf, which the deploy tests use to read the certifier's DT_NEEDED
 set -euo pipefail
-packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps pkg-config openssh-client python3 python3-venv binutils)
+packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps util-linux pkg-config openssh-client python3 python3-venv binutils)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

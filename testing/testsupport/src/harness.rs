@@ -1,7 +1,9 @@
 //! The whole join system on one machine: swtpm, the key service, the Kubernetes API stand-in, and
 //! token-issuer, join-core and attest-proxy as real processes talking over real Unix sockets.
 //!
-//! Tests and `local-cluster` both start it through [`System::start`].
+//! Tests and `local-cluster` both start it through [`System::start`]. Every process it starts
+//! ends when the process that started it ends, even by SIGKILL or a crash
+//! ([`crate::process::spawn_tied`]): a test or local-cluster killed midway leaves nothing serving.
 //!
 //! As root (CI runs the tests as root), attest-proxy, join-core and token-issuer run under three
 //! distinct uids, as in the pod ([`Uids::POD`]), and each file is readable only by the process
@@ -229,7 +231,8 @@ pub enum Service {
     GceIdentity,
 }
 
-/// A running system. Dropping it stops every process.
+/// A running system. Dropping it stops every process; so does the end of the process that
+/// started it.
 #[derive(Debug)]
 pub struct System {
     // Field order is drop order: the proxy goes first, swtpm and the directory last.
@@ -647,7 +650,7 @@ impl System {
         let mut gce_identity = match &options.gce {
             Some(gce) => Some(Process::spawn_as(
                 "gce-identity",
-                &mut gce_identity_command(&paths.gce_identity_socket, uids.proxy, gce)?,
+                &gce_identity_command(&paths.gce_identity_socket, uids.proxy, gce)?,
                 &paths.logs,
                 uids.user(uids.gce_identity),
             )?),

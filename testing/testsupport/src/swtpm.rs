@@ -2,13 +2,16 @@
 //!
 //! Tests of the issuer and validator talk to a real TPM rather than a mock, so that the quotes,
 //! signatures and PCR banks they check are what a TPM actually produces. Each [`Swtpm`] owns its
-//! process and state directory; dropping it kills the process and removes the state.
+//! process and state directory; dropping it kills the process and removes the state, and the
+//! process ends with the one that started it ([`crate::process::spawn_tied`]).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::process::{Streams, spawn_tied};
 
 /// The swtpm binary (Debian package `swtpm`).
 pub const SWTPM_BIN: &str = "swtpm";
@@ -52,7 +55,8 @@ impl Swtpm {
         let mut last_failure = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port_pair().map_err(SwtpmError::Ports)?;
-            let mut child = Command::new(SWTPM_BIN)
+            let mut command = Command::new(SWTPM_BIN);
+            command
                 .arg("socket")
                 .arg("--tpm2")
                 .arg("--tpmstate")
@@ -66,12 +70,14 @@ impl Swtpm {
                 ))
                 // Power on and run TPM2_Startup(CLEAR) ourselves, so clients can use it at once.
                 .arg("--flags")
-                .arg("not-need-init,startup-clear")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| SwtpmError::Spawn(SWTPM_BIN, e))?;
+                .arg("not-need-init,startup-clear");
+            let streams = Streams {
+                stdin: Stdio::null(),
+                stdout: Stdio::null(),
+                stderr: Stdio::piped(),
+            };
+            let mut child =
+                spawn_tied(&command, None, streams).map_err(|e| SwtpmError::Spawn(SWTPM_BIN, e))?;
             match wait_ready(&mut child, port) {
                 Ok(()) => {
                     return Ok(Swtpm { child, port, state });

@@ -1,19 +1,20 @@
-//! `local-cluster --attested-service`, as `scripts/local-join.sh` runs it: the demo node verifies
-//! the service before it joins, and the `join-client --service-policy` command line it prints
-//! joins a second node through the real join-client binary, which verifies the service too.
+//! The `local-cluster` binary: `--attested-service`, as `scripts/local-join.sh` runs it (the demo
+//! node verifies the service before it joins, and the `join-client --service-policy` command line
+//! it prints joins a second node through the real join-client binary, which verifies the service
+//! too); and the processes it starts ending with it, however it ends.
 //!
 //! Needs the workspace binaries (`cargo build --workspace --bins`).
 
 #![allow(clippy::unwrap_used)]
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use testsupport::process::{Process, bin};
+use testsupport::process::{Process, Signal, bin};
 
-/// A `local-cluster` stopped with SIGTERM (SIGKILL would orphan its processes), its kept files
-/// removed.
+/// A `local-cluster` stopped with SIGTERM when dropped, its kept files removed.
 struct Cluster {
     process: Process,
     _logs: tempfile::TempDir,
@@ -21,10 +22,7 @@ struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let dir = self.process.log().lines().find_map(|l| {
-            let (_, dir) = l.split_once("(files and logs in ")?;
-            Some(PathBuf::from(dir.trim_end_matches(')')))
-        });
+        let dir = kept_dir(&self.process.log());
         if self.process.terminate(Duration::from_secs(15)).is_err() {
             self.process.kill();
         }
@@ -32,6 +30,14 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The directory local-cluster keeps its files and logs in (`--serve`), as its log names it.
+fn kept_dir(log: &str) -> Option<PathBuf> {
+    log.lines().find_map(|l| {
+        let (_, dir) = l.split_once("(files and logs in ")?;
+        Some(PathBuf::from(dir.trim_end_matches(')')))
+    })
 }
 
 /// The line after the one starting with `heading` in `log`, trimmed.
@@ -145,4 +151,177 @@ fn the_attested_service_is_verified_by_the_demo_node_and_by_the_printed_join_cli
         .unwrap_or_else(|| panic!("no reason line:\n{stderr}"));
     assert_eq!(stderr.matches(reason).count(), 1, "{stderr}");
     cluster.process.check_running().unwrap();
+}
+
+/// A process as `/proc/<pid>/stat` shows it.
+#[derive(Clone, Debug)]
+struct ProcStat {
+    pid: u32,
+    comm: String,
+    state: char,
+    parent: u32,
+    /// Clock ticks after boot: with the pid, names the process even once the pid is reused.
+    start_time: u64,
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_owned();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        pid,
+        comm,
+        state: fields.first()?.chars().next()?,
+        parent: fields.get(1)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The processes whose parent is `parent`.
+fn children(parent: u32) -> Vec<ProcStat> {
+    let mut found: Vec<ProcStat> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(proc_stat)
+        .filter(|p| p.parent == parent)
+        .collect();
+    found.sort_by(|a, b| a.comm.cmp(&b.comm));
+    found
+}
+
+/// Whether `process` still runs: its pid names the same process, and not a zombie (one whose
+/// new parent has not reaped it yet has ended all the same).
+fn still_running(process: &ProcStat) -> bool {
+    proc_stat(process.pid)
+        .is_some_and(|now| now.start_time == process.start_time && now.state != 'Z')
+}
+
+/// Starts `local-cluster --serve --no-demo` with `args`, waits until every service is up, checks
+/// that it started `expected` (by process name), ends it with `signal`, and requires every
+/// process it started to be gone within ten seconds and attest-proxy's port to be closed.
+///
+/// As root, its services run as the pod's uids, each switched to before the parent-death signal
+/// is set.
+fn ends_with_everything_it_started(signal: Signal, args: &[&str], expected: &[&str]) {
+    let logs = tempfile::tempdir().unwrap();
+    let mut process = Process::spawn(
+        "local-cluster",
+        Command::new(bin("local-cluster").unwrap())
+            .env("RUST_LOG", "info")
+            .args(["--serve", "--no-demo"])
+            .args(args),
+        logs.path(),
+    )
+    .unwrap();
+    let proxy: SocketAddr = process
+        .wait_for_line("the system up", Duration::from_secs(120), |l| {
+            l.strip_prefix("join service up: attest-proxy on ")?
+                .split_once(' ')?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap();
+    let admin: SocketAddr = process
+        .wait_for_line(
+            "attest-proxy's admin endpoint",
+            Duration::from_secs(10),
+            |l| {
+                l.strip_prefix("attest-proxy admin endpoint on ")?
+                    .parse()
+                    .ok()
+            },
+        )
+        .unwrap();
+    let started = children(process.id());
+    let names: Vec<&str> = started.iter().map(|p| p.comm.as_str()).collect();
+    for name in expected {
+        assert!(names.contains(name), "no {name} among {names:?}");
+    }
+    let dir = kept_dir(&process.log());
+
+    process.signal(signal).unwrap();
+    process.wait_exit(Duration::from_secs(20)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<&ProcStat> = started.iter().filter(|p| still_running(p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 10 s after local-cluster ended ({signal:?}): {left:?}\n{}",
+            process.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for addr in [proxy, admin] {
+        assert!(
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
+            "{addr} still accepts after local-cluster ended ({signal:?})"
+        );
+    }
+    if let Some(dir) = dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// SIGKILL leaves local-cluster no chance to stop anything: its services, the certifier and
+/// both swtpms end all the same.
+#[test]
+fn killed_it_leaves_none_of_its_processes_running() {
+    ends_with_everything_it_started(
+        Signal::Kill,
+        &["--attested-service"],
+        &[
+            "swtpm",
+            "keyservice",
+            "token-issuer",
+            "join-core",
+            "attest-proxy",
+            "certifier",
+        ],
+    );
+}
+
+/// The same for gcp-sev-snp, which also runs gce-identity (the process with the cloud
+/// credential) and local-cluster's KDS and GCE stand-ins.
+#[test]
+fn killed_with_gcp_sev_snp_it_leaves_no_gce_identity_running() {
+    let site = tempfile::tempdir().unwrap();
+    ends_with_everything_it_started(
+        Signal::Kill,
+        &[
+            "--variant",
+            "gcp-sev-snp",
+            "--snp-dir",
+            site.path().to_str().unwrap(),
+        ],
+        &[
+            "swtpm",
+            "keyservice",
+            "token-issuer",
+            "join-core",
+            "attest-proxy",
+            "gce-identity",
+        ],
+    );
+}
+
+/// SIGTERM: local-cluster stops its services itself.
+#[test]
+fn terminated_it_stops_every_process_it_started() {
+    ends_with_everything_it_started(
+        Signal::Term,
+        &[],
+        &[
+            "swtpm",
+            "keyservice",
+            "token-issuer",
+            "join-core",
+            "attest-proxy",
+        ],
+    );
 }

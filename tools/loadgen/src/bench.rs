@@ -352,8 +352,8 @@ struct Running {
     /// attest-proxy's admin endpoint, for its collateral metrics (SNP and TDX variants).
     collateral_metrics: Option<std::net::SocketAddr>,
     processes: Vec<Process>,
-    /// Held only to be stopped (SIGTERM) when the setup is dropped.
-    _cluster: Option<Cluster>,
+    /// Stopped (SIGTERM) when the setup is dropped.
+    cluster: Option<Cluster>,
     /// B's KDS stand-in (in this process) for an SNP variant, stopped when dropped.
     _site: Option<SnpSite>,
     /// B's PCS stand-in (in this process) for a TDX variant, stopped when dropped.
@@ -365,6 +365,19 @@ struct Running {
     _site_dir: Option<tempfile::TempDir>,
 }
 
+impl Running {
+    /// The end of every log of the setup, for an error.
+    fn log_tails(&self) -> String {
+        const LINES: usize = 40;
+        self.processes
+            .iter()
+            .map(|p| format!("----- {} -----\n{}", p.name(), tail(&p.log(), LINES)))
+            .chain(self.cluster.iter().map(|c| c.log_tails(LINES)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         for p in &mut self.processes {
@@ -373,9 +386,20 @@ impl Drop for Running {
     }
 }
 
-/// A `local-cluster` process. It must be stopped with SIGTERM: SIGKILL would orphan the
-/// processes it started. It keeps its files with `--serve`; they are removed after it stops.
+/// A `local-cluster` process, stopped with SIGTERM so that it stops its services itself (were it
+/// or this process killed instead, its services would end with it: it starts them with a
+/// parent-death signal). It keeps its files with `--serve`; they are removed after it stops.
 struct Cluster(Process);
+
+/// What local-cluster prints once every service it started serves (attest-proxy's port accepts
+/// before that).
+const PROXY_ADMIN_ANNOUNCED: &str = "attest-proxy admin endpoint on ";
+
+/// What local-cluster prints (`--attested-service`) after [`PROXY_ADMIN_ANNOUNCED`].
+const SERVICE_POLICY_ANNOUNCED: &str = "nodes' service policy in ";
+
+/// How long local-cluster may take to start swtpm, its stand-ins and every service.
+const CLUSTER_START: Duration = Duration::from_secs(60);
 
 impl Cluster {
     /// The directory local-cluster announced (`files and logs in <dir>`).
@@ -390,38 +414,50 @@ impl Cluster {
             .map(|d| PathBuf::from(d.trim_end_matches(')')))
     }
 
-    /// The nodes' service policy, once local-cluster has announced where it is
-    /// (`--attested-service`; it says so just after attest-proxy listens).
-    fn wait_for_service_policy(&mut self, timeout: Duration) -> anyhow::Result<PathBuf> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            self.0.check_running()?;
-            let announced = self.0.log().lines().find_map(|l| {
-                l.split_once("nodes' service policy in ")
-                    .map(|(_, path)| PathBuf::from(path.trim()))
-            });
-            if let Some(path) = announced {
-                return Ok(path);
-            }
-            if std::time::Instant::now() > deadline {
-                bail!(
-                    "local-cluster did not say where the service policy is within {timeout:?}; its log:\n{}",
-                    self.0.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// What follows `announcement` on the line local-cluster prints it on, parsed, once it has
+    /// printed that line; fails when local-cluster exits first or after `timeout`, with its
+    /// log.
+    fn wait_for_announcement<T: std::str::FromStr>(
+        &mut self,
+        announcement: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<T> {
+        self.0.wait_for_line(
+            &format!("saying \"{}...\"", announcement.trim_end()),
+            timeout,
+            |line| line.split_once(announcement)?.1.trim().parse().ok(),
+        )
     }
 
-    /// attest-proxy's admin endpoint, as local-cluster announced it.
-    fn proxy_admin(&self) -> Option<std::net::SocketAddr> {
-        self.0.log().lines().find_map(|l| {
-            l.split_once("attest-proxy admin endpoint on ")?
-                .1
-                .trim()
-                .parse()
-                .ok()
-        })
+    /// The last `lines` lines of local-cluster's log and of each of its services' logs.
+    fn log_tails(&self, lines: usize) -> String {
+        let mut tails = vec![(self.0.name().to_owned(), self.0.log())];
+        if let Some(Ok(entries)) = self.dir().map(|dir| std::fs::read_dir(dir.join("logs"))) {
+            let mut logs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            logs.sort();
+            for path in logs {
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                tails.push((name.unwrap_or_default(), text));
+            }
+        }
+        tails
+            .iter()
+            .map(|(name, log)| format!("----- {name} -----\n{}", tail(log, lines)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// The last `lines` lines of `text`.
+fn tail(text: &str, lines: usize) -> &str {
+    match text
+        .trim_end()
+        .rmatch_indices('\n')
+        .nth(lines.saturating_sub(1))
+    {
+        Some((at, _)) => &text[at + 1..],
+        None => text,
     }
 }
 
@@ -515,7 +551,7 @@ async fn start(
                 watched: vec![watch("trivial upstream (mTLS)", &server)],
                 collateral_metrics: None,
                 processes: vec![server],
-                _cluster: None,
+                cluster: None,
                 _site: None,
                 _tdx_site: None,
                 _gce: None,
@@ -569,7 +605,7 @@ async fn start(
                     let endpoints = gce.endpoints(Vec::new());
                     let mut process = Process::spawn(
                         &format!("{tag}-gce-identity"),
-                        &mut gce_identity_command(&socket, own_uid()?, &endpoints)?,
+                        &gce_identity_command(&socket, own_uid()?, &endpoints)?,
                         &logs,
                     )?;
                     process.wait_for_socket(&socket)?;
@@ -601,7 +637,7 @@ async fn start(
             if let Some((_, args)) = &gce_identity {
                 command.args(args);
             }
-            let mut proxy = Process::spawn(&format!("{tag}-attest-proxy"), &mut command, &logs)?;
+            let mut proxy = Process::spawn(&format!("{tag}-attest-proxy"), &command, &logs)?;
             proxy.wait_for_tcp(addr)?;
             let vendor = match (&site, &tdx_site) {
                 (Some(site), _) => Some(Vendor::Amd(site.amd.as_ref())),
@@ -635,7 +671,7 @@ async fn start(
                 watched,
                 collateral_metrics: simulated.then_some(admin),
                 processes,
-                _cluster: None,
+                cluster: None,
                 _site: site,
                 _tdx_site: tdx_site,
                 _gce: gce,
@@ -670,15 +706,13 @@ async fn start(
             // Wrapped at once, so that any failure below still stops it with SIGTERM.
             let mut cluster = Cluster(Process::spawn(
                 &format!("{tag}-local-cluster"),
-                &mut command,
+                &command,
                 &logs,
             )?);
-            // local-cluster starts swtpm and five services before the proxy listens.
-            cluster
-                .0
-                .wait_until(&format!("tcp {addr}"), Duration::from_secs(60), || {
-                    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
-                })?;
+            // local-cluster announces attest-proxy's admin endpoint once it has started swtpm,
+            // its stand-ins and every service, and attest-proxy listens.
+            let admin: std::net::SocketAddr =
+                cluster.wait_for_announcement(PROXY_ADMIN_ANNOUNCED, CLUSTER_START)?;
             let watched = local_cluster_processes(cluster.0.id()).with_context(|| {
                 format!(
                     "finding local-cluster's processes; its log:\n{}",
@@ -711,20 +745,13 @@ async fn start(
                 (None, Some(intel)) => Some(Vendor::Intel(intel)),
                 (None, None) => None,
             };
-            let collateral_metrics = match simulated {
-                true => Some(cluster.proxy_admin().with_context(|| {
-                    format!(
-                        "local-cluster did not say where attest-proxy's admin endpoint is; its log:\n{}",
-                        cluster.0.log()
-                    )
-                })?),
-                false => None,
-            };
+            let collateral_metrics = simulated.then_some(admin);
             // C-mutual: each node checks the service's evidence with the policy local-cluster
             // wrote (the control-plane swtpm's measurements and keys), in its own handshake.
             let server_policy = match mutual {
                 true => {
-                    let path = cluster.wait_for_service_policy(Duration::from_secs(10))?;
+                    let path: PathBuf = cluster
+                        .wait_for_announcement(SERVICE_POLICY_ANNOUNCED, Duration::from_secs(10))?;
                     Some(
                         node_client::ServicePolicy::load(Variant::QemuVtpm, &path)?
                             .server_policy()
@@ -742,7 +769,7 @@ async fn start(
                 watched,
                 collateral_metrics,
                 processes: vec![],
-                _cluster: Some(cluster),
+                cluster: Some(cluster),
                 _site: None,
                 _tdx_site: None,
                 _gce: None,
@@ -940,9 +967,19 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
         };
         if !config.warmup.is_zero() {
             let warm = load(&config, &prefix, &s, "w", 4, config.warmup, 0);
-            let report = run::run(s.running.target.clone(), &warm, &s.watched).await?;
+            let report = run::run(s.running.target.clone(), &warm, &s.watched)
+                .await
+                .with_context(|| {
+                    format!(
+                        "warming up setup {label}; the end of its logs:\n{}",
+                        s.running.log_tails()
+                    )
+                })?;
             if report.succeeded == 0 {
-                bail!("setup {label} answers no join during the warm-up:\n{report}");
+                bail!(
+                    "setup {label} answers no join during the warm-up:\n{report}\nthe end of its logs:\n{}",
+                    s.running.log_tails()
+                );
             }
             if report.collateral.is_some() {
                 println!("{report}");
@@ -963,7 +1000,15 @@ pub async fn run(config: BenchConfig) -> anyhow::Result<BenchResults> {
                 config.step,
                 pregenerate(s.rate, concurrency, config.step),
             );
-            let report = run::run(s.running.target.clone(), &step, &s.watched).await?;
+            let report = run::run(s.running.target.clone(), &step, &s.watched)
+                .await
+                .with_context(|| {
+                    format!(
+                        "setup {} at concurrency {concurrency}; the end of its logs:\n{}",
+                        series_label(s.setup, s.variant),
+                        s.running.log_tails()
+                    )
+                })?;
             println!("{report}");
             s.rate = s.rate.max(report.joins_per_second);
             s.steps.push(report);
@@ -1286,6 +1331,77 @@ mod tests {
             &outcomes,
             &readings,
         )
+    }
+
+    /// A stand-in for local-cluster printing `script`'s lines, with its logs in `dir`.
+    fn announcing(dir: &Path, script: &str) -> Cluster {
+        let mut command = Command::new("sh");
+        command.args(["-c", script]);
+        Cluster(Process::spawn("local-cluster", &command, dir).unwrap())
+    }
+
+    /// local-cluster prints attest-proxy's admin endpoint after its services are up, which may
+    /// be well after attest-proxy's port accepts: the line itself is waited for.
+    #[test]
+    fn the_admin_endpoint_announced_late_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = tempfile::tempdir().unwrap();
+        let mut cluster = announcing(
+            dir.path(),
+            &format!(
+                "echo 'join service up: attest-proxy on 127.0.0.1:9 (files and logs in {})'; \
+                 sleep 1; echo 'attest-proxy admin endpoint on 127.0.0.1:4567'; \
+                 echo \"the service attests itself: ...; nodes' service policy in /p/servicePolicy\"; \
+                 exec sleep 30",
+                files.path().display()
+            ),
+        );
+        let admin: std::net::SocketAddr = cluster
+            .wait_for_announcement(PROXY_ADMIN_ANNOUNCED, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(admin, loopback(4567));
+        let policy: PathBuf = cluster
+            .wait_for_announcement(SERVICE_POLICY_ANNOUNCED, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(policy, Path::new("/p/servicePolicy"));
+    }
+
+    /// A local-cluster that never announces (or exits first) fails the wait at its deadline, and
+    /// the error carries what it said.
+    #[test]
+    fn a_missing_announcement_fails_at_the_deadline_with_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut silent = announcing(dir.path(), "echo starting swtpm; exec sleep 30");
+        let started = std::time::Instant::now();
+        let error = silent
+            .wait_for_announcement::<std::net::SocketAddr>(
+                PROXY_ADMIN_ANNOUNCED,
+                Duration::from_millis(500),
+            )
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let text = format!("{error:#}");
+        assert!(text.contains("attest-proxy admin endpoint on"), "{text}");
+        assert!(text.contains("after 500ms"), "{text}");
+        assert!(text.contains("starting swtpm"), "{text}");
+
+        let mut failing = announcing(dir.path(), "echo 'kds stand-in: address in use'; exit 1");
+        let text = format!(
+            "{:#}",
+            failing
+                .wait_for_announcement::<std::net::SocketAddr>(PROXY_ADMIN_ANNOUNCED, CLUSTER_START)
+                .unwrap_err()
+        );
+        assert!(text.contains("exited"), "{text}");
+        assert!(text.contains("address in use"), "{text}");
+    }
+
+    #[test]
+    fn a_tail_is_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(tail("a\nb\nc", 2), "b\nc");
+        assert_eq!(tail("a\nb", 5), "a\nb");
+        assert_eq!(tail("", 5), "");
     }
 
     fn report(concurrency: usize, joins: usize, proxy_ticks: u64, other_ticks: u64) -> Report {

@@ -2,7 +2,10 @@
 //!
 //! Starts swtpm, the key service, the Kubernetes API stand-in, token-issuer, join-core and
 //! attest-proxy, then joins and rejoins a node attesting with the swtpm. With `--serve` it keeps
-//! serving in the foreground, so any aTLS client (a Constellation node, say) can join.
+//! serving in the foreground, so any aTLS client (a Constellation node, say) can join, until
+//! SIGTERM or Ctrl-C. Every process it starts ends with it, also when it is killed (SIGKILL) or
+//! crashes: the kernel sends each one SIGKILL when local-cluster ends (a parent-death signal,
+//! `testsupport::process::spawn_tied`).
 //!
 //! With `--variant aws-sev-snp` or `azure-sev-snp` it also simulates AMD: a simulated ARK the
 //! attestation config trusts as `amdRootKey`, and a KDS stand-in (in this process) that
