@@ -224,8 +224,8 @@ pub struct Config {
 
     /// On SIGTERM, how long in-flight joins may take to finish. Keep it below the pod's
     /// terminationGracePeriodSeconds.
-    #[arg(long, env = "ATTEST_PROXY_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
-    pub drain_timeout: Duration,
+    #[arg(long, env = "ATTEST_PROXY_GRACE_PERIOD", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub grace_period: Duration,
 
     /// Log line format.
     #[arg(long, env = "ATTEST_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -38,7 +38,7 @@
 //! Nodes retry `ResourceExhausted`, `Unavailable` and `Aborted` with full-jitter backoff
 //! (node-client); an attestation refusal (`Unauthenticated`) is final. On
 //! SIGTERM the listener closes (new connections are refused), and connections in flight finish
-//! within `--drain-timeout`.
+//! within `--grace-period`.
 
 mod collateral_metrics;
 pub mod config;
@@ -110,7 +110,7 @@ pub enum Error {
 pub struct Proxy {
     listener: TcpListener,
     shared: Arc<connection::Shared>,
-    drain_timeout: std::time::Duration,
+    grace_period: std::time::Duration,
     policy_poll_interval: std::time::Duration,
     admin: Option<plumbing::admin::AdminServer>,
     /// Keeps the server key certified, when the service attests itself.
@@ -224,7 +224,7 @@ impl Proxy {
             listener,
             admin,
             shared: Arc::new(shared),
-            drain_timeout: config.drain_timeout,
+            grace_period: config.grace_period,
             policy_poll_interval: config.policy_poll_interval,
             rotator,
         })
@@ -299,7 +299,7 @@ impl Proxy {
         }
         tracker.close();
         tracing::info!(open = tracker.len(), "draining connections");
-        if tokio::time::timeout(self.drain_timeout, tracker.wait())
+        if tokio::time::timeout(self.grace_period, tracker.wait())
             .await
             .is_err()
         {

@@ -510,9 +510,9 @@ fn grace_period_outlasts_every_drain() {
         .expect("terminationGracePeriodSeconds");
     // Each process's drain timeout; unset means its default of 20s.
     let drains = [
-        flag(&container("attest-proxy"), "drain-timeout"),
-        flag(&container("join-core"), "drain-timeout"),
-        flag(&container("token-issuer"), "grace-period-secs"),
+        flag(&container("attest-proxy"), "grace-period"),
+        flag(&container("join-core"), "grace-period"),
+        flag(&container("token-issuer"), "grace-period"),
     ];
     for d in drains {
         let d = d.map_or(20, |d| seconds(&d));

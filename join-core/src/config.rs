@@ -98,8 +98,8 @@ pub struct Config {
 
     /// How long in-flight requests get to finish after SIGTERM. Keep it below the pod's
     /// terminationGracePeriodSeconds.
-    #[arg(long, env = "JOIN_CORE_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
-    pub drain_timeout: Duration,
+    #[arg(long, env = "JOIN_CORE_GRACE_PERIOD", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub grace_period: Duration,
 
     /// Log line format.
     #[arg(long, env = "JOIN_CORE_LOG_FORMAT", value_enum, default_value_t)]

@@ -71,7 +71,7 @@ pub struct JoinCore {
     policy: PeerPolicy,
     service: TicketService,
     admin: Option<AdminServer>,
-    drain_timeout: Duration,
+    grace_period: Duration,
 }
 
 impl JoinCore {
@@ -126,7 +126,7 @@ impl JoinCore {
             policy: PeerPolicy::uids([config.proxy_uid]),
             service,
             admin,
-            drain_timeout: config.drain_timeout,
+            grace_period: config.grace_period,
         })
     }
 
@@ -159,7 +159,7 @@ impl JoinCore {
                 plumbing::unix::incoming(self.listener, self.policy),
                 shutdown.clone().wait(),
             );
-        let result = plumbing::shutdown::drain(serve, shutdown, self.drain_timeout)
+        let result = plumbing::shutdown::drain(serve, shutdown, self.grace_period)
             .await
             .map_err(Error::Serve);
         if let Some(admin) = admin {

@@ -350,7 +350,7 @@ impl System {
             kubeadm_config: kubeadm_config.clone(),
             ssh_cert_validity: Duration::from_secs(24 * 60 * 60),
             admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-            drain_timeout: Duration::from_secs(2),
+            grace_period: Duration::from_secs(2),
             log_format: LogFormat::Text,
         };
         let join_core = JoinCore::bind(config).await.unwrap();
@@ -965,7 +965,7 @@ async fn bad_salt_or_kubeadm_config_stops_startup() {
         kubeadm_config: dir.path().join("ClusterConfiguration"),
         ssh_cert_validity: Duration::from_secs(60),
         admin_listen: None,
-        drain_timeout: Duration::from_secs(1),
+        grace_period: Duration::from_secs(1),
         log_format: LogFormat::Text,
     };
     let error = JoinCore::bind(config.clone()).await.unwrap_err();

@@ -5,18 +5,6 @@ use std::time::Duration;
 
 use plumbing::telemetry::LogFormat;
 
-fn seconds(s: &str) -> Result<Duration, String> {
-    s.parse::<u64>()
-        .map(Duration::from_secs)
-        .map_err(|e| format!("expected whole seconds: {e}"))
-}
-
-fn milliseconds(s: &str) -> Result<Duration, String> {
-    s.parse::<u64>()
-        .map(Duration::from_millis)
-        .map_err(|e| format!("expected whole milliseconds: {e}"))
-}
-
 /// How to run token-issuer. Tests build this directly.
 #[derive(Clone, Debug, clap::Parser)]
 #[command(
@@ -79,23 +67,23 @@ pub struct Config {
     /// Kubeconfig for the Kubernetes API; default: in-cluster service account, else KUBECONFIG.
     #[arg(long, env = "TOKEN_ISSUER_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Deadline for each Kubernetes API call, retries included (seconds).
-    #[arg(long = "kube-timeout-secs", env = "TOKEN_ISSUER_KUBE_TIMEOUT_SECS", value_parser = seconds, default_value = "10")]
+    /// Deadline for each Kubernetes API call, retries included.
+    #[arg(long, env = "TOKEN_ISSUER_KUBE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     pub kube_timeout: Duration,
     /// How long a read of the `NodeVersion` and its components ConfigMap is used for later
-    /// joins (milliseconds; 0: read on every join). An upgrade reaches joining nodes at most
+    /// joins (`0s`: read on every join). An upgrade reaches joining nodes at most
     /// this much later; a node served the previous version is recorded with it (see
     /// `cluster_version`).
-    #[arg(long = "version-max-age-ms", env = "TOKEN_ISSUER_VERSION_MAX_AGE_MS", value_parser = milliseconds, default_value = "1000")]
+    #[arg(long, env = "TOKEN_ISSUER_VERSION_MAX_AGE", value_parser = humantime::parse_duration, default_value = "1s")]
     pub version_max_age: Duration,
     /// Address of the admin endpoint (`/livez`, `/readyz`, `/metrics`, plain HTTP), e.g.
     /// `0.0.0.0:9093`. Unset: no admin endpoint. Readiness means the API server answers
     /// `GET /version` (open to every client by Kubernetes' default RBAC).
     #[arg(long, env = "TOKEN_ISSUER_ADMIN_LISTEN")]
     pub admin_listen: Option<std::net::SocketAddr>,
-    /// How long in-flight requests may finish after SIGTERM (seconds); keep it below the pod's
+    /// How long in-flight requests may finish after SIGTERM; keep it below the pod's
     /// terminationGracePeriodSeconds.
-    #[arg(long = "grace-period-secs", env = "TOKEN_ISSUER_GRACE_PERIOD_SECS", value_parser = seconds, default_value = "20")]
+    #[arg(long, env = "TOKEN_ISSUER_GRACE_PERIOD", value_parser = humantime::parse_duration, default_value = "20s")]
     pub grace_period: Duration,
     /// This instance's name in the Events it records (`reportingInstance`): the pod name,
     /// which Kubernetes sets as the container's hostname.
@@ -137,8 +125,8 @@ mod tests {
             "1001",
             "--api-server-endpoint",
             "10.0.0.1:6443",
-            "--kube-timeout-secs",
-            "3",
+            "--kube-timeout",
+            "3s",
         ])
         .unwrap();
         assert_eq!(c.peer_uid, 1001);

@@ -65,8 +65,8 @@ pub struct Config {
 
     /// How long in-flight requests get to finish after SIGTERM (e.g. `20s`). Keep it below the
     /// pod's terminationGracePeriodSeconds.
-    #[arg(long, env = "KEYSERVICE_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
-    pub drain_timeout: Duration,
+    #[arg(long, env = "KEYSERVICE_GRACE_PERIOD", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub grace_period: Duration,
 
     /// Log line format.
     #[arg(long, env = "KEYSERVICE_LOG_FORMAT", value_enum, default_value_t)]
@@ -82,7 +82,7 @@ impl Config {
             master_salt_file: None,
             master_secret_hex: Some(HexBytes(Zeroizing::new(secret.to_vec()))),
             master_salt_hex: Some(HexBytes(Zeroizing::new(salt.to_vec()))),
-            drain_timeout: Duration::from_secs(5),
+            grace_period: Duration::from_secs(5),
             log_format: LogFormat::Text,
         }
     }
@@ -159,11 +159,11 @@ mod tests {
             "000102030405060708090a0b0c0d0e0f",
             "--master-salt-hex",
             "ff",
-            "--drain-timeout",
+            "--grace-period",
             "500ms",
         ])
         .unwrap();
-        assert_eq!(config.drain_timeout, Duration::from_millis(500));
+        assert_eq!(config.grace_period, Duration::from_millis(500));
         assert!(!format!("{config:?}").contains("0a0b"));
         config.load_master_secret().unwrap();
     }

@@ -72,7 +72,7 @@ pub struct KeyServer {
     listener: TcpListener,
     local_addr: SocketAddr,
     master: Arc<MasterSecret>,
-    drain_timeout: Duration,
+    grace_period: Duration,
 }
 
 impl KeyServer {
@@ -89,7 +89,7 @@ impl KeyServer {
             listener,
             local_addr,
             master,
-            drain_timeout: config.drain_timeout,
+            grace_period: config.grace_period,
         })
     }
 
@@ -114,7 +114,7 @@ impl KeyServer {
                 }),
                 shutdown.clone().wait(),
             );
-        plumbing::shutdown::drain(serve, shutdown, self.drain_timeout)
+        plumbing::shutdown::drain(serve, shutdown, self.grace_period)
             .await
             .map_err(Error::Serve)
     }
