@@ -38,6 +38,17 @@ pub enum Binding {
     Gcp,
 }
 
+impl Binding {
+    /// The variant whose reports bind their key this way.
+    pub fn variant(self) -> Variant {
+        match self {
+            Binding::Aws => Variant::AwsSevSnp,
+            Binding::Azure => Variant::AzureSevSnp,
+            Binding::Gcp => Variant::GcpSevSnp,
+        }
+    }
+}
+
 /// The verification time, in seconds since the epoch.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -95,7 +106,7 @@ impl SevSnpValidator {
     }
 
     /// The validator an attestation config describes: its measurements (at least one enforced)
-    /// and its SNP settings, with collateral from `collateral`. Returns it with the digest that
+    /// and its SNP settings as [`SnpConfig::for_variant`] reads them, with collateral from `collateral`. Returns it with the digest that
     /// covers everything it decides by.
     pub fn from_attestation_config(
         binding: Binding,
@@ -103,7 +114,7 @@ impl SevSnpValidator {
         collateral: Arc<dyn SnpCollateral>,
     ) -> Result<(SevSnpValidator, String), crate::PolicyError> {
         let policy = Policy::enforcing_from_attestation_config(json)?;
-        let snp = SnpConfig::from_attestation_config(json)?;
+        let snp = SnpConfig::for_variant(binding.variant(), json)?;
         let digest = policy.digest_with(&snp.canonical());
         Ok((
             SevSnpValidator::new(binding, policy, snp, collateral),
@@ -394,11 +405,7 @@ fn facts(verified: &VerifiedReport) -> String {
 
 impl Validator for SevSnpValidator {
     fn variant(&self) -> Variant {
-        match self.binding {
-            Binding::Aws => Variant::AwsSevSnp,
-            Binding::Azure => Variant::AzureSevSnp,
-            Binding::Gcp => Variant::GcpSevSnp,
-        }
+        self.binding.variant()
     }
 
     fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
