@@ -430,8 +430,14 @@ impl SnpConfig {
         }
         let pins = &self.pins;
         for (name, list) in [
-            ("measurements", pins.measurements.as_ref().map(|l| sorted_hex(l))),
-            ("author-keys", pins.author_key_digests.as_ref().map(|l| sorted_hex(l))),
+            (
+                "measurements",
+                pins.measurements.as_ref().map(|l| sorted_hex(l)),
+            ),
+            (
+                "author-keys",
+                pins.author_key_digests.as_ref().map(|l| sorted_hex(l)),
+            ),
             ("host-data", pins.host_data.map(hex::encode)),
             ("chip-ids", pins.chip_ids.as_ref().map(|l| sorted_hex(l))),
         ] {

@@ -282,10 +282,7 @@ impl TdxConfig {
                 config.sept_ve_disable_required = false;
             }
             Variant::QemuTdx => {
-                let mrtd_measured = policy
-                    .measurements()
-                    .get(&0)
-                    .is_some_and(|m| !m.warn_only);
+                let mrtd_measured = policy.measurements().get(&0).is_some_and(|m| !m.warn_only);
                 if config.mrtds.is_none() && !mrtd_measured {
                     return Err(unpinned(
                         "measurements[0] (MRTD) enforced, or mrtds",
@@ -340,9 +337,6 @@ impl TdxConfig {
         if td.is_debug() {
             return Err(TdxPolicyError::Debug);
         }
-        if self.sept_ve_disable_required && !quote.sept_ve_disable() {
-            return Err(TdxPolicyError::SeptVeDisable);
-        }
         if !self.accepted_statuses.contains(&verified.status) {
             return Err(TdxPolicyError::Status {
                 status: verified.status.to_string(),
@@ -354,6 +348,9 @@ impl TdxConfig {
                     .collect::<Vec<_>>()
                     .join(","),
             });
+        }
+        if self.sept_ve_disable_required && !quote.sept_ve_disable() {
+            return Err(TdxPolicyError::SeptVeDisable);
         }
         if quote.qe_svn() < self.min_qe_svn {
             return Err(TdxPolicyError::Svn {
