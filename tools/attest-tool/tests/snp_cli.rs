@@ -240,12 +240,6 @@ fn the_firmware_pins_apply_and_azure_needs_its_firmware_signer() {
             format!(r#""allowedChipIds":["{}"]"#, "ab".repeat(64)),
             "allowedChipIds",
         ),
-        (
-            format!(
-                r#""minimumTcb":{{"Genoa":{{{tcb}}}}},"bootloaderVersion":4,"teeVersion":0,"snpVersion":8,"microcodeVersion":115"#
-            ),
-            "below the configured minimum",
-        ),
     ] {
         let out = pinned(&pins);
         assert_eq!(out.status.code(), Some(1), "{pins}");
