@@ -614,12 +614,102 @@ mod tests {
         }
     }
 
-    /// MRTD (index 0) enforced, 48 bytes as TDX measures, and the TCB statuses accepted.
+    /// MRTD (index 0) enforced, 48 bytes as TDX measures, the same MRTD and an MRSEAM pinned,
+    /// and the TCB statuses accepted.
     fn tdx_config(byte: u8, statuses: &str) -> String {
         format!(
-            r#"{{"measurements": {{"0": {{"expected": "{}"}}}}, "acceptedTcbStatuses": [{statuses}]}}"#,
-            hex::encode([byte; 48])
+            r#"{{"measurements": {{"0": {{"expected": "{mrtd}"}}}}, "mrtds": ["{mrtd}"], "mrSeams": ["{}"], "acceptedTcbStatuses": [{statuses}]}}"#,
+            hex::encode([0x5e; 48]),
+            mrtd = hex::encode([byte; 48]),
         )
+    }
+
+    fn amd() -> Hardware {
+        Hardware::Amd {
+            collateral: Arc::new(attestation::snp::StaticCollateral::new()),
+            gce: None,
+        }
+    }
+
+    /// An azure-sev-snp config: a PCR enforced, Constellation's minimum TCB, and `signer` (the
+    /// `firmwareSignerConfig` value, JSON).
+    fn azure_snp_config(signer: &str) -> String {
+        format!(
+            r#"{{"measurements": {{"4": {{"expected": "{}"}}}}, "bootloaderVersion": 3, "teeVersion": 0, "snpVersion": 8, "microcodeVersion": 115, "firmwareSignerConfig": {signer}}}"#,
+            hex::encode([4u8; 32])
+        )
+    }
+
+    /// azure-sev-snp without `firmwareSignerConfig` pins no firmware: refused at start, and a
+    /// reload that drops it keeps the last good policy, naming the field.
+    #[test]
+    fn an_azure_sev_snp_config_without_a_firmware_signer_is_refused_at_start_and_on_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        let pinned = azure_snp_config(&format!(
+            r#"{{"acceptedKeyDigests": ["{}"]}}"#,
+            hex::encode([3u8; 48])
+        ));
+        let unpinned = [
+            azure_snp_config("null"),
+            azure_snp_config("null").replace(r#", "firmwareSignerConfig": null"#, ""),
+        ];
+        for contents in &unpinned {
+            std::fs::write(&path, contents).unwrap();
+            let error = Current::load(Variant::AzureSevSnp, &path, Some(amd())).unwrap_err();
+            let chain = status::chain(&error);
+            assert!(
+                chain.contains("azure-sev-snp needs firmwareSignerConfig")
+                    && chain.contains("Stricter than Constellation"),
+                "{chain}"
+            );
+            // aws-sev-snp binds its firmware otherwise: the same config starts.
+            Current::load(Variant::AwsSevSnp, &path, Some(amd())).unwrap();
+        }
+        std::fs::write(&path, &pinned).unwrap();
+        let current = Current::load(Variant::AzureSevSnp, &path, Some(amd())).unwrap();
+        let digest = current.get().digest.clone();
+        for contents in &unpinned {
+            std::fs::write(&path, contents).unwrap();
+            let Reload::Refused { reason } = current.reload() else {
+                panic!("an unpinned azure-sev-snp config must be refused on reload")
+            };
+            assert!(reason.contains("firmwareSignerConfig"), "{reason}");
+            assert_eq!(current.get().digest, digest, "the last good policy stays");
+        }
+    }
+
+    /// azure-tdx without `mrtds`, a TDX config without an MRSEAM: refused on reload as at start.
+    #[test]
+    fn a_tdx_reload_that_unpins_the_firmware_keeps_the_last_good_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        let good = tdx_config(1, r#""UpToDate""#);
+        let no_mrtds = good.replace(&format!(r#""mrtds": ["{}"], "#, hex::encode([1u8; 48])), "");
+        let no_mrseam = good.replace(
+            &format!(r#""mrSeams": ["{}"], "#, hex::encode([0x5e; 48])),
+            "",
+        );
+        for (variant, contents, field) in [
+            (Variant::AzureTdx, &no_mrtds, "needs mrtds"),
+            (Variant::AzureTdx, &no_mrseam, "needs mrSeams"),
+            (Variant::QemuTdx, &no_mrseam, "needs mrSeams"),
+        ] {
+            std::fs::write(&path, &good).unwrap();
+            let current = Current::load(variant, &path, Some(intel())).unwrap();
+            let digest = current.get().digest.clone();
+            std::fs::write(&path, contents).unwrap();
+            let Reload::Refused { reason } = current.reload() else {
+                panic!("{variant}: an unpinned config must be refused on reload")
+            };
+            assert!(reason.contains(field), "{reason}");
+            assert_eq!(current.get().digest, digest);
+            let error = Current::load(variant, &path, Some(intel())).unwrap_err();
+            assert!(status::chain(&error).contains(field), "{error}");
+        }
+        // qemu-tdx pins the MRTD through measurement 0: mrtds is not needed.
+        std::fs::write(&path, &no_mrtds).unwrap();
+        Current::load(Variant::QemuTdx, &path, Some(intel())).unwrap();
     }
 
     #[test]

@@ -14,7 +14,8 @@ use clap::Parser as _;
 use pcs_standin::{PckCa, PcsStandin};
 
 const FMSPC: &str = "b0c06f000000";
-const POLICY: &str = r#"{"measurements": {"0": {"expected": "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7"}}}"#;
+/// The real UpToDate quote's MRTD as measurement 0, and its TDX module's MRSEAM.
+const POLICY: &str = r#"{"measurements": {"0": {"expected": "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7"}}, "mrSeams": ["5b38e33a6487958b72c3c12a938eaa5e3fd4510c51aeeab58c7d5ecee41d7c436489d6c8e4f92f160b7cad34207b00c1"]}"#;
 
 /// Intel's real collateral, as Intel's PCS serves it.
 fn serve_real(pcs: &PcsStandin) {

@@ -11,7 +11,8 @@ use attestation::variants::tdx::{TdxKind, TdxValidator};
 use common::*;
 use serde_json::Value;
 
-/// The example with every placeholder replaced by `len` bytes of hex.
+/// The example with every measurement placeholder replaced by `len` bytes of hex, and every
+/// other placeholder (an MRSEAM) by 48.
 fn measured(name: &str, len: usize) -> Value {
     let text = std::fs::read_to_string(deploy_dir().join("examples").join(name))
         .expect("the example config");
@@ -26,6 +27,14 @@ fn measured(name: &str, len: usize) -> Value {
             "{name}: a placeholder, not a value that only fits one image"
         );
         m["expected"] = Value::String("ab".repeat(len));
+    }
+    if let Some(seams) = config["mrSeams"].as_array_mut() {
+        for seam in seams
+            .iter_mut()
+            .filter(|s| s.as_str().is_some_and(|s| s.starts_with('<')))
+        {
+            *seam = Value::String("5e".repeat(48));
+        }
     }
     config
 }
@@ -52,6 +61,45 @@ fn the_example_configs_are_valid_tdx_policies_once_measured() {
             TdxValidator::from_attestation_config(kind, &text, Arc::new(StaticCollateral::new()))
                 .is_err(),
             "{name}"
+        );
+    }
+}
+
+/// azure-tdx's example pins the firmware and TDX module of the real Azure TD in the test
+/// vectors (its MRTD and MRSEAM); without them (the config Constellation ships, `qeVendorID`
+/// only) it is refused, naming the field.
+#[test]
+fn the_azure_tdx_example_pins_the_real_azure_tds_firmware() {
+    let config = measured("azure-tdx.attestationConfig.json", 32);
+    let raw = config.to_string();
+    let policy = attestation::Policy::from_attestation_config(raw.as_bytes()).expect("policy");
+    let tdx = attestation::tdx::TdxConfig::for_variant(
+        attestation::Variant::AzureTdx,
+        raw.as_bytes(),
+        &policy,
+    )
+    .expect("azure-tdx pins its firmware");
+    let quote = std::fs::read(
+        deploy_dir().join("../lib/attestation/testdata/tdx/azure-tdx-vtpm/td-quote.bin"),
+    )
+    .expect("the Azure TD quote");
+    let quote = attestation::tdx::TdQuote::parse(&quote).expect("a quote");
+    assert_eq!(tdx.mrtds, Some(vec![quote.td().mr_td]));
+    assert_eq!(tdx.mr_seams, Some(vec![quote.td().mr_seam]));
+    assert!(!tdx.sept_ve_disable_required);
+
+    for field in ["mrtds", "mrSeams"] {
+        let mut without = config.clone();
+        without.as_object_mut().expect("object").remove(field);
+        let error = TdxValidator::from_attestation_config(
+            TdxKind::Azure,
+            without.to_string().as_bytes(),
+            Arc::new(StaticCollateral::new()),
+        )
+        .expect_err("unpinned");
+        assert!(
+            error.to_string().contains(&format!("needs {field}")),
+            "{error}"
         );
     }
 }

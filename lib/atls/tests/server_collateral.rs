@@ -394,7 +394,7 @@ mod tdx {
     use attestation::variants::tdx::{TdxKind, TdxValidator};
     use pcs_standin::SimulatedIntel;
     use soft_issuer::tdx::{
-        MRTD, PckSpec, RTMRS, ReportData, TdFields, TdxDocumentIssuer, TdxMachine,
+        MRSEAM, MRTD, PckSpec, RTMRS, ReportData, TdFields, TdxDocumentIssuer, TdxMachine,
     };
 
     struct TdxSite {
@@ -468,8 +468,10 @@ mod tdx {
                 serde_json::json!({ "expected": hex::encode(value), "warnOnly": false }),
             );
         }
-        let config =
-            serde_json::json!({ "measurements": measurements, "intelRootKey": root.root_pem() });
+        let config = serde_json::json!({
+            "measurements": measurements, "intelRootKey": root.root_pem(),
+            "mrSeams": [hex::encode(MRSEAM)],
+        });
         let (validator, _) = TdxValidator::from_attestation_config(
             TdxKind::Qemu,
             config.to_string().as_bytes(),

@@ -373,7 +373,9 @@ fn tdx_check_name(error: &crate::tdx::TdxError) -> &'static str {
 fn tdx_policy_check_name(error: &crate::tdx::TdxPolicyError) -> &'static str {
     use crate::tdx::TdxPolicyError as E;
     match error {
-        E::Debug => "tdx_attributes",
+        E::Debug | E::SeptVeDisable => "tdx_attributes",
+        E::MrSeam(_) => "tdx_mrseam",
+        E::Mrtd(_) => "tdx_mrtd",
         E::Status { .. } => "tdx_tcb_status",
         E::Svn { .. } | E::TeeTcbSvn { .. } => "tdx_svn",
         E::Mismatch { .. } => "tdx_td_report",
@@ -410,6 +412,11 @@ fn snp_policy_check_name(error: &crate::snp::SnpPolicyError) -> &'static str {
         E::Vmpl(_) => "snp_vmpl",
         E::CurrentBelowCommitted { .. } => "snp_tcb_current_below_committed",
         E::TcbBelowMinimum { .. } => "snp_tcb_minimum",
+        E::NoMinimumTcb(_) => "snp_tcb_no_minimum",
+        E::Measurement(_) => "snp_launch_measurement",
+        E::AuthorKeyDigest(_) => "snp_author_key_digest",
+        E::HostData(_) => "snp_host_data",
+        E::ChipId(_) => "snp_chip_id_allowed",
         E::IdKeyDigest(_) => "snp_id_key_digest",
     }
 }

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use attestation::snp::{
-    Cert, Enforcement, Report, SnpConfig, SnpConfigError, SnpPolicyError, Tcb, Trust,
+    Cert, Enforcement, Product, Report, SnpConfig, SnpConfigError, SnpPolicyError, Tcb, Trust,
     VerifiedReport, certs_from_pem, verify_report,
 };
 
@@ -171,21 +171,18 @@ fn bad_configs_are_refused_with_the_field_named() {
     assert_eq!(
         err(r#"{"bootloaderVersion":"latest","teeVersion":0,"snpVersion":0,"microcodeVersion":0}"#),
         SnpConfigError::Latest {
-            field: "bootloaderVersion"
+            field: "bootloaderVersion".into()
         }
     );
     assert_eq!(
         err(r#"{"bootloaderVersion":0,"teeVersion":0,"snpVersion":0}"#),
         SnpConfigError::MissingVersion {
-            field: "microcodeVersion"
+            field: "microcodeVersion".into()
         }
     );
     assert!(matches!(
         err(r#"{"bootloaderVersion":0,"teeVersion":256,"snpVersion":0,"microcodeVersion":0}"#),
-        SnpConfigError::BadVersion {
-            field: "teeVersion",
-            ..
-        }
+        SnpConfigError::BadVersion { ref field, .. } if field == "teeVersion"
     ));
     assert!(matches!(
         err(
@@ -256,6 +253,230 @@ fn an_snp_variant_config_needs_an_enforced_measurement_and_its_digest_covers_the
     ));
     assert!(matches!(
         load(&format!("{{{pcr},\"bootloaderVersion\":\"latest\",\"teeVersion\":0,\"snpVersion\":8,\"microcodeVersion\":1}}")).unwrap_err(),
-        PolicyError::Snp(SnpConfigError::Latest { field: "bootloaderVersion" })
+        PolicyError::Snp(SnpConfigError::Latest { ref field }) if field == "bootloaderVersion"
     ));
+}
+
+const MILAN_MIN: &str =
+    r#""bootloaderVersion":3,"teeVersion":0,"snpVersion":8,"microcodeVersion":115"#;
+
+/// Azure's Genoa report (TCBs 10/0/23/84), verified with Genoa's chain.
+fn genoa() -> VerifiedReport {
+    let evidence: serde_json::Value =
+        serde_json::from_slice(&read("azure-genoa-vtpm/evidence-genoa.json")).unwrap();
+    let hcl: Vec<u8> = evidence["report"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
+        .collect();
+    let vcek = certs_from_pem(evidence["vcek"].as_str().unwrap().as_bytes())
+        .unwrap()
+        .remove(0);
+    let mut chain = certs_from_pem(&read("amd-roots/genoa-ask-ark.pem")).unwrap();
+    let ark = chain.pop().unwrap();
+    let ask = chain.pop().unwrap();
+    let report = Report::parse(&hcl[0x20..0x20 + 1184]).unwrap();
+    verify_report(&report, &vcek, &ask, &ark, &Trust::builtin(), TODAY).unwrap()
+}
+
+#[test]
+fn azure_sev_snp_is_refused_without_a_firmware_signer_config() {
+    use attestation::Variant;
+    use attestation::snp::StaticCollateral;
+    use attestation::variants::sev_snp::{Binding, SevSnpValidator};
+    use attestation::{PolicyError, Variant::AzureSevSnp};
+    use std::sync::Arc;
+
+    let pcr = format!(
+        r#""measurements":{{"4":{{"expected":"{}","warnOnly":false}}}}"#,
+        "44".repeat(32)
+    );
+    let digest = azure_digest();
+    for signer in [
+        String::new(),
+        r#","firmwareSignerConfig":null"#.to_owned(),
+        format!(
+            r#","firmwareSignerConfig":{{"acceptedKeyDigests":["{digest}"],"enforcementPolicy":"WarnOnly"}}"#
+        ),
+    ] {
+        let json = format!("{{{pcr},{MILAN_MIN}{signer}}}");
+        let error = SnpConfig::for_variant(AzureSevSnp, json.as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                SnpConfigError::Unpinned {
+                    field: "firmwareSignerConfig",
+                    ..
+                }
+            ) && error.to_string().contains("Stricter than Constellation"),
+            "{signer}: {error}"
+        );
+        // The loader attest-proxy and join-client build validators with refuses it too.
+        let error = SevSnpValidator::from_attestation_config(
+            Binding::Azure,
+            json.as_bytes(),
+            Arc::new(StaticCollateral::new()),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, PolicyError::Snp(SnpConfigError::Unpinned { .. })),
+            "{error}"
+        );
+        // The other SNP variants bind their firmware otherwise (VLEK of AWS, GCE API).
+        for variant in [Variant::AwsSevSnp, Variant::GcpSevSnp] {
+            let without = format!("{{{pcr},{MILAN_MIN}}}");
+            SnpConfig::for_variant(variant, without.as_bytes()).unwrap();
+        }
+    }
+    // With Constellation's field, or with the launch measurement pinned instead: accepted.
+    for pin in [
+        format!(r#""firmwareSignerConfig":{{"acceptedKeyDigests":["{digest}"]}}"#),
+        format!(
+            r#""firmwareSignerConfig":{{"acceptedKeyDigests":["{digest}"],"enforcementPolicy":"MAAFallback"}}"#
+        ),
+        format!(
+            r#""launchMeasurements":["{}"]"#,
+            hex::encode(azure().report.measurement())
+        ),
+    ] {
+        let json = format!("{{{pcr},{MILAN_MIN},{pin}}}");
+        let config = SnpConfig::for_variant(AzureSevSnp, json.as_bytes()).unwrap();
+        assert_eq!(config.check(&azure()), Ok(vec![]), "{pin}");
+    }
+}
+
+#[test]
+fn the_firmware_pins_accept_the_real_reports_values_and_refuse_others_by_name() {
+    let with = |pins: &str| config(&format!("{{{MILAN_MIN},{pins}}}"));
+    let azure = azure();
+    let report = &azure.report;
+    let measurement = hex::encode(report.measurement());
+    let author = hex::encode(report.author_key_digest());
+    let host_data = hex::encode(report.host_data());
+    let chip = hex::encode(report.chip_id());
+    let other48 = "ab".repeat(48);
+    assert_eq!(
+        with(&format!(
+            r#""launchMeasurements":["{other48}","{measurement}"],"acceptedAuthorKeyDigests":["{author}"],"hostData":"{host_data}","allowedChipIds":["{}","{chip}"]"#,
+            "cd".repeat(64)
+        ))
+        .check(&azure),
+        Ok(vec![])
+    );
+    assert_eq!(
+        with(&format!(r#""launchMeasurements":["{other48}"]"#)).check(&azure),
+        Err(SnpPolicyError::Measurement(measurement.clone()))
+    );
+    assert_eq!(
+        with(&format!(r#""acceptedAuthorKeyDigests":["{other48}"]"#)).check(&azure),
+        Err(SnpPolicyError::AuthorKeyDigest(author))
+    );
+    assert_eq!(
+        with(&format!(r#""hostData":"{}""#, "ef".repeat(32))).check(&azure),
+        Err(SnpPolicyError::HostData(host_data))
+    );
+    assert_eq!(
+        with(&format!(r#""allowedChipIds":["{}"]"#, "cd".repeat(64))).check(&azure),
+        Err(SnpPolicyError::ChipId(chip.clone()))
+    );
+    // AWS's reports mask CHIP_ID: an allow-list of chips never passes them.
+    let aws_min = r#""bootloaderVersion":4,"teeVersion":0,"snpVersion":24,"microcodeVersion":217"#;
+    let aws_config = |pins: &str| config(&format!("{{{aws_min},{pins}}}"));
+    assert!(matches!(
+        aws_config(&format!(r#""allowedChipIds":["{chip}"]"#)).check(&aws()),
+        Err(SnpPolicyError::ChipId(_))
+    ));
+    // Constellation's AWS vector, by the MEASUREMENT its README gives.
+    let aws_measurement = "5a5cdbad8f540ce4abca0120faec86f62ef7128a4ac711add34d468b5957c82aa2f24e8f111dadc3689b787b88ed0715";
+    assert_eq!(
+        aws_config(&format!(r#""launchMeasurements":["{aws_measurement}"]"#)).check(&aws()),
+        Ok(vec![])
+    );
+    assert_eq!(
+        aws_config(&format!(r#""launchMeasurements":["{measurement}"]"#)).check(&aws()),
+        Err(SnpPolicyError::Measurement(aws_measurement.to_owned()))
+    );
+    // Malformed pins are named.
+    let err = |json: String| SnpConfig::from_attestation_config(json.as_bytes()).unwrap_err();
+    for (pins, field) in [
+        (
+            r#""launchMeasurements":[]"#.to_owned(),
+            "launchMeasurements",
+        ),
+        (
+            r#""launchMeasurements":["abcd"]"#.to_owned(),
+            "launchMeasurements",
+        ),
+        (
+            format!(r#""acceptedAuthorKeyDigests":["{}"]"#, "ab".repeat(32)),
+            "acceptedAuthorKeyDigests",
+        ),
+        (format!(r#""hostData":"{other48}""#), "hostData"),
+        (
+            format!(r#""allowedChipIds":["{other48}"]"#),
+            "allowedChipIds",
+        ),
+    ] {
+        assert!(
+            matches!(err(format!("{{{MILAN_MIN},{pins}}}")), SnpConfigError::BadPin { field: f, .. } if f == field),
+            "{pins}"
+        );
+    }
+}
+
+#[test]
+fn each_product_has_its_own_minimum_and_one_without_is_refused_by_name() {
+    let genoa = genoa();
+    // Constellation's four fields alone: Milan's minimum, none for Genoa.
+    let error = config(&format!("{{{MILAN_MIN}}}"))
+        .check(&genoa)
+        .unwrap_err();
+    assert_eq!(error, SnpPolicyError::NoMinimumTcb(Product::Genoa));
+    assert!(
+        error.to_string().contains("minimumTcb.Genoa")
+            && error.to_string().contains("Stricter than Constellation"),
+        "{error}"
+    );
+    let with_genoa = |bl, tee, snp, ucode| {
+        config(&format!(
+            r#"{{"bootloaderVersion":99,"teeVersion":99,"snpVersion":99,"microcodeVersion":255,
+                "minimumTcb":{{"Genoa":{{"bootloaderVersion":{bl},"teeVersion":{tee},"snpVersion":{snp},"microcodeVersion":{ucode}}}}}}}"#
+        ))
+    };
+    // Genoa's minimum decides for Genoa, whatever Milan's is.
+    assert_eq!(with_genoa(10, 0, 23, 84).check(&genoa), Ok(vec![]));
+    for config in [
+        with_genoa(11, 0, 23, 84),
+        with_genoa(10, 1, 23, 84),
+        with_genoa(10, 0, 24, 84),
+        with_genoa(10, 0, 23, 85),
+    ] {
+        assert!(matches!(
+            config.check(&genoa),
+            Err(SnpPolicyError::TcbBelowMinimum { .. })
+        ));
+    }
+    // ... and Milan's for Milan.
+    assert!(matches!(
+        with_genoa(0, 0, 0, 0).check(&azure()),
+        Err(SnpPolicyError::TcbBelowMinimum { .. })
+    ));
+    // Malformed per-product minimums are named.
+    let err = |minimum: &str| {
+        SnpConfig::from_attestation_config(
+            format!(r#"{{{MILAN_MIN},"minimumTcb":{minimum}}}"#).as_bytes(),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let tcb4 = r#""bootloaderVersion":0,"teeVersion":0,"snpVersion":0,"microcodeVersion":0"#;
+    assert!(
+        err(&format!(r#"{{"Turin":{{{tcb4}}}}}"#))
+            .contains("minimumTcb.Turin.fmcVersion is missing")
+    );
+    assert!(err(&format!(r#"{{"Genoa":{{{tcb4},"fmcVersion":0}}}}"#)).contains("Genoa.fmcVersion"));
+    assert!(err(&format!(r#"{{"Milan":{{{tcb4}}}}}"#)).contains("top-level"));
+    assert!(err(&format!(r#"{{"Bergamo":{{{tcb4}}}}}"#)).contains("not Genoa or Turin"));
+    assert!(err(r#"{"Genoa":{"bootloaderVersion":"latest","teeVersion":0,"snpVersion":0,"microcodeVersion":0}}"#).contains("minimumTcb.Genoa.bootloaderVersion is \"latest\""));
 }

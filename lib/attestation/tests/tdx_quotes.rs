@@ -386,7 +386,14 @@ fn the_azure_tdx_chain_verifies_through_the_hcl_to_the_vtpm_quote() {
         TdxConfig::default().check(&verified).unwrap_err(),
         TdxPolicyError::Status { .. }
     ));
-    accepting(&["OutOfDate"]).check(&verified).unwrap();
+    // Azure's paravisor TDs never set SEPT_VE_DISABLE: only azure-tdx's config lets them pass.
+    let mut outofdate = accepting(&["OutOfDate"]);
+    assert_eq!(
+        outofdate.check(&verified).unwrap_err(),
+        TdxPolicyError::SeptVeDisable
+    );
+    outofdate.sept_ve_disable_required = false;
+    outofdate.check(&verified).unwrap();
     for at in [AUTOMATA_WINDOW.0 - 1, AUTOMATA_WINDOW.1] {
         assert!(matches!(
             verify_quote(&quote, &automata(), &Trust::builtin(), at).unwrap_err(),
@@ -470,7 +477,11 @@ fn the_config_checks_the_td_report() {
         json.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
-        TdxConfig::from_attestation_config(json.to_string().as_bytes())
+        // An Azure TD: no SEPT_VE_DISABLE, as azure-tdx's config allows.
+        TdxConfig::from_attestation_config(json.to_string().as_bytes()).map(|mut c| {
+            c.sept_ve_disable_required = false;
+            c
+        })
     };
     let quote = &verified.quote;
     let td = quote.td();
@@ -479,6 +490,8 @@ fn the_config_checks_the_td_report() {
         "qeSVN": quote.qe_svn(), "pceSVN": quote.pce_svn(),
         "teeTCBSVN": hex::encode(td.tee_tcb_svn), "qeVendorID": "939a7233f79c4ca9940a0db3957f0607",
         "mrSeam": hex::encode(td.mr_seam), "xfam": "e718060000000000",
+        "mrtds": ["11".repeat(48), hex::encode(td.mr_td)],
+        "mrSeams": ["22".repeat(48)],
     }))
     .unwrap()
     .check(&verified)
@@ -502,13 +515,18 @@ fn the_config_checks_the_td_report() {
         refused(serde_json::json!({ "xfam": "e700060000000000" })),
         TdxPolicyError::Mismatch { field: "xfam", .. }
     ));
-    assert!(matches!(
+    assert_eq!(
         refused(serde_json::json!({ "mrSeam": "11".repeat(48) })),
-        TdxPolicyError::Mismatch {
-            field: "mrSeam",
-            ..
-        }
-    ));
+        TdxPolicyError::MrSeam(hex::encode(td.mr_seam))
+    );
+    assert_eq!(
+        refused(serde_json::json!({ "mrSeams": ["11".repeat(48), "22".repeat(48)] })),
+        TdxPolicyError::MrSeam(hex::encode(td.mr_seam))
+    );
+    assert_eq!(
+        refused(serde_json::json!({ "mrtds": ["11".repeat(48)] })),
+        TdxPolicyError::Mrtd(hex::encode(td.mr_td))
+    );
     assert!(matches!(
         refused(serde_json::json!({ "qeVendorID": "00".repeat(15) + "01" })),
         TdxPolicyError::Mismatch {
@@ -554,6 +572,11 @@ fn the_config_checks_the_td_report() {
             "not a TCB status",
         ),
         (serde_json::json!({ "acceptedTcbStatuses": [] }), "empty"),
+        (serde_json::json!({ "mrtds": [] }), "mrtds: empty"),
+        (
+            serde_json::json!({ "mrSeams": ["abcd"] }),
+            "48 bytes of hex",
+        ),
         (
             serde_json::json!({ "intelRootKey": "not PEM" }),
             "intelRootKey",
@@ -575,8 +598,10 @@ fn a_qemu_tdx_document_must_bind_the_connection() {
 
     let quote = read("dcap-qvl-uptodate/quote.bin");
     let mrtd = hex::encode(uptodate_quote().td().mr_td);
-    let config =
-        serde_json::json!({ "measurements": { "0": { "expected": mrtd, "warnOnly": false } } });
+    let config = serde_json::json!({
+        "measurements": { "0": { "expected": mrtd, "warnOnly": false } },
+        "mrSeams": [hex::encode(uptodate_quote().td().mr_seam)],
+    });
     let (validator, digest) = TdxValidator::from_attestation_config(
         TdxKind::Qemu,
         config.to_string().as_bytes(),
@@ -720,7 +745,8 @@ fn a_pck_certificate_not_signed_up_to_the_trusted_root_is_refused_before_any_loo
     let mrtd = hex::encode(uptodate_quote().td().mr_td);
     let validator = |extra: serde_json::Value| {
         let mut config = serde_json::json!({
-            "measurements": { "0": { "expected": mrtd, "warnOnly": false } }
+            "measurements": { "0": { "expected": mrtd, "warnOnly": false } },
+            "mrSeams": [hex::encode(uptodate_quote().td().mr_seam)],
         });
         if let serde_json::Value::Object(extra) = extra {
             config.as_object_mut().unwrap().extend(extra);
@@ -789,4 +815,153 @@ fn the_real_quotes_pck_chains_verify_to_intels_root() {
     for quote in quotes {
         quote.verify_pck_signatures(&Trust::builtin()).unwrap();
     }
+}
+
+/// What each TDX variant must pin, named when missing: an MRSEAM on both, the MRTD on azure-tdx
+/// (its measurements are vTPM PCRs), and on qemu-tdx the MRTD as measurement 0 or `mrtds`.
+#[test]
+fn each_tdx_variant_refuses_a_config_that_leaves_its_firmware_unpinned() {
+    use attestation::Variant;
+    use attestation::tdx::TdxConfigError;
+
+    let azure = azure_quote();
+    let mrtd = hex::encode(azure.td().mr_td);
+    let mrseam = hex::encode(azure.td().mr_seam);
+    let pcrs = serde_json::json!({ "4": { "expected": "44".repeat(32), "warnOnly": false } });
+    let load = |variant, json: serde_json::Value| {
+        let raw = json.to_string();
+        let policy = attestation::Policy::from_attestation_config(raw.as_bytes()).unwrap();
+        TdxConfig::for_variant(variant, raw.as_bytes(), &policy)
+    };
+    let unpinned = |result: Result<TdxConfig, TdxConfigError>| match result.unwrap_err() {
+        TdxConfigError::Unpinned { field, .. } => field,
+        other => panic!("{other}"),
+    };
+    // azure-tdx: MRTD and MRSEAM both needed; the example's old shape (qeVendorID only) fails.
+    assert_eq!(
+        unpinned(load(
+            Variant::AzureTdx,
+            serde_json::json!({ "measurements": pcrs, "qeVendorID": "939a7233f79c4ca9940a0db3957f0607" })
+        )),
+        "mrSeams"
+    );
+    let error = load(
+        Variant::AzureTdx,
+        serde_json::json!({ "measurements": pcrs, "mrSeams": [mrseam] }),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, TdxConfigError::Unpinned { field: "mrtds", .. })
+            && error.to_string().contains("Stricter than Constellation"),
+        "{error}"
+    );
+    let config = load(
+        Variant::AzureTdx,
+        serde_json::json!({ "measurements": pcrs, "mrSeam": mrseam, "mrtds": [mrtd] }),
+    )
+    .unwrap();
+    assert!(!config.sept_ve_disable_required, "Azure's TDs go without");
+
+    // qemu-tdx: measurement 0 is the MRTD; warnOnly there leaves it unpinned.
+    let measured = |warn_only: bool| {
+        serde_json::json!({ "0": { "expected": "91".repeat(48), "warnOnly": warn_only },
+                            "1": { "expected": "a0".repeat(48), "warnOnly": false } })
+    };
+    assert_eq!(
+        unpinned(load(
+            Variant::QemuTdx,
+            serde_json::json!({ "measurements": measured(false) })
+        )),
+        "mrSeams"
+    );
+    assert_eq!(
+        unpinned(load(
+            Variant::QemuTdx,
+            serde_json::json!({ "measurements": measured(true), "mrSeams": [mrseam] })
+        )),
+        "measurements[0] (MRTD) enforced, or mrtds"
+    );
+    let config = load(
+        Variant::QemuTdx,
+        serde_json::json!({ "measurements": measured(false), "mrSeams": [mrseam] }),
+    )
+    .unwrap();
+    assert!(config.sept_ve_disable_required);
+    load(
+        Variant::QemuTdx,
+        serde_json::json!({ "measurements": measured(true), "mrSeams": [mrseam], "mrtds": [mrtd] }),
+    )
+    .unwrap();
+}
+
+/// The real Azure TD (no SEPT_VE_DISABLE) under each variant's config: refused by qemu-tdx's,
+/// accepted by azure-tdx's; and the pins decide on the real quotes' MRTD and MRSEAM.
+#[test]
+fn sept_ve_disable_is_required_outside_azure_tdx_and_the_pins_decide_on_real_quotes() {
+    use attestation::Variant;
+
+    let verified = verify_quote(
+        &azure_quote(),
+        &automata(),
+        &Trust::builtin(),
+        AUTOMATA_WINDOW.0,
+    )
+    .unwrap();
+    let td = verified.quote.td();
+    let config = |variant, measurements: serde_json::Value, mrtd: &str, mrseam: &str| {
+        let raw = serde_json::json!({
+            "measurements": measurements, "acceptedTcbStatuses": ["UpToDate", "OutOfDate"],
+            "mrtds": [mrtd], "mrSeams": [mrseam],
+        })
+        .to_string();
+        let policy = attestation::Policy::from_attestation_config(raw.as_bytes()).unwrap();
+        TdxConfig::for_variant(variant, raw.as_bytes(), &policy).unwrap()
+    };
+    let (mrtd, mrseam) = (hex::encode(td.mr_td), hex::encode(td.mr_seam));
+    let pcrs = serde_json::json!({ "4": { "expected": "44".repeat(32) } });
+    let mrtd0 = serde_json::json!({ "0": { "expected": mrtd } });
+    config(Variant::AzureTdx, pcrs.clone(), &mrtd, &mrseam)
+        .check(&verified)
+        .unwrap();
+    assert_eq!(
+        config(Variant::QemuTdx, mrtd0, &mrtd, &mrseam)
+            .check(&verified)
+            .unwrap_err(),
+        TdxPolicyError::SeptVeDisable
+    );
+    // Another TD's MRTD (the UpToDate vector's), another module's MRSEAM: refused by name.
+    let other = uptodate_quote();
+    assert_eq!(
+        config(
+            Variant::AzureTdx,
+            pcrs.clone(),
+            &hex::encode(other.td().mr_td),
+            &mrseam
+        )
+        .check(&verified)
+        .unwrap_err(),
+        TdxPolicyError::Mrtd(mrtd.clone())
+    );
+    assert_eq!(
+        config(
+            Variant::AzureTdx,
+            pcrs,
+            &mrtd,
+            &hex::encode(other.td().mr_seam)
+        )
+        .check(&verified)
+        .unwrap_err(),
+        TdxPolicyError::MrSeam(mrseam)
+    );
+    // A real TD that sets SEPT_VE_DISABLE passes qemu-tdx's check.
+    let uptodate = verify_quote(&other, &uptodate(), &Trust::builtin(), UPTODATE_WINDOW.0).unwrap();
+    let td = other.td();
+    config(
+        Variant::QemuTdx,
+        serde_json::json!({ "0": { "expected": hex::encode(td.mr_td) } }),
+        &hex::encode(td.mr_td),
+        &hex::encode(td.mr_seam),
+    )
+    .check(&uptodate)
+    .unwrap();
 }

@@ -21,6 +21,8 @@ const FMSPC: &str = "b0c06f000000";
 /// The collateral's window: the latest issueDate/thisUpdate, the earliest nextUpdate.
 const WINDOW: (i64, i64) = (1_750_329_147, 1_752_919_235);
 const MRTD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
+/// The real quote's TDX module.
+const MRSEAM: &str = "5b38e33a6487958b72c3c12a938eaa5e3fd4510c51aeeab58c7d5ecee41d7c436489d6c8e4f92f160b7cad34207b00c1";
 const TEN_YEARS: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 const WAIT: Duration = Duration::from_millis(1500);
 
@@ -103,7 +105,10 @@ impl World {
 
 /// The validator attest-proxy builds for qemu-tdx, over `collateral`, at a time inside the window.
 fn validator(collateral: &PcsCollateral) -> TdxValidator {
-    let config = serde_json::json!({ "measurements": { "0": { "expected": MRTD } } });
+    let config = serde_json::json!({
+        "measurements": { "0": { "expected": MRTD } },
+        "mrSeams": [MRSEAM],
+    });
     let (validator, _) = TdxValidator::from_attestation_config(
         TdxKind::Qemu,
         config.to_string().as_bytes(),

@@ -13,7 +13,9 @@ use std::time::Duration;
 use attestation::variants::tdx::{TdxKind, TdxValidator};
 use attestation::{Issuer, Variant};
 use pcs_standin::SimulatedIntel;
-use soft_issuer::tdx::{PckSpec, QuoteVersion, TdFields, TdxMachine, current_collateral};
+use soft_issuer::tdx::{
+    MRSEAM, MRTD, PckSpec, QuoteVersion, TdFields, TdxMachine, current_collateral,
+};
 use testsupport::azure::{QuoteFault, QuoteServiceStandin};
 use testsupport::harness::extended_once;
 use testsupport::swtpm::Swtpm;
@@ -50,6 +52,8 @@ fn validator(site: &Site, pcr9: [u8; 32]) -> TdxValidator {
     let config = serde_json::json!({
         "measurements": {"9": {"expected": hex::encode(pcr9), "warnOnly": false}},
         "intelRootKey": site.intel.root_pem(),
+        "mrtds": [hex::encode(MRTD)],
+        "mrSeams": [hex::encode(MRSEAM)],
     });
     let collateral = attestation::tdx::StaticCollateral::new()
         .with(current_collateral(&site.intel, &site.machine).unwrap());

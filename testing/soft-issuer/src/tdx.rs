@@ -563,8 +563,8 @@ pub fn current_collateral(
     )?)
 }
 
-/// A qemu-tdx attestation config trusting only `intel`'s root and enforcing the simulated TDs'
-/// [`MRTD`] and [`RTMRS`] as measurements 0..4.
+/// A qemu-tdx attestation config trusting only `intel`'s root, enforcing the simulated TDs'
+/// [`MRTD`] and [`RTMRS`] as measurements 0..4 and accepting the simulated [`MRSEAM`].
 pub fn qemu_attestation_config(intel: &SimulatedIntel) -> serde_json::Value {
     let measurements: serde_json::Map<String, serde_json::Value> = std::iter::once(MRTD)
         .chain(RTMRS)
@@ -576,7 +576,11 @@ pub fn qemu_attestation_config(intel: &SimulatedIntel) -> serde_json::Value {
             )
         })
         .collect();
-    serde_json::json!({ "measurements": measurements, "intelRootKey": intel.root_pem() })
+    serde_json::json!({
+        "measurements": measurements,
+        "intelRootKey": intel.root_pem(),
+        "mrSeams": [hex::encode(MRSEAM)],
+    })
 }
 
 /// The real qemu-tdx validator as a verifier of `intel`'s platforms runs it, for TDs on

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use attestation::snp::{
-    Cert, Crl, Product, Report, SnpConfig, SnpError, SnpPolicyError, Tcb, Trust, VerifiedReport,
-    certs_from_pem, verify_report,
+    Cert, Crl, MinimumTcbs, Product, Report, SnpConfig, SnpError, SnpPolicyError, Tcb, Trust,
+    VerifiedReport, certs_from_pem, verify_report,
 };
 use soft_issuer::snp::{ReportFields, SimulatedAmd, SimulatedSigner};
 
@@ -52,7 +52,9 @@ fn config(amd: &SimulatedAmd, min: Tcb) -> SnpConfig {
         "snpVersion": min.snp, "microcodeVersion": min.microcode,
         "amdRootKey": amd.ark_pem(),
     });
-    SnpConfig::from_attestation_config(json.to_string().as_bytes()).unwrap()
+    let mut config = SnpConfig::from_attestation_config(json.to_string().as_bytes()).unwrap();
+    config.minimum_tcb = MinimumTcbs::all(config.minimum_tcb.milan);
+    config
 }
 
 #[test]
@@ -279,4 +281,58 @@ fn another_process_stands_for_the_same_simulated_amd_from_its_certificates() {
     .unwrap();
     assert!(SimulatedAmd::from_certificates_pem(Product::Milan, &builtin).is_err());
     assert!(SimulatedAmd::from_certificates_pem(Product::Genoa, &amd.certificates_pem()).is_err());
+}
+
+/// Turin counts its SVNs on a scale of its own and adds an FMC: its minimum is
+/// `minimumTcb.Turin`, FMC included; without one a Turin report is refused by name, whatever
+/// Milan's minimum (Constellation's four fields) says.
+#[test]
+fn turin_has_its_own_minimum_with_its_fmc_and_none_is_refused_by_name() {
+    let amd = SimulatedAmd::new(Product::Turin).unwrap();
+    let at = Tcb {
+        fmc: Some(2),
+        ..tcb(1, 0, 4, 9)
+    };
+    let vcek = amd.chip(chip_id(3), at, 0).unwrap();
+    let report = vcek.report(&ReportFields::default()).unwrap();
+    let verified = verify(&amd, &vcek, amd.ask_der(), &report, &trust(&amd)).unwrap();
+    assert_eq!(verified.report.reported_tcb(Product::Turin), at);
+    let load = |minimum: serde_json::Value| {
+        let json = serde_json::json!({
+            "bootloaderVersion": 0, "teeVersion": 0, "snpVersion": 0, "microcodeVersion": 0,
+            "minimumTcb": minimum, "amdRootKey": amd.ark_pem(),
+        });
+        SnpConfig::from_attestation_config(json.to_string().as_bytes()).unwrap()
+    };
+    let turin = |fmc: u8, ucode: u8| {
+        load(serde_json::json!({ "Turin": {
+            "fmcVersion": fmc, "bootloaderVersion": 1, "teeVersion": 0, "snpVersion": 4,
+            "microcodeVersion": ucode,
+        }}))
+    };
+    assert_eq!(turin(2, 9).check(&verified), Ok(vec![]));
+    assert_eq!(turin(0, 9).check(&verified), Ok(vec![]));
+    assert_eq!(
+        turin(3, 9).check(&verified),
+        Err(SnpPolicyError::TcbBelowMinimum {
+            which: "reported",
+            tcb: at,
+            minimum: Tcb {
+                fmc: Some(3),
+                ..tcb(1, 0, 4, 9)
+            },
+        })
+    );
+    assert!(matches!(
+        turin(2, 10).check(&verified),
+        Err(SnpPolicyError::TcbBelowMinimum { .. })
+    ));
+    // Genoa's minimum says nothing about Turin.
+    let genoa_only = load(serde_json::json!({ "Genoa": {
+        "bootloaderVersion": 0, "teeVersion": 0, "snpVersion": 0, "microcodeVersion": 0,
+    }}));
+    assert_eq!(
+        genoa_only.check(&verified),
+        Err(SnpPolicyError::NoMinimumTcb(Product::Turin))
+    );
 }

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use attestation::snp::{
-    Cert, Crl, GceIdentity, GceKeyError, GcpProjects, InstanceRef, Product, SigningKey, SnpConfig,
-    SnpError, SnpPolicyError, StaticCollateral, StaticGceIdentity, Tcb,
+    Cert, Crl, GceIdentity, GceKeyError, GcpProjects, InstanceRef, MinimumTcbs, Product,
+    SigningKey, SnpConfig, SnpError, SnpPolicyError, StaticCollateral, StaticGceIdentity, Tcb,
 };
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::{Error, Issuer, Measurement, Policy, Validator, Variant};
@@ -56,7 +56,9 @@ fn snp_config(amd: &SimulatedAmd) -> SnpConfig {
         "snpVersion": MIN.snp, "microcodeVersion": MIN.microcode,
         "amdRootKey": amd.ark_pem(),
     });
-    SnpConfig::from_attestation_config(json.to_string().as_bytes()).unwrap()
+    let mut config = SnpConfig::from_attestation_config(json.to_string().as_bytes()).unwrap();
+    config.minimum_tcb = MinimumTcbs::all(config.minimum_tcb.milan);
+    config
 }
 
 fn empty_crl(amd: &SimulatedAmd) -> Crl {

@@ -19,7 +19,7 @@ use pcs_standin::intel::{
 };
 use pcs_standin::{PckCa, SimulatedIntel};
 use soft_issuer::tdx::{
-    MRTD, PckSpec, QuoteVersion, RTMRS, ReportData, TD_ATTRIBUTES_DEBUG,
+    MRSEAM, MRTD, PckSpec, QuoteVersion, RTMRS, ReportData, TD_ATTRIBUTES_DEBUG,
     TD_ATTRIBUTES_SEPT_VE_DISABLE, TdFields, TdxDocumentIssuer, TdxMachine,
 };
 use soft_issuer::{KeyType, SoftIssuer};
@@ -72,7 +72,10 @@ fn qemu_config(intel: &SimulatedIntel) -> serde_json::Value {
             serde_json::json!({ "expected": hex48(&value), "warnOnly": false }),
         );
     }
-    serde_json::json!({ "measurements": measurements, "intelRootKey": intel.root_pem() })
+    serde_json::json!({
+        "measurements": measurements, "intelRootKey": intel.root_pem(),
+        "mrSeams": [hex48(&MRSEAM)],
+    })
 }
 
 const PCRS: [(u32, [u8; 32]); 2] = [(4, [0x44; 32]), (9, [0x99; 32])];
@@ -88,7 +91,10 @@ fn azure_config(intel: &SimulatedIntel) -> serde_json::Value {
             )
         })
         .collect();
-    serde_json::json!({ "measurements": measurements, "intelRootKey": intel.root_pem() })
+    serde_json::json!({
+        "measurements": measurements, "intelRootKey": intel.root_pem(),
+        "mrtds": [hex48(&MRTD)], "mrSeams": [hex48(&MRSEAM)],
+    })
 }
 
 fn validator(kind: TdxKind, config: &serde_json::Value, collateral: Collateral) -> TdxValidator {
@@ -203,7 +209,7 @@ fn the_pck_extension_and_quote_read_as_the_verifier_reads_real_ones() {
 }
 
 #[test]
-fn a_version_5_quote_and_a_td_without_sept_ve_disable_verify() {
+fn a_version_5_quote_verifies_and_a_td_without_sept_ve_disable_only_on_azure_tdx() {
     let s = site(PckSpec::default());
     let v5 = s.qemu(TdFields {
         version: QuoteVersion::V5,
@@ -215,12 +221,23 @@ fn a_version_5_quote_and_a_td_without_sept_ve_disable_verify() {
         "{:?}",
         verified.notes
     );
-    // As an Azure TD's: the attribute unset, which Constellation does not require.
+    // As an Azure TD's: the attribute unset. Refused on qemu-tdx, where nothing excuses it
+    // (Constellation accepts it)...
     let azure_like = s.qemu(TdFields {
         td_attributes: 0,
         ..TdFields::default()
     });
-    let verified = validate(&s.qemu_validator(), &azure_like).unwrap();
+    let error = validate(&s.qemu_validator(), &azure_like).unwrap_err();
+    assert!(
+        matches!(error, Error::TdxPolicy(TdxPolicyError::SeptVeDisable)),
+        "{error}"
+    );
+    // ... and accepted only on azure-tdx, whose paravisor TDs never set it.
+    let azure = s.azure(TdFields {
+        td_attributes: 0,
+        ..TdFields::default()
+    });
+    let verified = validate(&s.azure_validator(), &azure).unwrap();
     assert!(
         verified.notes[0].contains("SEPT_VE_DISABLE not set"),
         "{:?}",
@@ -450,8 +467,8 @@ fn a_root_the_config_does_not_name_is_not_trusted() {
         );
     }
     // Without intelRootKey only Intel's own root is trusted, which signed none of it.
-    let builtin =
-        serde_json::json!({ "measurements": qemu_config(&trusted.intel)["measurements"] });
+    let mut builtin = qemu_config(&trusted.intel);
+    builtin.as_object_mut().unwrap().remove("intelRootKey");
     let v = validator(TdxKind::Qemu, &builtin, trusted.collateral(&[]));
     let error = validate(&v, &trusted.qemu(TdFields::default())).unwrap_err();
     let intel = attestation::tdx::Trust::builtin().fingerprint();

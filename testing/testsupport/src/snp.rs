@@ -38,7 +38,8 @@ pub const TCB: Tcb = Tcb {
 pub const AMD_CERTIFICATES: &str = "simulated-amd.pem";
 
 /// A Constellation attestation config for an SNP variant: the harness's boot measurements
-/// enforced, [`TCB`] as the minimum TCB, and `amd`'s ARK as the only trusted root.
+/// enforced, [`TCB`] as the minimum TCB of every product, the simulated reports' ID key digest
+/// (zero) accepted, and `amd`'s ARK as the only trusted root.
 pub fn attestation_config(amd: &SimulatedAmd) -> String {
     attestation_config_enforcing(amd, boot_measurements().into())
 }
@@ -50,6 +51,18 @@ pub fn attestation_config_enforcing(amd: &SimulatedAmd, measurements: serde_json
         "measurements": measurements,
         "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
         "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
+        "minimumTcb": {
+            "Genoa": {
+                "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
+                "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
+            },
+            "Turin": {
+                "fmcVersion": TCB.fmc.unwrap_or(0),
+                "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
+                "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
+            },
+        },
+        "firmwareSignerConfig": { "acceptedKeyDigests": [hex::encode([0u8; 48])] },
         "amdRootKey": amd.ark_pem(),
     })
     .to_string()

@@ -38,13 +38,16 @@ pub const FLEET_FMSPCS: [[u8; 6]; 3] = [
 /// A Constellation attestation config for a TDX variant, trusting only `intel`'s root:
 /// qemu-tdx enforces the simulated TDs' MRTD and RTMR0..3 at 0..4
 /// ([`soft_issuer::tdx::qemu_attestation_config`]);
-/// azure-tdx the harness's boot measurements in the vTPM's PCRs, as for the SNP variants.
+/// azure-tdx the harness's boot measurements in the vTPM's PCRs, as for the SNP variants, and
+/// the simulated TDs' MRTD; both the simulated MRSEAM.
 pub fn attestation_config(variant: Variant, intel: &SimulatedIntel) -> anyhow::Result<String> {
     match variant {
         Variant::QemuTdx => Ok(soft_issuer::tdx::qemu_attestation_config(intel).to_string()),
         Variant::AzureTdx => Ok(serde_json::json!({
             "measurements": boot_measurements(),
             "intelRootKey": intel.root_pem(),
+            "mrtds": [hex::encode(soft_issuer::tdx::MRTD)],
+            "mrSeams": [hex::encode(soft_issuer::tdx::MRSEAM)],
         })
         .to_string()),
         other => anyhow::bail!("{other} is not a TDX variant"),

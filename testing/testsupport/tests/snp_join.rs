@@ -108,6 +108,8 @@ async fn start_with(s: &Setup, variant: Variant, measurements: serde_json::Value
         "bootloaderVersion": MIN.bootloader, "teeVersion": MIN.tee,
         "snpVersion": MIN.snp, "microcodeVersion": MIN.microcode,
         "amdRootKey": s.amd.ark_pem(),
+        // The simulated reports' ID key digest: azure-sev-snp must pin one.
+        "firmwareSignerConfig": {"acceptedKeyDigests": ["00".repeat(48)]},
     });
     let path = s.dir.path().join(format!("{variant}.json"));
     std::fs::write(&path, config.to_string()).unwrap();

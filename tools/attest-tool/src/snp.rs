@@ -39,9 +39,15 @@ pub enum SnpCommand {
         /// says so.
         #[arg(long)]
         crl: Option<PathBuf>,
-        /// An attestation config whose SNP settings (minimum TCBs, SMT, ID key digests) apply.
+        /// An attestation config whose SNP settings apply: the minimum TCB of the report's
+        /// product, SMT, ID key digests, and the firmware pins (`launchMeasurements`,
+        /// `acceptedAuthorKeyDigests`, `hostData`, `allowedChipIds`).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Read --config as the service reads it for this variant (aws-sev-snp, azure-sev-snp,
+        /// gcp-sev-snp): azure-sev-snp's must then pin the firmware (`firmwareSignerConfig`).
+        #[arg(long, requires = "config")]
+        variant: Option<attestation::Variant>,
         /// The verification time: RFC 3339 or seconds since the epoch; now if omitted.
         #[arg(long)]
         at: Option<String>,
@@ -235,6 +241,7 @@ pub fn run(command: SnpCommand, out: &mut dyn Write) -> anyhow::Result<bool> {
             ark,
             crl,
             config,
+            variant,
             at,
             json,
         } => {
@@ -251,7 +258,11 @@ pub fn run(command: SnpCommand, out: &mut dyn Write) -> anyhow::Result<bool> {
             let config = config
                 .map(|p| {
                     read(&p).and_then(|d| {
-                        SnpConfig::from_attestation_config(&d).map_err(anyhow::Error::from)
+                        match variant {
+                            Some(variant) => SnpConfig::for_variant(variant, &d),
+                            None => SnpConfig::from_attestation_config(&d),
+                        }
+                        .with_context(|| format!("the SNP settings of {}", p.display()))
                     })
                 })
                 .transpose()?;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::read;
 use anyhow::Context;
+use attestation::Variant;
 use attestation::tdx::{Collateral, TdQuote, TdxConfig, VerifiedQuote, verify_quote};
 use clap::Subcommand;
 use serde_json::json;
@@ -26,9 +27,15 @@ pub enum TdxCommand {
         #[arg(long)]
         collateral: PathBuf,
         /// An attestation config whose TDX settings (accepted TCB statuses, minimum SVNs,
-        /// `mrSeam`, `xfam`, `intelRootKey`) apply; without it, only UpToDate is accepted.
+        /// `mrtds`, `mrSeams`/`mrSeam`, `xfam`, `intelRootKey`) apply; without it, only UpToDate
+        /// is accepted.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// The variant the quote comes from: qemu-tdx (the default) requires SEPT_VE_DISABLE,
+        /// azure-tdx does not. With --config, the config is read as the service reads it for
+        /// this variant, so one that leaves the firmware unpinned is refused.
+        #[arg(long, default_value = "qemu-tdx")]
+        variant: attestation::Variant,
         /// The verification time: RFC 3339 or seconds since the epoch; now if omitted.
         #[arg(long)]
         at: Option<String>,
@@ -105,15 +112,27 @@ pub fn run(command: TdxCommand, out: &mut dyn Write) -> anyhow::Result<bool> {
             quote,
             collateral,
             config,
+            variant,
             at,
             json,
         } => {
+            if !matches!(variant, Variant::QemuTdx | Variant::AzureTdx) {
+                anyhow::bail!("--variant {variant} is not a TDX variant");
+            }
             let collateral = Collateral::from_dir(&collateral)
                 .with_context(|| format!("Intel collateral in {}", collateral.display()))?;
             let config = match config {
-                Some(path) => TdxConfig::from_attestation_config(&read(&path)?)
-                    .with_context(|| format!("the TDX settings of {}", path.display()))?,
-                None => TdxConfig::default(),
+                Some(path) => {
+                    let raw = read(&path)?;
+                    let policy = attestation::Policy::from_attestation_config(&raw)
+                        .with_context(|| format!("the measurements of {}", path.display()))?;
+                    TdxConfig::for_variant(variant, &raw, &policy)
+                        .with_context(|| format!("the TDX settings of {}", path.display()))?
+                }
+                None => TdxConfig {
+                    sept_ve_disable_required: variant != Variant::AzureTdx,
+                    ..TdxConfig::default()
+                },
             };
             let (value, accepted) = verify(
                 &read(&quote)?,

@@ -189,3 +189,74 @@ fn the_kds_url_names_product_chip_and_tcb() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--product"));
 }
+
+/// `--config` applies the firmware pins, and `--variant azure-sev-snp` refuses a config without
+/// `firmwareSignerConfig`, as the service does.
+#[test]
+fn the_firmware_pins_apply_and_azure_needs_its_firmware_signer() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    let tcb = r#""bootloaderVersion":3,"teeVersion":0,"snpVersion":8,"microcodeVersion":115"#;
+    let run = |json: String, variant: Option<&str>| {
+        std::fs::write(&config, json).unwrap();
+        let mut args = vec![
+            "snp".to_owned(),
+            "verify".to_owned(),
+            "--json".to_owned(),
+            "--report".to_owned(),
+            vector("milan-azure-trustee/test-report.bin"),
+            "--signer".to_owned(),
+            vector("milan-azure-trustee/test-vcek.der"),
+            "--chain".to_owned(),
+            vector("azure-certchain.pem"),
+            "--config".to_owned(),
+            config.to_str().unwrap().to_owned(),
+        ];
+        if let Some(variant) = variant {
+            args.extend(["--variant".to_owned(), variant.to_owned()]);
+        }
+        tool(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let accepted = run(format!("{{{tcb}}}"), None);
+    assert_eq!(accepted.status.code(), Some(0));
+    let report = json(&accepted)["report"].clone();
+    let measurement = report["measurement"].as_str().unwrap().to_owned();
+    let digest = report["id_key_digest"].as_str().unwrap().to_owned();
+
+    let pinned = |pins: &str| run(format!("{{{tcb},{pins}}}"), None);
+    let out = pinned(&format!(r#""launchMeasurements":["{measurement}"]"#));
+    assert_eq!(out.status.code(), Some(0));
+    for (pins, named) in [
+        (
+            format!(r#""launchMeasurements":["{}"]"#, "ab".repeat(48)),
+            "launchMeasurements",
+        ),
+        (
+            format!(r#""acceptedAuthorKeyDigests":["{}"]"#, "ab".repeat(48)),
+            "acceptedAuthorKeyDigests",
+        ),
+        (format!(r#""hostData":"{}""#, "ab".repeat(32)), "hostData"),
+        (
+            format!(r#""allowedChipIds":["{}"]"#, "ab".repeat(64)),
+            "allowedChipIds",
+        ),
+    ] {
+        let out = pinned(&pins);
+        assert_eq!(out.status.code(), Some(1), "{pins}");
+        let reason = json(&out)["reason"].as_str().unwrap().to_owned();
+        assert!(reason.contains(named), "{pins}: {reason}");
+    }
+
+    let out = run(format!("{{{tcb}}}"), Some("azure-sev-snp"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs firmwareSignerConfig"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(
+        format!(r#"{{{tcb},"firmwareSignerConfig":{{"acceptedKeyDigests":["{digest}"]}}}}"#),
+        Some("azure-sev-snp"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+}

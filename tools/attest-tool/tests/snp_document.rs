@@ -42,6 +42,8 @@ fn write_case(dir: &Path, amd: &SimulatedAmd, node: &SnpDocumentIssuer) {
         "bootloaderVersion": TCB.bootloader, "teeVersion": TCB.tee,
         "snpVersion": TCB.snp, "microcodeVersion": TCB.microcode,
         "amdRootKey": amd.ark_pem(),
+        // The simulated reports' ID key digest, which azure-sev-snp's config must pin.
+        "firmwareSignerConfig": {"acceptedKeyDigests": ["00".repeat(48)]},
     });
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let collateral = dir.join("collateral");

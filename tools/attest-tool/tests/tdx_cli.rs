@@ -170,11 +170,7 @@ fn an_out_of_date_platform_is_refused_unless_the_config_accepts_it_with_its_advi
     }
 
     let config = dir.path().join("config.json");
-    std::fs::write(
-        &config,
-        r#"{"acceptedTcbStatuses": ["UpToDate", "OutOfDate"]}"#,
-    )
-    .unwrap();
+    std::fs::write(&config, automata_config(&["UpToDate", "OutOfDate"])).unwrap();
     let out = verify(
         &quote,
         collateral,
@@ -187,5 +183,106 @@ fn an_out_of_date_platform_is_refused_unless_the_config_accepts_it_with_its_advi
     assert!(
         accepted["notes"].to_string().contains("INTEL-SA-00960"),
         "{accepted}"
+    );
+}
+
+const AUTOMATA_MRTD: &str = "935be7742dd89c6a4df6dba8353d89041ae0f052beef993b1e7f4524d3bc57650df20e5582158352e1240b3f1fed55d8";
+const AUTOMATA_MRSEAM: &str = "ffc97a88587660fb04e1f7c851300c96ae0b5a463ac46d035d16c2d9f36d0ed1d23775bcbd27deb219e3a3cc28023895";
+const AZURE_MRTD: &str = "024a32b070383331181619fa387cb4d55d1e38879f989933055ccad5bc2db795d1737b66205949d15469dc8c1ba7ab7b";
+const AZURE_MRSEAM: &str = "360304d34a16aace0a18e09ad2d07d2b9fd3c174378e5bf108388079827f89ff62acc5f8c473dd40706324834e202946";
+
+/// A qemu-tdx config for the automata quote: its MRTD as measurement 0, its MRSEAM.
+fn automata_config(statuses: &[&str]) -> String {
+    serde_json::json!({
+        "measurements": { "0": { "expected": AUTOMATA_MRTD } },
+        "mrSeams": [AUTOMATA_MRSEAM],
+        "acceptedTcbStatuses": statuses,
+    })
+    .to_string()
+}
+
+#[test]
+fn the_firmware_pins_and_sept_ve_disable_apply_as_for_the_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    pcs_dir(dir.path());
+    let collateral = dir.path().to_str().unwrap();
+    let at = "1739418641";
+    let automata = vector("automata-00806f050000/quote_tdx_00806f050000.dat");
+    let azure = vector("azure-tdx-vtpm/td-quote.bin");
+    let config = dir.path().join("config.json");
+    let run = |quote: &str, json: serde_json::Value, variant: &str| {
+        std::fs::write(&config, json.to_string()).unwrap();
+        verify(
+            quote,
+            collateral,
+            at,
+            &["--config", config.to_str().unwrap(), "--variant", variant],
+        )
+    };
+    let statuses = serde_json::json!(["UpToDate", "OutOfDate"]);
+    let pcrs = serde_json::json!({ "4": { "expected": "44".repeat(32) } });
+
+    // Another MRTD, another MRSEAM: refused, naming the pin.
+    let out = run(
+        &automata,
+        serde_json::json!({ "measurements": { "0": { "expected": AUTOMATA_MRTD } },
+            "mrSeams": [AUTOMATA_MRSEAM], "mrtds": [AZURE_MRTD], "acceptedTcbStatuses": statuses }),
+        "qemu-tdx",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json(&out)["check"], "tdx_mrtd");
+    let out = run(
+        &automata,
+        serde_json::json!({ "measurements": { "0": { "expected": AUTOMATA_MRTD } },
+            "mrSeams": [AZURE_MRSEAM], "acceptedTcbStatuses": statuses }),
+        "qemu-tdx",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json(&out)["check"], "tdx_mrseam");
+
+    // A config that pins no MRSEAM, or (azure-tdx) no MRTD, is no config of the variant.
+    let out = run(
+        &automata,
+        serde_json::json!({ "measurements": { "0": { "expected": AUTOMATA_MRTD } } }),
+        "qemu-tdx",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs mrSeams"));
+    let out = run(
+        &azure,
+        serde_json::json!({ "measurements": pcrs, "mrSeams": [AZURE_MRSEAM] }),
+        "azure-tdx",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs mrtds"));
+
+    // The real Azure TD (no SEPT_VE_DISABLE): accepted as azure-tdx, refused as qemu-tdx.
+    let out = run(
+        &azure,
+        serde_json::json!({ "measurements": pcrs, "mrtds": [AZURE_MRTD],
+            "mrSeams": [AZURE_MRSEAM], "acceptedTcbStatuses": statuses }),
+        "azure-tdx",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run(
+        &azure,
+        serde_json::json!({ "measurements": { "0": { "expected": AZURE_MRTD } },
+            "mrSeams": [AZURE_MRSEAM], "acceptedTcbStatuses": statuses }),
+        "qemu-tdx",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let refused = json(&out);
+    assert_eq!(refused["check"], "tdx_attributes");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("SEPT_VE_DISABLE"),
+        "{refused}"
     );
 }

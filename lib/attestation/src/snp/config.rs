@@ -1,17 +1,33 @@
-//! The SEV-SNP part of Constellation's attestation config, and the checks it drives on a
-//! verified report.
+//! The SEV-SNP part of the attestation config, and the checks it drives on a verified report.
 //!
-//! Beside `measurements`, the config of an SNP variant names the minimum firmware
-//! (`bootloaderVersion`, `teeVersion`, `snpVersion`, `microcodeVersion`: a number, or `"latest"`,
-//! which Constellation resolves from its own API and which is refused here because no such API is
-//! reachable), the AMD root to trust (`amdRootKey`, PEM; AMD's built-in ARKs when absent), and for
-//! Azure the accepted ID key digests (`firmwareSignerConfig`). `smtAllowed` (ours; default true,
-//! as Constellation) says whether a guest policy that allows SMT is accepted.
+//! Constellation's fields, beside `measurements`:
+//! - `bootloaderVersion`, `teeVersion`, `snpVersion`, `microcodeVersion`: the minimum TCB of a
+//!   Milan report (a number, or `"latest"`, which Constellation resolves from its own API and
+//!   which is refused here because no such API is reachable);
+//! - `amdRootKey` (PEM): the AMD root to trust; AMD's built-in ARKs when absent;
+//! - `firmwareSignerConfig` (`{"acceptedKeyDigests": [96 hex], "enforcementPolicy"}`): the
+//!   accepted ID key digests (ID_KEY_DIGEST, the key that signed the launch's ID block).
+//!   azure-sev-snp must set it (see [`SnpConfig::for_variant`]).
+//!
+//! Fields of this service, all SNP variants, each checked only when set (an empty list is a
+//! config error: it would refuse every report):
+//! - `minimumTcb`: the minimum TCB of the other products, which count their SVNs on scales of
+//!   their own: `{"Genoa": {the four fields}, "Turin": {"fmcVersion" and the four fields}}`.
+//!   A report of a product without a minimum is refused by name (Constellation applies its four
+//!   fields to every product);
+//! - `launchMeasurements`: [96 hex], the accepted launch MEASUREMENTs;
+//! - `acceptedAuthorKeyDigests`: [96 hex], the accepted AUTHOR_KEY_DIGESTs;
+//! - `hostData`: 64 hex, the HOST_DATA the host must have given the guest at launch;
+//! - `allowedChipIds`: [128 hex], the CHIP_IDs of the machines allowed (a report with a masked
+//!   CHIP_ID, as AWS's, then never passes);
+//! - `smtAllowed` (default true, as Constellation): whether a guest policy that allows SMT is
+//!   accepted.
 
 use serde::Deserialize;
 
 use super::report::Tcb;
-use super::{SnpError, Trust, VerifiedReport};
+use super::{Product, SnpError, Trust, VerifiedReport};
+use crate::Variant;
 
 /// Guest policy bits (AMD SEV-SNP ABI, "GUEST_POLICY").
 pub mod policy_bits {
@@ -28,20 +44,31 @@ pub enum SnpConfigError {
     #[error(
         "attestation config: {field} is \"latest\", which Constellation resolves from its own API; this service cannot reach it, so set the number (e.g. from the report of a current node: attest-tool prints it)"
     )]
-    Latest { field: &'static str },
+    Latest { field: String },
     #[error(
         "attestation config: {field} must be a number from 0 to 255 or \"latest\", got {value}"
     )]
-    BadVersion { field: &'static str, value: String },
+    BadVersion { field: String, value: String },
     #[error("attestation config: {field} is missing; an SNP config must set the minimum firmware")]
-    MissingVersion { field: &'static str },
+    MissingVersion { field: String },
+    #[error("attestation config: minimumTcb: {0}")]
+    MinimumTcb(String),
     #[error("attestation config: amdRootKey: {0}")]
     RootKey(SnpError),
     #[error("attestation config: firmwareSignerConfig: {0}")]
     FirmwareSigner(String),
+    #[error("attestation config: {field}: {reason}")]
+    BadPin { field: &'static str, reason: String },
+    /// A variant whose firmware would otherwise be unpinned.
+    #[error("attestation config: {variant} needs {field}: {reason}")]
+    Unpinned {
+        variant: Variant,
+        field: &'static str,
+        reason: &'static str,
+    },
 }
 
-/// What a report's ID key digest must be (azure-sev-snp).
+/// What a report's ID key digest must be (Constellation's `firmwareSignerConfig`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FirmwareSigner {
     pub accepted_digests: Vec<[u8; 48]>,
@@ -60,15 +87,62 @@ pub enum Enforcement {
     WarnOnly,
 }
 
+/// The minimum TCB of each product: the same minimum reads differently on each product's SVN
+/// scale, and only Turin has an FMC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinimumTcbs {
+    /// Constellation's four top-level fields.
+    pub milan: Tcb,
+    /// `minimumTcb.Genoa`.
+    pub genoa: Option<Tcb>,
+    /// `minimumTcb.Turin`, with its `fmcVersion`.
+    pub turin: Option<Tcb>,
+}
+
+impl MinimumTcbs {
+    /// The same minimum for every product (Turin's FMC at 0): for tests and tools.
+    pub fn all(tcb: Tcb) -> MinimumTcbs {
+        MinimumTcbs {
+            milan: tcb,
+            genoa: Some(tcb),
+            turin: Some(Tcb {
+                fmc: Some(tcb.fmc.unwrap_or(0)),
+                ..tcb
+            }),
+        }
+    }
+
+    pub fn for_product(&self, product: Product) -> Option<&Tcb> {
+        match product {
+            Product::Milan => Some(&self.milan),
+            Product::Genoa => self.genoa.as_ref(),
+            Product::Turin => self.turin.as_ref(),
+        }
+    }
+}
+
+/// What pins the guest's firmware and platform beyond the TCB: each is checked only when set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FirmwarePins {
+    /// `launchMeasurements`: the accepted launch MEASUREMENTs.
+    pub measurements: Option<Vec<[u8; 48]>>,
+    /// `acceptedAuthorKeyDigests`: the accepted AUTHOR_KEY_DIGESTs.
+    pub author_key_digests: Option<Vec<[u8; 48]>>,
+    /// `hostData`: the HOST_DATA the guest must have been launched with.
+    pub host_data: Option<[u8; 32]>,
+    /// `allowedChipIds`: the CHIP_IDs allowed.
+    pub chip_ids: Option<Vec<[u8; 64]>>,
+}
+
 /// The SNP settings of one variant's attestation config.
 #[derive(Clone, Debug)]
 pub struct SnpConfig {
-    /// The minimum of the TCB the signer was issued for (REPORTED_TCB) and of COMMITTED_TCB.
-    pub minimum_tcb: Tcb,
-    /// The minimum of LAUNCH_TCB, the firmware the guest was launched on (the same numbers).
-    pub minimum_launch_tcb: Tcb,
+    /// The minimum, per product, of the TCB the signer was issued for (REPORTED_TCB), of
+    /// COMMITTED_TCB and of LAUNCH_TCB (the firmware the guest was launched on).
+    pub minimum_tcb: MinimumTcbs,
     pub smt_allowed: bool,
     pub firmware_signer: Option<FirmwareSigner>,
+    pub pins: FirmwarePins,
     pub trust: Trust,
     /// Whether `amdRootKey` replaced the built-in ARKs.
     pub custom_root: bool,
@@ -81,9 +155,14 @@ struct Raw {
     tee_version: Option<serde_json::Value>,
     snp_version: Option<serde_json::Value>,
     microcode_version: Option<serde_json::Value>,
+    minimum_tcb: Option<serde_json::Map<String, serde_json::Value>>,
     amd_root_key: Option<String>,
     smt_allowed: Option<bool>,
     firmware_signer_config: Option<RawFirmwareSigner>,
+    launch_measurements: Option<Vec<String>>,
+    accepted_author_key_digests: Option<Vec<String>>,
+    host_data: Option<String>,
+    allowed_chip_ids: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -94,7 +173,7 @@ struct RawFirmwareSigner {
     enforcement_policy: Option<String>,
 }
 
-fn version(value: Option<&serde_json::Value>, field: &'static str) -> Result<u8, SnpConfigError> {
+fn version(value: Option<&serde_json::Value>, field: String) -> Result<u8, SnpConfigError> {
     match value {
         None | Some(serde_json::Value::Null) => Err(SnpConfigError::MissingVersion { field }),
         Some(serde_json::Value::String(s)) if s.eq_ignore_ascii_case("latest") => {
@@ -114,18 +193,124 @@ fn version(value: Option<&serde_json::Value>, field: &'static str) -> Result<u8,
     }
 }
 
+/// The four fields Constellation names (with `prefix` before each name), and `fmcVersion` when
+/// `fmc` says the product has one.
+fn tcb_fields(
+    object: &serde_json::Map<String, serde_json::Value>,
+    prefix: &str,
+    fmc: bool,
+) -> Result<Tcb, SnpConfigError> {
+    let field = |name: &str| version(object.get(name), format!("{prefix}{name}"));
+    Ok(Tcb {
+        fmc: if fmc {
+            Some(field("fmcVersion")?)
+        } else {
+            None
+        },
+        bootloader: field("bootloaderVersion")?,
+        tee: field("teeVersion")?,
+        snp: field("snpVersion")?,
+        microcode: field("microcodeVersion")?,
+    })
+}
+
+/// `minimumTcb`: Genoa's and Turin's minimums (Milan's are the top-level fields).
+fn other_products(
+    minimum: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(Option<Tcb>, Option<Tcb>), SnpConfigError> {
+    let (mut genoa, mut turin) = (None, None);
+    for (name, value) in minimum {
+        let object = value.as_object().ok_or_else(|| {
+            SnpConfigError::MinimumTcb(format!("{name}: not an object of version fields"))
+        })?;
+        let allowed: &[&str] = match name.as_str() {
+            "Genoa" => &[
+                "bootloaderVersion",
+                "teeVersion",
+                "snpVersion",
+                "microcodeVersion",
+            ],
+            "Turin" => &[
+                "fmcVersion",
+                "bootloaderVersion",
+                "teeVersion",
+                "snpVersion",
+                "microcodeVersion",
+            ],
+            "Milan" => {
+                return Err(SnpConfigError::MinimumTcb(
+                    "Milan's minimum is the top-level bootloaderVersion, teeVersion, snpVersion and microcodeVersion (Constellation's fields), not minimumTcb.Milan".to_owned(),
+                ));
+            }
+            other => {
+                return Err(SnpConfigError::MinimumTcb(format!(
+                    "{other:?} is not Genoa or Turin"
+                )));
+            }
+        };
+        if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(SnpConfigError::MinimumTcb(format!(
+                "{name}.{unknown} is not one of {}",
+                allowed.join(", ")
+            )));
+        }
+        let prefix = format!("minimumTcb.{name}.");
+        if name == "Genoa" {
+            genoa = Some(tcb_fields(object, &prefix, false)?);
+        } else {
+            turin = Some(tcb_fields(object, &prefix, true)?);
+        }
+    }
+    Ok((genoa, turin))
+}
+
+/// A list of `N`-byte hex values; a present list must not be empty.
+fn hex_list<const N: usize>(
+    values: Option<Vec<String>>,
+    field: &'static str,
+) -> Result<Option<Vec<[u8; N]>>, SnpConfigError> {
+    let Some(values) = values else {
+        return Ok(None);
+    };
+    if values.is_empty() {
+        return Err(SnpConfigError::BadPin {
+            field,
+            reason: "empty: no report could pass; leave the field out to not check it".to_owned(),
+        });
+    }
+    values
+        .iter()
+        .map(|v| hex_value::<N>(v, field))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+fn hex_value<const N: usize>(value: &str, field: &'static str) -> Result<[u8; N], SnpConfigError> {
+    hex::decode(value)
+        .ok()
+        .and_then(|b| <[u8; N]>::try_from(b).ok())
+        .ok_or_else(|| SnpConfigError::BadPin {
+            field,
+            reason: format!("{value:?} is not {N} bytes of hex"),
+        })
+}
+
 impl SnpConfig {
     /// Reads the SNP settings from a whole attestation config (the `measurements` are read by
-    /// [`crate::Policy`]).
+    /// [`crate::Policy`]), checking what every SNP variant needs.
     pub fn from_attestation_config(json: &[u8]) -> Result<SnpConfig, SnpConfigError> {
         let raw: Raw =
             serde_json::from_slice(json).map_err(|e| SnpConfigError::Json(e.to_string()))?;
-        let tcb = Tcb {
+        let milan = Tcb {
             fmc: None,
-            bootloader: version(raw.bootloader_version.as_ref(), "bootloaderVersion")?,
-            tee: version(raw.tee_version.as_ref(), "teeVersion")?,
-            snp: version(raw.snp_version.as_ref(), "snpVersion")?,
-            microcode: version(raw.microcode_version.as_ref(), "microcodeVersion")?,
+            bootloader: version(raw.bootloader_version.as_ref(), "bootloaderVersion".into())?,
+            tee: version(raw.tee_version.as_ref(), "teeVersion".into())?,
+            snp: version(raw.snp_version.as_ref(), "snpVersion".into())?,
+            microcode: version(raw.microcode_version.as_ref(), "microcodeVersion".into())?,
+        };
+        let (genoa, turin) = match &raw.minimum_tcb {
+            Some(minimum) => other_products(minimum)?,
+            None => (None, None),
         };
         let (trust, custom_root) = match raw.amd_root_key.as_deref() {
             None | Some("") => (Trust::builtin(), false),
@@ -167,32 +352,98 @@ impl SnpConfig {
                 })
             })
             .transpose()?;
+        let pins = FirmwarePins {
+            measurements: hex_list(raw.launch_measurements, "launchMeasurements")?,
+            author_key_digests: hex_list(
+                raw.accepted_author_key_digests,
+                "acceptedAuthorKeyDigests",
+            )?,
+            host_data: raw
+                .host_data
+                .as_deref()
+                .map(|v| hex_value(v, "hostData"))
+                .transpose()?,
+            chip_ids: hex_list(raw.allowed_chip_ids, "allowedChipIds")?,
+        };
         Ok(SnpConfig {
-            minimum_tcb: tcb,
-            minimum_launch_tcb: tcb,
+            minimum_tcb: MinimumTcbs {
+                milan,
+                genoa,
+                turin,
+            },
             smt_allowed: raw.smt_allowed.unwrap_or(true),
             firmware_signer,
+            pins,
             trust,
             custom_root,
         })
     }
 
+    /// [`SnpConfig::from_attestation_config`], refusing what leaves `variant`'s firmware
+    /// unpinned: azure-sev-snp needs `firmwareSignerConfig` enforcing its ID key digests (or
+    /// `launchMeasurements`), for nothing else there binds the report to Azure's firmware: a
+    /// VM at VMPL 0 on any SNP host could write a software key of its own into REPORT_DATA.
+    /// Constellation's config always carries the field but its loader accepts it absent; this
+    /// one is stricter.
+    pub fn for_variant(variant: Variant, json: &[u8]) -> Result<SnpConfig, SnpConfigError> {
+        let config = SnpConfig::from_attestation_config(json)?;
+        if variant == Variant::AzureSevSnp && config.pins.measurements.is_none() {
+            match &config.firmware_signer {
+                None => {
+                    return Err(SnpConfigError::Unpinned {
+                        variant,
+                        field: "firmwareSignerConfig",
+                        reason: "absent or null, nothing would pin the firmware (the launch MEASUREMENT is not otherwise compared), so a VM on any SNP host could join; set acceptedKeyDigests (Constellation's default accepted one is in deploy/examples) or launchMeasurements. Stricter than Constellation, which accepts the field absent",
+                    });
+                }
+                Some(signer) if signer.enforcement == Enforcement::WarnOnly => {
+                    return Err(SnpConfigError::Unpinned {
+                        variant,
+                        field: "firmwareSignerConfig",
+                        reason: "enforcementPolicy WarnOnly pins nothing; use Equal (or MAAFallback, enforced as Equal), or set launchMeasurements. Stricter than Constellation, which accepts WarnOnly",
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(config)
+    }
+
     /// The lines these settings add to the canonical text a config digest hashes: the minimum
-    /// TCBs, SMT, the accepted ID key digests and their enforcement, and the trusted ARKs.
+    /// TCBs, SMT, the accepted ID key digests and their enforcement, the firmware pins and the
+    /// trusted ARKs.
     pub fn canonical(&self) -> String {
+        let opt = |tcb: Option<&Tcb>| tcb.map_or_else(|| "-".to_owned(), ToString::to_string);
         let mut out = format!(
-            "snp:min-tcb:{}\nsnp:min-launch-tcb:{}\nsnp:smt:{}\n",
-            self.minimum_tcb, self.minimum_launch_tcb, self.smt_allowed
+            "snp:min-tcb:{}\nsnp:min-tcb-genoa:{}\nsnp:min-tcb-turin:{}\nsnp:smt:{}\n",
+            self.minimum_tcb.milan,
+            opt(self.minimum_tcb.genoa.as_ref()),
+            opt(self.minimum_tcb.turin.as_ref()),
+            self.smt_allowed
         );
         if let Some(signer) = &self.firmware_signer {
-            let mut digests: Vec<String> =
-                signer.accepted_digests.iter().map(hex::encode).collect();
-            digests.sort();
             out.push_str(&format!(
                 "snp:id-key:{:?}:{}\n",
                 signer.enforcement,
-                digests.join(",")
+                sorted_hex(&signer.accepted_digests)
             ));
+        }
+        let pins = &self.pins;
+        for (name, list) in [
+            (
+                "measurements",
+                pins.measurements.as_ref().map(|l| sorted_hex(l)),
+            ),
+            (
+                "author-keys",
+                pins.author_key_digests.as_ref().map(|l| sorted_hex(l)),
+            ),
+            ("host-data", pins.host_data.map(hex::encode)),
+            ("chip-ids", pins.chip_ids.as_ref().map(|l| sorted_hex(l))),
+        ] {
+            if let Some(list) = list {
+                out.push_str(&format!("snp:{name}:{list}\n"));
+            }
         }
         let mut arks: Vec<String> = self
             .trust
@@ -239,14 +490,14 @@ impl SnpConfig {
         if !current.at_least(&committed) {
             return Err(SnpPolicyError::CurrentBelowCommitted { current, committed });
         }
-        for (which, tcb, minimum) in [
-            ("reported", report.reported_tcb(product), &self.minimum_tcb),
-            ("committed", committed, &self.minimum_tcb),
-            (
-                "launch",
-                report.launch_tcb(product),
-                &self.minimum_launch_tcb,
-            ),
+        let minimum = self
+            .minimum_tcb
+            .for_product(product)
+            .ok_or(SnpPolicyError::NoMinimumTcb(product))?;
+        for (which, tcb) in [
+            ("reported", report.reported_tcb(product)),
+            ("committed", committed),
+            ("launch", report.launch_tcb(product)),
         ] {
             if !tcb.at_least(minimum) {
                 return Err(SnpPolicyError::TcbBelowMinimum {
@@ -254,6 +505,31 @@ impl SnpConfig {
                     tcb,
                     minimum: *minimum,
                 });
+            }
+        }
+        let pins = &self.pins;
+        if let Some(accepted) = &pins.measurements {
+            if !accepted.contains(report.measurement()) {
+                return Err(SnpPolicyError::Measurement(hex::encode(
+                    report.measurement(),
+                )));
+            }
+        }
+        if let Some(accepted) = &pins.author_key_digests {
+            if !accepted.contains(report.author_key_digest()) {
+                return Err(SnpPolicyError::AuthorKeyDigest(hex::encode(
+                    report.author_key_digest(),
+                )));
+            }
+        }
+        if let Some(expected) = &pins.host_data {
+            if expected != report.host_data() {
+                return Err(SnpPolicyError::HostData(hex::encode(report.host_data())));
+            }
+        }
+        if let Some(allowed) = &pins.chip_ids {
+            if !allowed.contains(report.chip_id()) {
+                return Err(SnpPolicyError::ChipId(hex::encode(report.chip_id())));
             }
         }
         let mut notes = Vec::new();
@@ -275,6 +551,12 @@ impl SnpConfig {
     }
 }
 
+fn sorted_hex<const N: usize>(values: &[[u8; N]]) -> String {
+    let mut values: Vec<String> = values.iter().map(hex::encode).collect();
+    values.sort();
+    values.join(",")
+}
+
 /// Which policy check refused a verified report.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SnpPolicyError {
@@ -294,6 +576,18 @@ pub enum SnpPolicyError {
         tcb: Tcb,
         minimum: Tcb,
     },
+    #[error(
+        "the report is from a {0} CPU and the config sets no minimum TCB for it (minimumTcb.{0}); its SVNs are on a scale of their own. Stricter than Constellation, which applies bootloaderVersion, teeVersion, snpVersion and microcodeVersion to every product"
+    )]
+    NoMinimumTcb(Product),
+    #[error("the report's launch MEASUREMENT {0} is not in launchMeasurements")]
+    Measurement(String),
+    #[error("the report's AUTHOR_KEY_DIGEST {0} is not in acceptedAuthorKeyDigests")]
+    AuthorKeyDigest(String),
+    #[error("the report's HOST_DATA {0} is not the configured hostData")]
+    HostData(String),
+    #[error("the report's CHIP_ID {0} is not in allowedChipIds")]
+    ChipId(String),
     #[error("the report's ID key digest {0} is not in firmwareSignerConfig.acceptedKeyDigests")]
     IdKeyDigest(String),
 }

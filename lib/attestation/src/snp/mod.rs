@@ -15,7 +15,8 @@
 //!   the product the chain is for.
 //!
 //! [`config`] reads the SNP settings of Constellation's attestation config and applies them to a
-//! [`VerifiedReport`]: minimum TCBs, CURRENT ≥ COMMITTED, guest policy bits, VMPL, ID key digest.
+//! [`VerifiedReport`]: minimum TCBs per product, CURRENT ≥ COMMITTED, guest policy bits, VMPL,
+//! ID key digest and the firmware pins (launch measurement, author key, HOST_DATA, CHIP_ID).
 
 pub mod certs;
 pub mod collateral;
@@ -27,7 +28,10 @@ pub mod report;
 
 pub use certs::{Cert, LeafFacts, certs_from_pem};
 pub use collateral::{CollateralError, SnpCollateral, StaticCollateral};
-pub use config::{Enforcement, FirmwareSigner, SnpConfig, SnpConfigError, SnpPolicyError};
+pub use config::{
+    Enforcement, FirmwarePins, FirmwareSigner, MinimumTcbs, SnpConfig, SnpConfigError,
+    SnpPolicyError,
+};
 pub use crl::Crl;
 pub use gce::{
     GceIdentity, GceKeyError, GcpProjects, GcpProjectsError, InstanceRef, StaticGceIdentity,

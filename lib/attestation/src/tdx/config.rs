@@ -1,19 +1,32 @@
-//! The TDX part of Constellation's attestation config, and the checks it drives on a verified
-//! quote.
+//! The TDX part of the attestation config, and the checks it drives on a verified quote.
 //!
-//! Beside `measurements`, Constellation's azure-tdx config names `qeSVN` and `pceSVN` (minimum
-//! SVNs of the quoting and provisioning certification enclaves, as the quote header states
-//! them), `teeTCBSVN` (16 bytes hex, a minimum for each byte of the TD report's TEE_TCB_SVN),
+//! Constellation's fields, beside `measurements`: `qeSVN` and `pceSVN` (minimum SVNs of the
+//! quoting and provisioning certification enclaves, as the quote header states them),
+//! `teeTCBSVN` (16 bytes hex, a minimum for each byte of the TD report's TEE_TCB_SVN),
 //! `qeVendorID` (16 bytes hex), `mrSeam` (48 bytes hex, the TDX module's measurement), `xfam`
-//! (8 bytes hex) and `intelRootKey` (PEM; Intel's root built in when absent). A field that is
-//! absent, zero or empty is not checked, as with Constellation; qemu-tdx's config has none of
-//! them. `acceptedTcbStatuses` (ours) lists the TCB statuses accepted besides nothing: default
-//! `["UpToDate"]`; Revoked can never be accepted.
+//! (8 bytes hex) and `intelRootKey` (PEM; Intel's root built in when absent). Of these, a field
+//! that is absent, zero or empty is not checked, as with Constellation.
+//!
+//! Fields of this service:
+//! - `acceptedTcbStatuses`: the TCB statuses accepted, default `["UpToDate"]`; Revoked can
+//!   never be accepted;
+//! - `mrtds`: [96 hex], the accepted MRTDs (the TD's initial memory: its firmware);
+//! - `mrSeams`: [96 hex], the accepted MRSEAMs, a list so that a TDX module update can be rolled
+//!   out; `mrSeam` adds one more.
+//!
+//! What a variant must pin ([`TdxConfig::for_variant`], stricter than Constellation): both TDX
+//! variants an MRSEAM (`mrSeams` or `mrSeam`); azure-tdx the MRTD (`mrtds`), since its
+//! `measurements` are vTPM PCRs that a TD of any firmware can quote; qemu-tdx the MRTD too, which
+//! its `measurements` do when index 0 (MRTD, as Constellation numbers it) is enforced, or
+//! `mrtds`. A TD without SEPT_VE_DISABLE is refused, except on azure-tdx, whose paravisor never
+//! sets it.
 
 use dcap_qvl::TcbStatus;
 use serde::Deserialize;
 
 use super::{TdxError, Trust, VerifiedQuote};
+use crate::Variant;
+use crate::policy::Policy;
 
 /// Why a TDX config could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -36,6 +49,15 @@ pub enum TdxConfigError {
     RootKey(TdxError),
     #[error("attestation config: acceptedTcbStatuses: {0}")]
     Statuses(String),
+    #[error("attestation config: {field}: empty: no quote could pass; leave the field out")]
+    Empty { field: &'static str },
+    /// A variant whose firmware would otherwise be unpinned.
+    #[error("attestation config: {variant} needs {field}: {reason}")]
+    Unpinned {
+        variant: Variant,
+        field: &'static str,
+        reason: &'static str,
+    },
 }
 
 /// The TDX settings of one variant's attestation config.
@@ -45,8 +67,13 @@ pub struct TdxConfig {
     pub min_pce_svn: u16,
     pub min_tee_tcb_svn: Option<[u8; 16]>,
     pub qe_vendor_id: Option<[u8; 16]>,
-    pub mr_seam: Option<[u8; 48]>,
+    /// The accepted MRSEAMs (`mrSeams` and `mrSeam`).
+    pub mr_seams: Option<Vec<[u8; 48]>>,
+    /// The accepted MRTDs (`mrtds`).
+    pub mrtds: Option<Vec<[u8; 48]>>,
     pub xfam: Option<[u8; 8]>,
+    /// Whether a TD must set SEPT_VE_DISABLE; only azure-tdx's paravisor TDs go without.
+    pub sept_ve_disable_required: bool,
     pub trust: Trust,
     /// Whether `intelRootKey` replaced the built-in root.
     pub custom_root: bool,
@@ -55,15 +82,17 @@ pub struct TdxConfig {
 }
 
 impl Default for TdxConfig {
-    /// Checks nothing beyond Intel's: the built-in root, UpToDate only.
+    /// Checks nothing beyond Intel's: the built-in root, UpToDate only, SEPT_VE_DISABLE set.
     fn default() -> Self {
         TdxConfig {
             min_qe_svn: 0,
             min_pce_svn: 0,
             min_tee_tcb_svn: None,
             qe_vendor_id: None,
-            mr_seam: None,
+            mr_seams: None,
+            mrtds: None,
             xfam: None,
+            sept_ve_disable_required: true,
             trust: Trust::builtin(),
             custom_root: false,
             accepted_statuses: vec![TcbStatus::UpToDate],
@@ -83,6 +112,8 @@ struct Raw {
     #[serde(rename = "qeVendorID")]
     qe_vendor_id: Option<String>,
     mr_seam: Option<String>,
+    mr_seams: Option<Vec<String>>,
+    mrtds: Option<Vec<String>>,
     xfam: Option<String>,
     intel_root_key: Option<String>,
     accepted_tcb_statuses: Option<Vec<String>>,
@@ -128,6 +159,33 @@ fn bytes<const N: usize>(
     Ok(bytes.iter().any(|&b| b != 0).then_some(bytes))
 }
 
+/// A list of 48-byte hex values; a present list must not be empty.
+fn list48(
+    values: Option<&[String]>,
+    field: &'static str,
+) -> Result<Option<Vec<[u8; 48]>>, TdxConfigError> {
+    let Some(values) = values else {
+        return Ok(None);
+    };
+    if values.is_empty() {
+        return Err(TdxConfigError::Empty { field });
+    }
+    values
+        .iter()
+        .map(|v| {
+            hex::decode(v)
+                .ok()
+                .and_then(|b| <[u8; 48]>::try_from(b).ok())
+                .ok_or_else(|| TdxConfigError::BadHex {
+                    field,
+                    len: 48,
+                    value: v.clone(),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
 /// A TCB status by the name Intel's collateral uses.
 pub fn parse_status(name: &str) -> Option<TcbStatus> {
     serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
@@ -171,22 +229,85 @@ impl TdxConfig {
                 statuses
             }
         };
+        let mut mr_seams = list48(raw.mr_seams.as_deref(), "mrSeams")?;
+        if let Some(single) = bytes::<48>(raw.mr_seam.as_deref(), "mrSeam")? {
+            let list = mr_seams.get_or_insert_with(Vec::new);
+            if !list.contains(&single) {
+                list.push(single);
+            }
+        }
         Ok(TdxConfig {
             min_qe_svn: svn(raw.qe_svn.as_ref(), "qeSVN")?,
             min_pce_svn: svn(raw.pce_svn.as_ref(), "pceSVN")?,
             min_tee_tcb_svn: bytes(raw.tee_tcb_svn.as_deref(), "teeTCBSVN")?,
             qe_vendor_id: bytes(raw.qe_vendor_id.as_deref(), "qeVendorID")?,
-            mr_seam: bytes(raw.mr_seam.as_deref(), "mrSeam")?,
+            mr_seams,
+            mrtds: list48(raw.mrtds.as_deref(), "mrtds")?,
             xfam: bytes(raw.xfam.as_deref(), "xfam")?,
+            sept_ve_disable_required: true,
             trust,
             custom_root,
             accepted_statuses,
         })
     }
 
+    /// [`TdxConfig::from_attestation_config`], refusing what leaves `variant`'s firmware
+    /// unpinned, given the variant's measurement `policy` (see the module docs), and exempting
+    /// azure-tdx (only) from SEPT_VE_DISABLE.
+    pub fn for_variant(
+        variant: Variant,
+        json: &[u8],
+        policy: &Policy,
+    ) -> Result<TdxConfig, TdxConfigError> {
+        let mut config = TdxConfig::from_attestation_config(json)?;
+        let unpinned = |field, reason| TdxConfigError::Unpinned {
+            variant,
+            field,
+            reason,
+        };
+        if config.mr_seams.is_none() {
+            return Err(unpinned(
+                "mrSeams",
+                "no MRSEAM is pinned, so a TD under any TDX module Intel signed would pass; list the accepted TDX modules' MRSEAMs (attest-tool tdx verify prints a quote's), or set Constellation's mrSeam. Stricter than Constellation, which leaves mrSeam optional",
+            ));
+        }
+        match variant {
+            Variant::AzureTdx => {
+                if config.mrtds.is_none() {
+                    return Err(unpinned(
+                        "mrtds",
+                        "no MRTD is pinned, and the measurements are vTPM PCRs that a TD of any firmware can quote, so any UpToDate TD anywhere could join with a key of its own; list the accepted MRTDs (attest-tool tdx verify prints a quote's). Stricter than Constellation, which does not check the MRTD on azure-tdx",
+                    ));
+                }
+                config.sept_ve_disable_required = false;
+            }
+            Variant::QemuTdx => {
+                let mrtd_measured = policy.measurements().get(&0).is_some_and(|m| !m.warn_only);
+                if config.mrtds.is_none() && !mrtd_measured {
+                    return Err(unpinned(
+                        "measurements[0] (MRTD) enforced, or mrtds",
+                        "no MRTD is pinned (measurement 0 is absent or warnOnly), so a TD of any firmware could pass",
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(config)
+    }
+
     /// The lines these settings add to the canonical text a config digest hashes.
     pub fn canonical(&self) -> String {
         let opt = |v: Option<&[u8]>| v.map(hex::encode).unwrap_or_else(|| "-".to_owned());
+        let list = |v: Option<&[[u8; 48]]>| {
+            v.map_or_else(
+                || "-".to_owned(),
+                |v| {
+                    let mut v: Vec<String> = v.iter().map(hex::encode).collect();
+                    v.sort();
+                    v.join(",")
+                },
+            )
+        };
         let mut statuses: Vec<String> = self
             .accepted_statuses
             .iter()
@@ -194,13 +315,15 @@ impl TdxConfig {
             .collect();
         statuses.sort();
         format!(
-            "tdx:qe-svn:{}\ntdx:pce-svn:{}\ntdx:tee-tcb-svn:{}\ntdx:qe-vendor:{}\ntdx:mr-seam:{}\ntdx:xfam:{}\ntdx:statuses:{}\ntdx:root:{}\n",
+            "tdx:qe-svn:{}\ntdx:pce-svn:{}\ntdx:tee-tcb-svn:{}\ntdx:qe-vendor:{}\ntdx:mr-seam:{}\ntdx:mrtd:{}\ntdx:xfam:{}\ntdx:sept-ve-disable:{}\ntdx:statuses:{}\ntdx:root:{}\n",
             self.min_qe_svn,
             self.min_pce_svn,
             opt(self.min_tee_tcb_svn.as_ref().map(|v| &v[..])),
             opt(self.qe_vendor_id.as_ref().map(|v| &v[..])),
-            opt(self.mr_seam.as_ref().map(|v| &v[..])),
+            list(self.mr_seams.as_deref()),
+            list(self.mrtds.as_deref()),
             opt(self.xfam.as_ref().map(|v| &v[..])),
+            self.sept_ve_disable_required,
             statuses.join(","),
             self.trust.fingerprint(),
         )
@@ -225,6 +348,9 @@ impl TdxConfig {
                     .collect::<Vec<_>>()
                     .join(","),
             });
+        }
+        if self.sept_ve_disable_required && !quote.sept_ve_disable() {
+            return Err(TdxPolicyError::SeptVeDisable);
         }
         if quote.qe_svn() < self.min_qe_svn {
             return Err(TdxPolicyError::Svn {
@@ -255,11 +381,6 @@ impl TdxConfig {
                 self.qe_vendor_id.as_ref().map(|v| &v[..]),
                 &quote.qe_vendor_id()[..],
             ),
-            (
-                "mrSeam",
-                self.mr_seam.as_ref().map(|v| &v[..]),
-                &td.mr_seam[..],
-            ),
             ("xfam", self.xfam.as_ref().map(|v| &v[..]), &td.xfam[..]),
         ] {
             if let Some(expected) = expected {
@@ -270,6 +391,16 @@ impl TdxConfig {
                         actual: hex::encode(actual),
                     });
                 }
+            }
+        }
+        if let Some(accepted) = &self.mr_seams {
+            if !accepted.contains(&td.mr_seam) {
+                return Err(TdxPolicyError::MrSeam(hex::encode(td.mr_seam)));
+            }
+        }
+        if let Some(accepted) = &self.mrtds {
+            if !accepted.contains(&td.mr_td) {
+                return Err(TdxPolicyError::Mrtd(hex::encode(td.mr_td)));
             }
         }
         let advisories = if verified.advisory_ids.is_empty() {
@@ -294,6 +425,14 @@ impl TdxConfig {
 pub enum TdxPolicyError {
     #[error("the TD is a debug TD (TD attributes allow debugging)")]
     Debug,
+    #[error(
+        "the TD does not set SEPT_VE_DISABLE (TD attributes bit 28), so its host can inject #VE on private memory; only azure-tdx's paravisor TDs are exempt. Stricter than Constellation, which accepts it on qemu-tdx"
+    )]
+    SeptVeDisable,
+    #[error("the TD's MRSEAM {0} (its TDX module) is not in mrSeams or mrSeam")]
+    MrSeam(String),
+    #[error("the TD's MRTD {0} (its firmware) is not in mrtds")]
+    Mrtd(String),
     #[error(
         "the TCB status is {status} (advisories: {advisories}), not one the config accepts ({accepted})"
     )]

@@ -19,14 +19,16 @@
 //!   tee_tcb_svn[1] > 0 and judged by the `tdxModuleIdentities` entry `TDX_%02X`, whose MRSIGNER
 //!   and attributes must match the TD report's SEAM signer and attributes), converged with the
 //!   QE's status; a Revoked status is refused outright; TD attributes (DEBUG and profiling,
-//!   migratable, reserved bits, SEPT_VE_DISABLE, service TDs) are refused;
+//!   migratable, reserved bits, SEPT_VE_DISABLE, service TDs) are refused, except that a TD
+//!   without SEPT_VE_DISABLE gets its status from [`tcb`] and is left to the config to refuse;
 //! - [`verify_quote`] checks what the crate leaves to its caller: the collateral's whole window
 //!   (the crate does not hold the time against a CRL's thisUpdate), and it names the failed check
 //!   as a [`TdxError`] rather than the crate's text;
 //! - [`config`] reads the TDX settings of Constellation's attestation config and applies them to
 //!   a [`VerifiedQuote`]: the accepted TCB statuses (UpToDate only unless configured, every
-//!   advisory ID reported), `qeSVN`, `pceSVN`, `teeTCBSVN` minimums, `qeVendorID`, `mrSeam`,
-//!   `xfam`, and DEBUG refused once more, independent of the crate.
+//!   advisory ID reported), `qeSVN`, `pceSVN`, `teeTCBSVN` minimums, `qeVendorID`, the MRSEAM
+//!   and MRTD allow-lists, `xfam`, SEPT_VE_DISABLE (required except on azure-tdx), and DEBUG
+//!   refused once more, independent of the crate.
 //!
 //! [`collateral`] holds Intel's collateral for one FMSPC and PCK CA, in the shape Intel PCS v4
 //! serves it, and the [`TdxCollateral`] source a verifier asks for it.

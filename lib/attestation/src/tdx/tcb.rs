@@ -2,14 +2,15 @@
 //!
 //! dcap-qvl refuses such a TD as its very last check, after every signature, chain, CRL, QE and
 //! TCB check has passed, and then returns no claims. Azure's TDs (run under Microsoft's
-//! paravisor) never set the attribute, and Constellation does not require it, so for exactly
+//! paravisor) never set the attribute, and Constellation does not require it there, so for exactly
 //! that refusal the status is evaluated here from the crate's own public TCB-info and
 //! QE-identity types, by the same rule (Intel's): the first TCB level, highest first, that the
 //! PCK's CPUSVN and PCESVN and the TD's TEE_TCB_SVN meet (components 0 and 1 skipped when
 //! TEE_TCB_SVN[1] > 0); the `TDX_%02X` module identity's first level the module ISVSVN meets;
 //! the first QE identity level the QE's ISVSVN meets; the statuses converged and the advisory
 //! IDs joined with the crate's `TcbStatusWithAdvisory::merge`. The tests check that this gives
-//! the crate's own answer on every quote the crate accepts.
+//! the crate's own answer on every quote the crate accepts. Whether such a TD is accepted is
+//! the config's decision ([`super::config::TdxConfig::check`]): on azure-tdx only.
 
 use dcap_qvl::{QeIdentity, TcbInfo, TcbStatus, TcbStatusWithAdvisory};
 

@@ -41,6 +41,17 @@ pub enum Binding {
     Gcp,
 }
 
+impl Binding {
+    /// The variant whose reports bind their key this way.
+    pub fn variant(self) -> Variant {
+        match self {
+            Binding::Aws => Variant::AwsSevSnp,
+            Binding::Azure => Variant::AzureSevSnp,
+            Binding::Gcp => Variant::GcpSevSnp,
+        }
+    }
+}
+
 /// The verification time, in seconds since the epoch.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -101,8 +112,9 @@ impl SevSnpValidator {
         }
     }
 
-    /// The validator an attestation config describes: its measurements (at least one enforced)
-    /// and its SNP settings, with collateral from `collateral`. Returns it with the digest that
+    /// The validator an attestation config describes: its measurements (at least one enforced),
+    /// its SNP settings as [`SnpConfig::for_variant`] reads them and, for gcp-sev-snp,
+    /// `allowedGcpProjects`, with collateral from `collateral`. Returns it with the digest that
     /// covers everything it decides by.
     pub fn from_attestation_config(
         binding: Binding,
@@ -110,11 +122,10 @@ impl SevSnpValidator {
         collateral: Arc<dyn SnpCollateral>,
     ) -> Result<(SevSnpValidator, String), crate::PolicyError> {
         let policy = Policy::enforcing_from_attestation_config(json)?;
-        let snp = SnpConfig::from_attestation_config(json)?;
+        let snp = SnpConfig::for_variant(binding.variant(), json)?;
         let gcp_projects = GcpProjects::from_attestation_config(json)?;
         if binding != Binding::Gcp && !gcp_projects.is_any() {
-            let variant = SevSnpValidator::new(binding, policy, snp, collateral).variant();
-            return Err(crate::snp::GcpProjectsError::NotGcp(variant.name()).into());
+            return Err(crate::snp::GcpProjectsError::NotGcp(binding.variant().name()).into());
         }
         let digest = policy.digest_with(&(snp.canonical() + &gcp_projects.canonical()));
         Ok((
@@ -428,11 +439,7 @@ fn facts(verified: &VerifiedReport) -> String {
 
 impl Validator for SevSnpValidator {
     fn variant(&self) -> Variant {
-        match self.binding {
-            Binding::Aws => Variant::AwsSevSnp,
-            Binding::Azure => Variant::AzureSevSnp,
-            Binding::Gcp => Variant::GcpSevSnp,
-        }
+        self.binding.variant()
     }
 
     fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {

@@ -39,6 +39,15 @@ pub enum TdxKind {
     Azure,
 }
 
+impl TdxKind {
+    pub fn variant(self) -> Variant {
+        match self {
+            TdxKind::Qemu => Variant::QemuTdx,
+            TdxKind::Azure => Variant::AzureTdx,
+        }
+    }
+}
+
 /// The largest qemu-tdx document or azure-tdx InstanceInfo accepted: a quote (at most
 /// [`crate::tdx::quote::MAX_QUOTE`]) in base64, user data or runtime data of a few kilobytes.
 pub const MAX_TDX_JSON: usize = 64 * 1024;
@@ -166,7 +175,7 @@ impl TdxValidator {
     }
 
     /// The validator an attestation config describes: its measurements (at least one enforced)
-    /// and its TDX settings, with collateral from `collateral`. Returns it with the digest that
+    /// and its TDX settings as [`TdxConfig::for_variant`] reads them, with collateral from `collateral`. Returns it with the digest that
     /// covers everything it decides by.
     pub fn from_attestation_config(
         kind: TdxKind,
@@ -174,7 +183,7 @@ impl TdxValidator {
         collateral: Arc<dyn TdxCollateral>,
     ) -> Result<(TdxValidator, String), crate::PolicyError> {
         let policy = Policy::enforcing_from_attestation_config(json)?;
-        let tdx = TdxConfig::from_attestation_config(json)?;
+        let tdx = TdxConfig::for_variant(kind.variant(), json, &policy)?;
         let digest = policy.digest_with(&tdx.canonical());
         Ok((TdxValidator::new(kind, policy, tdx, collateral), digest))
     }
@@ -256,10 +265,7 @@ pub fn facts(verified: &VerifiedQuote) -> String {
 
 impl Validator for TdxValidator {
     fn variant(&self) -> Variant {
-        match self.kind {
-            TdxKind::Qemu => Variant::QemuTdx,
-            TdxKind::Azure => Variant::AzureTdx,
-        }
+        self.kind.variant()
     }
 
     fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
