@@ -28,10 +28,22 @@
 //!   fetched longest ago, and its files go with it), at most that many node-named keys back off,
 //!   and at most that many node-named fetches are in flight. So a node inventing names costs
 //!   bounded memory and disk and can never push out what every join needs.
+//! - **Bounded per peer.** With [`CacheConfig::per_peer`], each peer (the address a node connects
+//!   from, named by [`for_peer`] around its verification) starts at most so many node-named
+//!   fetches per window; beyond that its lookups of keys not cached are [`Unavailable`] at once,
+//!   and the source is not asked. Lookups answered from memory, and a fetch already in flight
+//!   that a lookup joins, cost nothing. So one peer inventing names spends a bounded share of the
+//!   vendor's rate limit, whatever else holds.
 //! - **Polite.** A failed fetch is not retried for a back-off (the source's `Retry-After` when it
-//!   gives one, at most [`MAX_RETRY_AFTER`]). A `Retry-After` from the source also holds back every node-named fetch that
-//!   source would start, for that long: a node inventing names cannot turn one vendor's 429 into
-//!   one more request per name. Shared keys are still refreshed when due, each with its own
+//!   gives one, at most [`MAX_RETRY_AFTER`]; a node-named key, whose source-wide hold below
+//!   carries the `Retry-After`, backs off for [`CacheConfig::backoff`]). A `Retry-After` from the
+//!   source also holds back the node-named fetches that source would start, for that long: a
+//!   node inventing names cannot turn one vendor's 429 into one more request per name. While the
+//!   hold is on, one node-named fetch per [`CacheConfig::probe_interval`] still goes out (the
+//!   first asked for by a peer within its own bound): the probe. A probe, or any fetch, that the
+//!   source answers lifts the hold at once, so a genuine new node joins once the vendor answers
+//!   again rather than when the longest `Retry-After` ends; one that is refused with a new
+//!   `Retry-After` extends it. Shared keys are still refreshed when due, each with its own
 //!   back-off, so the vendor's rate limit is not spent on names a node made up while the items
 //!   every join needs fall stale.
 //!
@@ -54,8 +66,10 @@ pub mod pcs;
 
 pub use http::SetupError;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,6 +159,20 @@ pub struct CacheConfig {
     /// as many node-named fetches are in flight); shared keys are not counted. `None`: no bound,
     /// only for tests and sources whose keys no node names.
     pub max_entries: Option<usize>,
+    /// How many node-named fetches one peer may start per window; `None`: no bound per peer
+    /// (a source whose keys cost the vendor nothing, or lookups made outside [`for_peer`]).
+    pub per_peer: Option<PeerBound>,
+    /// While the source's `Retry-After` holds node-named fetches back, one of them still goes
+    /// out this often, to learn whether the source answers again.
+    pub probe_interval: Duration,
+}
+
+/// At most `fetches` node-named fetches started by one peer within any `window` that begins
+/// with its first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerBound {
+    pub fetches: usize,
+    pub window: Duration,
 }
 
 impl Default for CacheConfig {
@@ -155,9 +183,57 @@ impl Default for CacheConfig {
             wait: Duration::from_secs(2),
             backoff: Duration::from_secs(10),
             max_entries: None,
+            per_peer: None,
+            probe_interval: Duration::from_secs(30),
         }
     }
 }
+
+thread_local! {
+    /// The peer whose verification runs on this thread, as [`for_peer`] set it.
+    static PEER: Cell<Option<IpAddr>> = const { Cell::new(None) };
+}
+
+/// Runs `f` (a verification, on the thread that calls this) on behalf of `peer`: every node-named
+/// fetch a [`Cache::get`] in it starts counts against that peer's [`CacheConfig::per_peer`].
+///
+/// The peer is carried in a scope on the calling thread rather than as a parameter, because
+/// the lookup sits below interfaces that know nothing of connections (a `Validator` validates a
+/// document; an `SnpCollateral` or `TdxCollateral` answers for a chip or a platform), and
+/// every verifier looks collateral up synchronously on the thread that verifies: the scope
+/// covers exactly the lookups of one verification and nothing else, no state is shared across
+/// threads, and it ends with `f` (also when `f` panics). A lookup outside any scope (warming at
+/// start, the service's own collateral, offline tools) counts against no peer.
+pub fn for_peer<T>(peer: IpAddr, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<IpAddr>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PEER.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(PEER.with(|p| p.replace(Some(peer))));
+    f()
+}
+
+/// Whom a peer's fetches are counted for: its IPv4 address, or its IPv6 /64 (the smallest
+/// prefix a site is given, so one host cannot make itself many peers).
+fn peer_key(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut octets = v6.octets();
+                octets[8..].fill(0);
+                IpAddr::from(octets)
+            }
+        },
+    }
+}
+
+/// The most peers whose windows are tracked at once; a new peer beyond them, with every
+/// tracked window still open, is refused its fetch (it retries once windows end).
+const MAX_PEERS: usize = 65_536;
 
 #[derive(Clone, Debug)]
 struct Entry {
@@ -188,8 +264,12 @@ struct State {
     entries: HashMap<String, Entry>,
     flights: HashMap<String, Arc<Flight>>,
     not_before: HashMap<String, Backoff>,
-    /// The source's last `Retry-After`: no node-named fetch starts before then.
+    /// The source's last `Retry-After`: until then node-named fetches start only as probes.
     hold: Option<(SystemTime, String)>,
+    /// When the last probe started during a hold.
+    last_probe: Option<SystemTime>,
+    /// Per peer: when its window began and how many node-named fetches it started in it.
+    peers: HashMap<IpAddr, (SystemTime, usize)>,
 }
 
 impl State {
@@ -352,13 +432,15 @@ impl Cache {
                     } else {
                         self.inner.stats.stale_hits.fetch_add(1, Ordering::Relaxed);
                     }
-                    // Backing off or held: the item is served as it is meanwhile.
-                    let _ = self.start_fetch(&mut state, key, now);
+                    // Backing off or held: the item is served as it is meanwhile. A refresh
+                    // of what is cached is no new name, so it counts against no peer.
+                    let _ = self.start_fetch(&mut state, key, now, None);
                     return Ok(entry.bytes);
                 }
             }
             self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
-            match self.start_fetch(&mut state, key, now) {
+            let peer = PEER.with(Cell::get);
+            match self.start_fetch(&mut state, key, now, peer) {
                 Ok(flight) => flight,
                 Err(reason) => return Err(self.unavailable(key, reason)),
             }
@@ -401,7 +483,7 @@ impl Cache {
             .get(key)
             .is_some_and(|e| now < e.refresh_after);
         if !fresh {
-            let _ = self.start_fetch(&mut state, key, now);
+            let _ = self.start_fetch(&mut state, key, now, None);
         }
     }
 
@@ -469,13 +551,15 @@ impl Cache {
     }
 
     /// Starts the fetch of `key` unless one is in flight (then returns that one); says why not
-    /// when the key backs off, or it is node-named and the source asked for a pause or the
-    /// node-named fetches in flight are at the bound.
+    /// when the key backs off, or it is node-named and `peer` has started its share of fetches,
+    /// the source asked for a pause and this is no time for a probe, or the node-named fetches
+    /// in flight are at the bound.
     fn start_fetch(
         &self,
         state: &mut State,
         key: &str,
         now: SystemTime,
+        peer: Option<IpAddr>,
     ) -> Result<Arc<Flight>, String> {
         if let Some(flight) = state.flights.get(key) {
             return Ok(flight.clone());
@@ -490,18 +574,39 @@ impl Cache {
         }
         let class = self.inner.source.class(key);
         if class == KeyClass::NodeNamed {
-            if let Some((until, reason)) = &state.hold {
-                if now < *until {
-                    return Err(format!(
-                        "the source asked for a pause ({reason}); no key a node names is fetched until it ends"
-                    ));
-                }
+            let counted = match (peer, self.inner.config.per_peer) {
+                (Some(peer), Some(bound)) => Some((peer_key(peer), bound)),
+                _ => None,
+            };
+            if let Some((peer, bound)) = counted {
+                self.within_peer_bound(state, peer, bound, now)?;
             }
             if let Some(max) = self.inner.config.max_entries {
                 if state.node_named_flights() >= max {
                     return Err(format!(
                         "{max} fetches of keys nodes name are in flight already"
                     ));
+                }
+            }
+            if let Some((until, reason)) = &state.hold {
+                if now < *until {
+                    let next_probe = state
+                        .last_probe
+                        .map(|at| later(at, self.inner.config.probe_interval));
+                    if let Some(next) = next_probe.filter(|next| now < *next) {
+                        let wait = next.duration_since(now).unwrap_or_default();
+                        return Err(format!(
+                            "the source asked for a pause ({reason}); keys nodes name are fetched only as a probe of whether it answers again, the next in {}s",
+                            wait.as_secs().max(1)
+                        ));
+                    }
+                    // This fetch is the probe.
+                    state.last_probe = Some(now);
+                }
+            }
+            if let Some((peer, _)) = counted {
+                if let Some((_, started)) = state.peers.get_mut(&peer) {
+                    *started += 1;
                 }
             }
         }
@@ -553,6 +658,9 @@ impl Cache {
                 };
                 state.entries.insert(key.to_owned(), entry);
                 state.not_before.remove(key);
+                // The source answers: whatever pause it asked for is over.
+                state.hold = None;
+                state.last_probe = None;
                 drop(state);
                 // Outside the lock. Should a pushed-out key's own refresh land in between, it is
                 // kept in memory without its files: only its persistence is lost.
@@ -570,7 +678,12 @@ impl Cache {
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%key, reason = %error.reason, "collateral fetch failed");
                 let retry_after = error.retry_after.map(|r| r.min(MAX_RETRY_AFTER));
-                let backoff = retry_after.unwrap_or(self.inner.config.backoff);
+                // A node-named key waits out the source's pause with the hold, probed; its own
+                // back-off must not keep it from the probe that finds the source answering.
+                let backoff = match (class, retry_after) {
+                    (KeyClass::Shared, Some(retry_after)) => retry_after,
+                    _ => self.inner.config.backoff,
+                };
                 let mut state = self.lock();
                 if let Some(retry_after) = retry_after {
                     // The source asked to be left alone: whatever key it answered, the keys
@@ -579,6 +692,8 @@ impl Cache {
                     if state.hold.as_ref().is_none_or(|(held, _)| *held < until) {
                         state.hold = Some((until, error.reason.clone()));
                     }
+                    // The source was just asked: the next probe is an interval from now.
+                    state.last_probe = Some(now);
                 }
                 if let Some(max) = bounded {
                     let named = |b: &Backoff| b.class == KeyClass::NodeNamed;
@@ -620,6 +735,45 @@ impl Cache {
 }
 
 impl Cache {
+    /// Whether `peer` may start one more node-named fetch under `bound`: its window is open
+    /// (a new one begins once the last has passed) with fetches left in it.
+    fn within_peer_bound(
+        &self,
+        state: &mut State,
+        peer: IpAddr,
+        bound: PeerBound,
+        now: SystemTime,
+    ) -> Result<(), String> {
+        let open = |(began, _): &(SystemTime, usize)| now < later(*began, bound.window);
+        if state.peers.get(&peer).is_some_and(|w| !open(w)) {
+            state.peers.remove(&peer);
+        }
+        if !state.peers.contains_key(&peer) {
+            if state.peers.len() >= MAX_PEERS {
+                state.peers.retain(|_, w| open(w));
+            }
+            if state.peers.len() >= MAX_PEERS {
+                return Err(format!(
+                    "{MAX_PEERS} peers have fetched keys nodes name within {}s; no new peer fetches until a window ends",
+                    bound.window.as_secs()
+                ));
+            }
+            state.peers.insert(peer, (now, 0));
+        }
+        let (began, started) = state.peers[&peer];
+        if started >= bound.fetches {
+            let ends = later(began, bound.window)
+                .duration_since(now)
+                .unwrap_or_default();
+            return Err(format!(
+                "{peer} has started {started} fetches of keys nodes name within {}s, its share; none more for {}s",
+                bound.window.as_secs(),
+                ends.as_secs().max(1)
+            ));
+        }
+        Ok(())
+    }
+
     /// Makes room for the node-named `key` among at most `max` node-named entries: first drop
     /// those that can no longer be served, then the one fetched longest ago. Shared entries
     /// are never touched. Returns the keys dropped, whose files are to go too.

@@ -86,6 +86,7 @@ impl World {
             wait: WAIT,
             backoff,
             max_entries: Some(64),
+            ..CacheConfig::default()
         };
         let cache =
             Cache::new(Arc::new(source), config, tokio::runtime::Handle::current()).unwrap();
