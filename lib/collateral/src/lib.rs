@@ -29,10 +29,11 @@
 //!   and at most that many node-named fetches are in flight. So a node inventing names costs
 //!   bounded memory and disk and can never push out what every join needs.
 //! - **Bounded per peer.** With [`CacheConfig::per_peer`], each peer (the address a node connects
-//!   from, named by [`for_peer`] around its verification) starts at most so many node-named
-//!   fetches per window; beyond that its lookups of keys not cached are [`Unavailable`] at once,
-//!   and the source is not asked. Lookups answered from memory, and a fetch already in flight
-//!   that a lookup joins, cost nothing. So one peer inventing names spends a bounded share of the
+//!   from, named by [`for_peer`] around its verification) makes the cache fetch at most so many
+//!   distinct node-named keys per window; beyond that its lookups of other keys not cached are
+//!   [`Unavailable`] at once, and the source is not asked. Lookups answered from memory, a fetch
+//!   already in flight that a lookup joins, and a key fetched for the peer earlier in its window
+//!   (a node retrying its own VCEK) cost nothing more. So one peer inventing names spends a bounded share of the
 //!   vendor's rate limit, whatever else holds.
 //! - **Polite.** A failed fetch is not retried for a back-off (the source's `Retry-After` when it
 //!   gives one, at most [`MAX_RETRY_AFTER`]; a node-named key, whose source-wide hold below
@@ -159,7 +160,7 @@ pub struct CacheConfig {
     /// as many node-named fetches are in flight); shared keys are not counted. `None`: no bound,
     /// only for tests and sources whose keys no node names.
     pub max_entries: Option<usize>,
-    /// How many node-named fetches one peer may start per window; `None`: no bound per peer
+    /// How many node-named keys one peer may make the cache fetch per window; `None`: no bound per peer
     /// (a source whose keys cost the vendor nothing, or lookups made outside [`for_peer`]).
     pub per_peer: Option<PeerBound>,
     /// While the source's `Retry-After` holds node-named fetches back, one of them still goes
@@ -167,8 +168,8 @@ pub struct CacheConfig {
     pub probe_interval: Duration,
 }
 
-/// At most `fetches` node-named fetches started by one peer within any `window` that begins
-/// with its first.
+/// At most `fetches` distinct node-named keys fetched for one peer within a `window` that begins
+/// with its first; fetching again a key it had fetched in the window costs nothing more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerBound {
     pub fetches: usize,
@@ -233,7 +234,19 @@ fn peer_key(peer: IpAddr) -> IpAddr {
 
 /// The most peers whose windows are tracked at once; a new peer beyond them, with every
 /// tracked window still open, is refused its fetch (it retries once windows end).
-const MAX_PEERS: usize = 65_536;
+const MAX_PEERS: usize = 16_384;
+
+/// A key as a peer's window remembers it: 16 bytes of its SHA-256, so a window costs the same
+/// whatever the length of the names, and no name can be made to collide with another.
+type KeyDigest = [u8; 16];
+
+fn key_digest(key: &str) -> KeyDigest {
+    let mut digest = [0; 16];
+    digest.copy_from_slice(
+        &ring::digest::digest(&ring::digest::SHA256, key.as_bytes()).as_ref()[..16],
+    );
+    digest
+}
 
 #[derive(Clone, Debug)]
 struct Entry {
@@ -268,8 +281,9 @@ struct State {
     hold: Option<(SystemTime, String)>,
     /// When the last probe started during a hold.
     last_probe: Option<SystemTime>,
-    /// Per peer: when its window began and how many node-named fetches it started in it.
-    peers: HashMap<IpAddr, (SystemTime, usize)>,
+    /// Per peer: when its window began and the node-named keys (SHA-256, truncated) it made
+    /// the cache fetch in it.
+    peers: HashMap<IpAddr, (SystemTime, Vec<KeyDigest>)>,
 }
 
 impl State {
@@ -578,9 +592,12 @@ impl Cache {
                 (Some(peer), Some(bound)) => Some((peer_key(peer), bound)),
                 _ => None,
             };
-            if let Some((peer, bound)) = counted {
-                self.within_peer_bound(state, peer, bound, now)?;
-            }
+            let counted = match counted {
+                Some((peer, bound)) => self
+                    .within_peer_bound(state, peer, key, bound, now)?
+                    .map(|digest| (peer, digest)),
+                None => None,
+            };
             if let Some(max) = self.inner.config.max_entries {
                 if state.node_named_flights() >= max {
                     return Err(format!(
@@ -604,9 +621,9 @@ impl Cache {
                     state.last_probe = Some(now);
                 }
             }
-            if let Some((peer, _)) = counted {
-                if let Some((_, started)) = state.peers.get_mut(&peer) {
-                    *started += 1;
+            if let Some((peer, digest)) = counted {
+                if let Some((_, keys)) = state.peers.get_mut(&peer) {
+                    keys.push(digest);
                 }
             }
         }
@@ -735,16 +752,19 @@ impl Cache {
 }
 
 impl Cache {
-    /// Whether `peer` may start one more node-named fetch under `bound`: its window is open
-    /// (a new one begins once the last has passed) with fetches left in it.
+    /// Whether `peer` may make the cache fetch the node-named `key` under `bound`: a key it
+    /// had fetched in its current window costs nothing more (a node retrying its own VCEK);
+    /// another needs room left in the window (a new one begins once the last has passed).
+    /// Returns the key's digest when it is new to the window, to be counted if the fetch starts.
     fn within_peer_bound(
         &self,
         state: &mut State,
         peer: IpAddr,
+        key: &str,
         bound: PeerBound,
         now: SystemTime,
-    ) -> Result<(), String> {
-        let open = |(began, _): &(SystemTime, usize)| now < later(*began, bound.window);
+    ) -> Result<Option<KeyDigest>, String> {
+        let open = |(began, _): &(SystemTime, Vec<KeyDigest>)| now < later(*began, bound.window);
         if state.peers.get(&peer).is_some_and(|w| !open(w)) {
             state.peers.remove(&peer);
         }
@@ -758,20 +778,25 @@ impl Cache {
                     bound.window.as_secs()
                 ));
             }
-            state.peers.insert(peer, (now, 0));
+            state.peers.insert(peer, (now, Vec::new()));
         }
-        let (began, started) = state.peers[&peer];
+        let digest = key_digest(key);
+        let (began, keys) = &state.peers[&peer];
+        if keys.contains(&digest) {
+            return Ok(None);
+        }
+        let (began, started) = (*began, keys.len());
         if started >= bound.fetches {
             let ends = later(began, bound.window)
                 .duration_since(now)
                 .unwrap_or_default();
             return Err(format!(
-                "{peer} has started {started} fetches of keys nodes name within {}s, its share; none more for {}s",
+                "{peer} has made the cache fetch {started} keys nodes name within {}s, its share; no other for {}s",
                 bound.window.as_secs(),
                 ends.as_secs().max(1)
             ));
         }
-        Ok(())
+        Ok(Some(digest))
     }
 
     /// Makes room for the node-named `key` among at most `max` node-named entries: first drop

@@ -564,31 +564,48 @@ fn each_peer_starts_at_most_its_share_of_node_named_fetches_per_window() {
             assert_eq!(got.unwrap().as_slice(), b"item");
         } else {
             let error = got.unwrap_err();
-            assert!(error.reason.contains("127.0.0.2 has started 3"), "{error}");
+            assert!(
+                error
+                    .reason
+                    .contains("127.0.0.2 has made the cache fetch 3"),
+                "{error}"
+            );
         }
     }
     assert_eq!(source.fetches(), 3);
+    // A key a peer had fetched is fetched again at no cost to its share (a node retrying its
+    // own VCEK).
+    source.set(Mode::Fail(None));
+    assert!(collateral::for_peer(peer(4), || cache.get("vcek/Milan/x")).is_err());
+    source.set(Mode::Answer(b"item", ZERO, HOUR, HOUR));
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(collateral::for_peer(peer(4), || cache.get("vcek/Milan/x")).is_ok());
+    for key in ["y", "z"] {
+        assert!(collateral::for_peer(peer(4), || cache.get(&format!("vcek/Milan/{key}"))).is_ok());
+    }
+    assert!(collateral::for_peer(peer(4), || cache.get("vcek/Milan/w")).is_err());
+    assert_eq!(source.fetches(), 7);
     // What is cached is served to it at no cost, and shared keys are not counted.
     collateral::for_peer(peer(2), || {
         assert!(cache.get("vcek/Milan/0").is_ok());
         assert!(cache.get("shared/crl/Milan").is_ok());
     });
-    assert_eq!(source.fetches(), 4);
+    assert_eq!(source.fetches(), 8);
     // Another peer, and lookups on behalf of none (warming, tools), have their own.
     assert!(collateral::for_peer(peer(1), || cache.get("vcek/Milan/genuine")).is_ok());
     assert!(cache.get("vcek/Milan/unattributed").is_ok());
-    assert_eq!(source.fetches(), 6);
+    assert_eq!(source.fetches(), 10);
     // An IPv6 peer is counted by its /64: other addresses in it share its window.
     for i in 0..4u16 {
         let v6 = std::net::IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, i + 1]);
         let got = collateral::for_peer(v6, || cache.get(&format!("vcek/Milan/v6-{i}")));
         assert_eq!(got.is_ok(), i < 3, "{i}: {got:?}");
     }
-    assert_eq!(source.fetches(), 9);
+    assert_eq!(source.fetches(), 13);
     // Once its window has passed, the peer has a new share.
     std::thread::sleep(Duration::from_millis(450));
     assert!(collateral::for_peer(peer(2), || cache.get("vcek/Milan/9")).is_ok());
-    assert_eq!(source.fetches(), 10);
+    assert_eq!(source.fetches(), 14);
 }
 
 #[test]
