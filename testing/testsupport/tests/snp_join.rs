@@ -965,10 +965,14 @@ async fn a_report_refused_before_any_fetch_asks_the_kds_nothing() {
         .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
     let asked = s.kds.requests();
 
-    let mut debug = ReportFields::default();
-    debug.policy = 0x30000 | 1 << 19;
-    let mut vmpl = ReportFields::default();
-    vmpl.vmpl = 1;
+    let debug = ReportFields {
+        policy: 0x30000 | 1 << 19,
+        ..ReportFields::default()
+    };
+    let vmpl = ReportFields {
+        vmpl: 1,
+        ..ReportFields::default()
+    };
     let honest = bare_azure(&s, invented_chip(3), ReportFields::default());
     let mis_bound = Arc::new(SnpDocumentIssuer::from_parts(
         Variant::AzureSevSnp,
