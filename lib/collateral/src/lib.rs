@@ -33,8 +33,8 @@
 //!   distinct node-named keys per window; beyond that its lookups of other keys not cached are
 //!   [`Unavailable`] at once, and the source is not asked. Lookups answered from memory, a fetch
 //!   already in flight that a lookup joins, and a key fetched for the peer earlier in its window
-//!   (a node retrying its own VCEK) cost nothing more. So one peer inventing names spends a bounded share of the
-//!   vendor's rate limit, whatever else holds.
+//!   (a node retrying its own VCEK) cost nothing more. So one peer inventing names spends a
+//!   bounded share of the vendor's rate limit, whatever else holds.
 //! - **Polite.** A failed fetch is not retried for a back-off (the source's `Retry-After` when it
 //!   gives one, at most [`MAX_RETRY_AFTER`]; a node-named key, whose source-wide hold below
 //!   carries the `Retry-After`, backs off for [`CacheConfig::backoff`]). A `Retry-After` from the
@@ -160,8 +160,9 @@ pub struct CacheConfig {
     /// as many node-named fetches are in flight); shared keys are not counted. `None`: no bound,
     /// only for tests and sources whose keys no node names.
     pub max_entries: Option<usize>,
-    /// How many node-named keys one peer may make the cache fetch per window; `None`: no bound per peer
-    /// (a source whose keys cost the vendor nothing, or lookups made outside [`for_peer`]).
+    /// How many node-named keys one peer may make the cache fetch per window; `None`: no bound
+    /// per peer (a source whose keys cost the vendor nothing). Lookups made outside [`for_peer`]
+    /// are counted against no peer either way.
     pub per_peer: Option<PeerBound>,
     /// While the source's `Retry-After` holds node-named fetches back, one of them still goes
     /// out this often, to learn whether the source answers again.
@@ -565,9 +566,9 @@ impl Cache {
     }
 
     /// Starts the fetch of `key` unless one is in flight (then returns that one); says why not
-    /// when the key backs off, or it is node-named and `peer` has started its share of fetches,
-    /// the source asked for a pause and this is no time for a probe, or the node-named fetches
-    /// in flight are at the bound.
+    /// when the key backs off, or it is node-named and `peer` has had its share of keys fetched,
+    /// the node-named fetches in flight are at the bound, or the source asked for a pause and
+    /// this is no time for a probe.
     fn start_fetch(
         &self,
         state: &mut State,
