@@ -90,6 +90,25 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_COLLATERAL_WAIT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub collateral_wait: Duration,
 
+    /// At most this many items named by what a node sent (a VCEK for the chip and TCB its SNP
+    /// report claims, TDX TCB info for its FMSPC) one peer address (an IPv6 /64) makes
+    /// attest-proxy fetch per `--collateral-peer-window`; beyond it, its joins needing one not
+    /// cached are answered `Unavailable` without a fetch. A node needs one per chip and TCB;
+    /// raise it when many new nodes join from behind one address (a NAT).
+    #[arg(long, env = "ATTEST_PROXY_COLLATERAL_PEER_FETCHES", default_value_t = 16,
+          value_parser = at_least_one)]
+    pub collateral_peer_fetches: usize,
+
+    /// The window `--collateral-peer-fetches` counts over, from a peer's first fetch in it.
+    #[arg(long, env = "ATTEST_PROXY_COLLATERAL_PEER_WINDOW", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub collateral_peer_window: Duration,
+
+    /// While the KDS or PCS has asked for a pause (`Retry-After`, honoured for at most an hour),
+    /// one fetch for a node's chip or platform still goes out this often, from a peer within its
+    /// share; an answer ends the pause at once, so new nodes join again once the vendor answers.
+    #[arg(long, env = "ATTEST_PROXY_COLLATERAL_PROBE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub collateral_probe_interval: Duration,
+
     /// gcp-sev-snp: gce-identity's Unix socket, where the key the GCE API vouches for an
     /// instance is asked (attest-proxy holds no cloud credential).
     #[arg(

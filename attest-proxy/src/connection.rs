@@ -200,7 +200,11 @@ async fn attest(
         shared
             .pool
             .run(move || {
-                let result = evidence.verify(active.validator.as_ref());
+                // The collateral this verification makes the cache fetch counts against this
+                // peer's share (see `collateral::for_peer`).
+                let result = collateral::for_peer(peer_addr.ip(), || {
+                    evidence.verify(active.validator.as_ref())
+                });
                 let subject = audit::Subject::now(
                     peer_addr,
                     variant,

@@ -226,6 +226,7 @@ pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedGceIdentity>>, c
             wait: config.gce_identity_wait,
             backoff: config.gce_identity_backoff,
             max_entries: Some(config.gce_identity_max_instances),
+            ..collateral::CacheConfig::default()
         },
         tokio::runtime::Handle::current(),
     )
@@ -284,6 +285,7 @@ mod tests {
                 wait: Duration::from_secs(2),
                 backoff: Duration::from_secs(60),
                 max_entries: Some(16),
+                ..collateral::CacheConfig::default()
             },
             tokio::runtime::Handle::current(),
         )

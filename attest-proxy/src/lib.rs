@@ -428,6 +428,11 @@ fn collateral_cache(
             wait: config.collateral_wait,
             backoff: std::time::Duration::from_secs(10),
             max_entries,
+            per_peer: Some(collateral::PeerBound {
+                fetches: config.collateral_peer_fetches,
+                window: config.collateral_peer_window,
+            }),
+            probe_interval: config.collateral_probe_interval,
         },
         tokio::runtime::Handle::current(),
     )

@@ -28,10 +28,23 @@
 //!   fetched longest ago, and its files go with it), at most that many node-named keys back off,
 //!   and at most that many node-named fetches are in flight. So a node inventing names costs
 //!   bounded memory and disk and can never push out what every join needs.
+//! - **Bounded per peer.** With [`CacheConfig::per_peer`], each peer (the address a node connects
+//!   from, named by [`for_peer`] around its verification) makes the cache fetch at most so many
+//!   distinct node-named keys per window; beyond that its lookups of other keys not cached are
+//!   [`Unavailable`] at once, and the source is not asked. Lookups answered from memory, a fetch
+//!   already in flight that a lookup joins, and a key fetched for the peer earlier in its window
+//!   (a node retrying its own VCEK) cost nothing more. So one peer inventing names spends a
+//!   bounded share of the vendor's rate limit, whatever else holds.
 //! - **Polite.** A failed fetch is not retried for a back-off (the source's `Retry-After` when it
-//!   gives one, at most [`MAX_RETRY_AFTER`]). A `Retry-After` from the source also holds back every node-named fetch that
-//!   source would start, for that long: a node inventing names cannot turn one vendor's 429 into
-//!   one more request per name. Shared keys are still refreshed when due, each with its own
+//!   gives one, at most [`MAX_RETRY_AFTER`]; a node-named key, whose source-wide hold below
+//!   carries the `Retry-After`, backs off for [`CacheConfig::backoff`]). A `Retry-After` from the
+//!   source also holds back the node-named fetches that source would start, for that long: a
+//!   node inventing names cannot turn one vendor's 429 into one more request per name. While the
+//!   hold is on, one node-named fetch per [`CacheConfig::probe_interval`] still goes out (the
+//!   first asked for by a peer within its own bound): the probe. A probe, or any fetch, that the
+//!   source answers lifts the hold at once, so a genuine new node joins once the vendor answers
+//!   again rather than when the longest `Retry-After` ends; one that is refused with a new
+//!   `Retry-After` extends it. Shared keys are still refreshed when due, each with its own
 //!   back-off, so the vendor's rate limit is not spent on names a node made up while the items
 //!   every join needs fall stale.
 //!
@@ -54,8 +67,10 @@ pub mod pcs;
 
 pub use http::SetupError;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,6 +160,21 @@ pub struct CacheConfig {
     /// as many node-named fetches are in flight); shared keys are not counted. `None`: no bound,
     /// only for tests and sources whose keys no node names.
     pub max_entries: Option<usize>,
+    /// How many node-named keys one peer may make the cache fetch per window; `None`: no bound
+    /// per peer (a source whose keys cost the vendor nothing). Lookups made outside [`for_peer`]
+    /// are counted against no peer either way.
+    pub per_peer: Option<PeerBound>,
+    /// While the source's `Retry-After` holds node-named fetches back, one of them still goes
+    /// out this often, to learn whether the source answers again.
+    pub probe_interval: Duration,
+}
+
+/// At most `fetches` distinct node-named keys fetched for one peer within a `window` that begins
+/// with its first; fetching again a key it had fetched in the window costs nothing more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerBound {
+    pub fetches: usize,
+    pub window: Duration,
 }
 
 impl Default for CacheConfig {
@@ -155,8 +185,68 @@ impl Default for CacheConfig {
             wait: Duration::from_secs(2),
             backoff: Duration::from_secs(10),
             max_entries: None,
+            per_peer: None,
+            probe_interval: Duration::from_secs(30),
         }
     }
+}
+
+thread_local! {
+    /// The peer whose verification runs on this thread, as [`for_peer`] set it.
+    static PEER: Cell<Option<IpAddr>> = const { Cell::new(None) };
+}
+
+/// Runs `f` (a verification, on the thread that calls this) on behalf of `peer`: every node-named
+/// fetch a [`Cache::get`] in it starts counts against that peer's [`CacheConfig::per_peer`].
+///
+/// The peer is carried in a scope on the calling thread rather than as a parameter, because
+/// the lookup sits below interfaces that know nothing of connections (a `Validator` validates a
+/// document; an `SnpCollateral` or `TdxCollateral` answers for a chip or a platform), and
+/// every verifier looks collateral up synchronously on the thread that verifies: the scope
+/// covers exactly the lookups of one verification and nothing else, no state is shared across
+/// threads, and it ends with `f` (also when `f` panics). A lookup outside any scope (warming at
+/// start, the service's own collateral, offline tools) counts against no peer.
+pub fn for_peer<T>(peer: IpAddr, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<IpAddr>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PEER.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(PEER.with(|p| p.replace(Some(peer))));
+    f()
+}
+
+/// Whom a peer's fetches are counted for: its IPv4 address, or its IPv6 /64 (the smallest
+/// prefix a site is given, so one host cannot make itself many peers).
+fn peer_key(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut octets = v6.octets();
+                octets[8..].fill(0);
+                IpAddr::from(octets)
+            }
+        },
+    }
+}
+
+/// The most peers whose windows are tracked at once; a new peer beyond them, with every
+/// tracked window still open, is refused its fetch (it retries once windows end).
+const MAX_PEERS: usize = 16_384;
+
+/// A key as a peer's window remembers it: 16 bytes of its SHA-256, so a window costs the same
+/// whatever the length of the names, and no name can be made to collide with another.
+type KeyDigest = [u8; 16];
+
+fn key_digest(key: &str) -> KeyDigest {
+    let mut digest = [0; 16];
+    digest.copy_from_slice(
+        &ring::digest::digest(&ring::digest::SHA256, key.as_bytes()).as_ref()[..16],
+    );
+    digest
 }
 
 #[derive(Clone, Debug)]
@@ -188,8 +278,13 @@ struct State {
     entries: HashMap<String, Entry>,
     flights: HashMap<String, Arc<Flight>>,
     not_before: HashMap<String, Backoff>,
-    /// The source's last `Retry-After`: no node-named fetch starts before then.
+    /// The source's last `Retry-After`: until then node-named fetches start only as probes.
     hold: Option<(SystemTime, String)>,
+    /// When the last probe started during a hold.
+    last_probe: Option<SystemTime>,
+    /// Per peer: when its window began and the node-named keys (SHA-256, truncated) it made
+    /// the cache fetch in it.
+    peers: HashMap<IpAddr, (SystemTime, Vec<KeyDigest>)>,
 }
 
 impl State {
@@ -352,13 +447,15 @@ impl Cache {
                     } else {
                         self.inner.stats.stale_hits.fetch_add(1, Ordering::Relaxed);
                     }
-                    // Backing off or held: the item is served as it is meanwhile.
-                    let _ = self.start_fetch(&mut state, key, now);
+                    // Backing off or held: the item is served as it is meanwhile. A refresh
+                    // of what is cached is no new name, so it counts against no peer.
+                    let _ = self.start_fetch(&mut state, key, now, None);
                     return Ok(entry.bytes);
                 }
             }
             self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
-            match self.start_fetch(&mut state, key, now) {
+            let peer = PEER.with(Cell::get);
+            match self.start_fetch(&mut state, key, now, peer) {
                 Ok(flight) => flight,
                 Err(reason) => return Err(self.unavailable(key, reason)),
             }
@@ -401,7 +498,7 @@ impl Cache {
             .get(key)
             .is_some_and(|e| now < e.refresh_after);
         if !fresh {
-            let _ = self.start_fetch(&mut state, key, now);
+            let _ = self.start_fetch(&mut state, key, now, None);
         }
     }
 
@@ -469,13 +566,15 @@ impl Cache {
     }
 
     /// Starts the fetch of `key` unless one is in flight (then returns that one); says why not
-    /// when the key backs off, or it is node-named and the source asked for a pause or the
-    /// node-named fetches in flight are at the bound.
+    /// when the key backs off, or it is node-named and `peer` has had its share of keys fetched,
+    /// the node-named fetches in flight are at the bound, or the source asked for a pause and
+    /// this is no time for a probe.
     fn start_fetch(
         &self,
         state: &mut State,
         key: &str,
         now: SystemTime,
+        peer: Option<IpAddr>,
     ) -> Result<Arc<Flight>, String> {
         if let Some(flight) = state.flights.get(key) {
             return Ok(flight.clone());
@@ -490,18 +589,42 @@ impl Cache {
         }
         let class = self.inner.source.class(key);
         if class == KeyClass::NodeNamed {
-            if let Some((until, reason)) = &state.hold {
-                if now < *until {
-                    return Err(format!(
-                        "the source asked for a pause ({reason}); no key a node names is fetched until it ends"
-                    ));
-                }
-            }
+            let counted = match (peer, self.inner.config.per_peer) {
+                (Some(peer), Some(bound)) => Some((peer_key(peer), bound)),
+                _ => None,
+            };
+            let counted = match counted {
+                Some((peer, bound)) => self
+                    .within_peer_bound(state, peer, key, bound, now)?
+                    .map(|digest| (peer, digest)),
+                None => None,
+            };
             if let Some(max) = self.inner.config.max_entries {
                 if state.node_named_flights() >= max {
                     return Err(format!(
                         "{max} fetches of keys nodes name are in flight already"
                     ));
+                }
+            }
+            if let Some((until, reason)) = &state.hold {
+                if now < *until {
+                    let next_probe = state
+                        .last_probe
+                        .map(|at| later(at, self.inner.config.probe_interval));
+                    if let Some(next) = next_probe.filter(|next| now < *next) {
+                        let wait = next.duration_since(now).unwrap_or_default();
+                        return Err(format!(
+                            "the source asked for a pause ({reason}); keys nodes name are fetched only as a probe of whether it answers again, the next in {}s",
+                            wait.as_secs().max(1)
+                        ));
+                    }
+                    // This fetch is the probe.
+                    state.last_probe = Some(now);
+                }
+            }
+            if let Some((peer, digest)) = counted {
+                if let Some((_, keys)) = state.peers.get_mut(&peer) {
+                    keys.push(digest);
                 }
             }
         }
@@ -553,6 +676,9 @@ impl Cache {
                 };
                 state.entries.insert(key.to_owned(), entry);
                 state.not_before.remove(key);
+                // The source answers: whatever pause it asked for is over.
+                state.hold = None;
+                state.last_probe = None;
                 drop(state);
                 // Outside the lock. Should a pushed-out key's own refresh land in between, it is
                 // kept in memory without its files: only its persistence is lost.
@@ -570,7 +696,12 @@ impl Cache {
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%key, reason = %error.reason, "collateral fetch failed");
                 let retry_after = error.retry_after.map(|r| r.min(MAX_RETRY_AFTER));
-                let backoff = retry_after.unwrap_or(self.inner.config.backoff);
+                // A node-named key waits out the source's pause with the hold, probed; its own
+                // back-off must not keep it from the probe that finds the source answering.
+                let backoff = match (class, retry_after) {
+                    (KeyClass::Shared, Some(retry_after)) => retry_after,
+                    _ => self.inner.config.backoff,
+                };
                 let mut state = self.lock();
                 if let Some(retry_after) = retry_after {
                     // The source asked to be left alone: whatever key it answered, the keys
@@ -579,6 +710,8 @@ impl Cache {
                     if state.hold.as_ref().is_none_or(|(held, _)| *held < until) {
                         state.hold = Some((until, error.reason.clone()));
                     }
+                    // The source was just asked: the next probe is an interval from now.
+                    state.last_probe = Some(now);
                 }
                 if let Some(max) = bounded {
                     let named = |b: &Backoff| b.class == KeyClass::NodeNamed;
@@ -620,6 +753,53 @@ impl Cache {
 }
 
 impl Cache {
+    /// Whether `peer` may make the cache fetch the node-named `key` under `bound`: a key it
+    /// had fetched in its current window costs nothing more (a node retrying its own VCEK);
+    /// another needs room left in the window (a new one begins once the last has passed).
+    /// Returns the key's digest when it is new to the window, to be counted if the fetch starts.
+    fn within_peer_bound(
+        &self,
+        state: &mut State,
+        peer: IpAddr,
+        key: &str,
+        bound: PeerBound,
+        now: SystemTime,
+    ) -> Result<Option<KeyDigest>, String> {
+        let open = |(began, _): &(SystemTime, Vec<KeyDigest>)| now < later(*began, bound.window);
+        if state.peers.get(&peer).is_some_and(|w| !open(w)) {
+            state.peers.remove(&peer);
+        }
+        if !state.peers.contains_key(&peer) {
+            if state.peers.len() >= MAX_PEERS {
+                state.peers.retain(|_, w| open(w));
+            }
+            if state.peers.len() >= MAX_PEERS {
+                return Err(format!(
+                    "{MAX_PEERS} peers have fetched keys nodes name within {}s; no new peer fetches until a window ends",
+                    bound.window.as_secs()
+                ));
+            }
+            state.peers.insert(peer, (now, Vec::new()));
+        }
+        let digest = key_digest(key);
+        let (began, keys) = &state.peers[&peer];
+        if keys.contains(&digest) {
+            return Ok(None);
+        }
+        let (began, started) = (*began, keys.len());
+        if started >= bound.fetches {
+            let ends = later(began, bound.window)
+                .duration_since(now)
+                .unwrap_or_default();
+            return Err(format!(
+                "{peer} has made the cache fetch {started} keys nodes name within {}s, its share; no other for {}s",
+                bound.window.as_secs(),
+                ends.as_secs().max(1)
+            ));
+        }
+        Ok(Some(digest))
+    }
+
     /// Makes room for the node-named `key` among at most `max` node-named entries: first drop
     /// those that can no longer be served, then the one fetched longest ago. Shared entries
     /// are never touched. Returns the keys dropped, whose files are to go too.

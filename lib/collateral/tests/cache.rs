@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use collateral::{Cache, CacheConfig, Counts, FetchError, FetchFuture, Fetched, KeyClass, Source};
+use collateral::{
+    Cache, CacheConfig, Counts, FetchError, FetchFuture, Fetched, KeyClass, PeerBound, Source,
+};
 
 #[derive(Clone, Debug)]
 enum Mode {
@@ -91,6 +93,7 @@ fn config() -> CacheConfig {
         wait: Duration::from_millis(500),
         backoff: Duration::from_millis(200),
         max_entries: None,
+        ..CacheConfig::default()
     }
 }
 
@@ -531,4 +534,144 @@ fn a_directory_over_the_bound_is_cut_to_it_at_start() {
     assert_eq!(bounded.counts().shared, 1);
     assert_eq!(bounded.counts().node_named, 3);
     assert_eq!(files(dir.path()), 2 * 4);
+}
+
+fn peer(last: u8) -> std::net::IpAddr {
+    std::net::IpAddr::from([127, 0, 0, last])
+}
+
+#[test]
+fn each_peer_starts_at_most_its_share_of_node_named_fetches_per_window() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Answer(b"item", ZERO, HOUR, HOUR));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_entries: Some(64),
+            per_peer: Some(PeerBound {
+                fetches: 3,
+                window: Duration::from_millis(400),
+            }),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    // An inventing peer: three fetches, then refused without asking the source.
+    for i in 0..10 {
+        let got = collateral::for_peer(peer(2), || cache.get(&format!("vcek/Milan/{i}")));
+        if i < 3 {
+            assert_eq!(got.unwrap().as_slice(), b"item");
+        } else {
+            let error = got.unwrap_err();
+            assert!(
+                error
+                    .reason
+                    .contains("127.0.0.2 has made the cache fetch 3"),
+                "{error}"
+            );
+        }
+    }
+    assert_eq!(source.fetches(), 3);
+    // A key a peer had fetched is fetched again at no cost to its share (a node retrying its
+    // own VCEK).
+    source.set(Mode::Fail(None));
+    assert!(collateral::for_peer(peer(4), || cache.get("vcek/Milan/x")).is_err());
+    source.set(Mode::Answer(b"item", ZERO, HOUR, HOUR));
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(collateral::for_peer(peer(4), || cache.get("vcek/Milan/x")).is_ok());
+    for key in ["y", "z"] {
+        assert!(collateral::for_peer(peer(4), || cache.get(&format!("vcek/Milan/{key}"))).is_ok());
+    }
+    assert!(collateral::for_peer(peer(4), || cache.get("vcek/Milan/w")).is_err());
+    assert_eq!(source.fetches(), 7);
+    // What is cached is served to it at no cost, and shared keys are not counted.
+    collateral::for_peer(peer(2), || {
+        assert!(cache.get("vcek/Milan/0").is_ok());
+        assert!(cache.get("shared/crl/Milan").is_ok());
+    });
+    assert_eq!(source.fetches(), 8);
+    // Another peer, and lookups on behalf of none (warming, tools), have their own.
+    assert!(collateral::for_peer(peer(1), || cache.get("vcek/Milan/genuine")).is_ok());
+    assert!(cache.get("vcek/Milan/unattributed").is_ok());
+    assert_eq!(source.fetches(), 10);
+    // An IPv6 peer is counted by its /64: other addresses in it share its window.
+    for i in 0..4u16 {
+        let v6 = std::net::IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, i + 1]);
+        let got = collateral::for_peer(v6, || cache.get(&format!("vcek/Milan/v6-{i}")));
+        assert_eq!(got.is_ok(), i < 3, "{i}: {got:?}");
+    }
+    assert_eq!(source.fetches(), 13);
+    // Once its window has passed, the peer has a new share.
+    std::thread::sleep(Duration::from_millis(450));
+    assert!(collateral::for_peer(peer(2), || cache.get("vcek/Milan/9")).is_ok());
+    assert_eq!(source.fetches(), 14);
+}
+
+#[test]
+fn during_a_retry_after_a_probe_goes_out_per_interval_and_an_answer_lifts_the_hold() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Fail(Some(HOUR)));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_entries: Some(64),
+            per_peer: Some(PeerBound {
+                fetches: 2,
+                window: HOUR,
+            }),
+            probe_interval: Duration::from_millis(300),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    // An inventing peer spends its share; the source answers 429 with an hour's Retry-After.
+    // (Its second fetch is the probe due once the interval after the first has passed.)
+    for i in 0..2 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(350));
+        }
+        assert!(collateral::for_peer(peer(2), || cache.get(&format!("vcek/Milan/{i}"))).is_err());
+    }
+    assert_eq!(source.fetches(), 2);
+    assert!(cache.held_for().unwrap() > Duration::from_secs(3000));
+    // Within the probe interval nothing goes out, for any peer.
+    let error = collateral::for_peer(peer(1), || cache.get("vcek/Milan/genuine")).unwrap_err();
+    assert!(error.reason.contains("only as a probe"), "{error}");
+    assert_eq!(source.fetches(), 2);
+    // The source answers again. The probe due now is not the inventing peer's (it is over its
+    // share) but the next peer's, and its answer lifts the hold at once.
+    source.set(Mode::Answer(b"item", ZERO, HOUR, HOUR));
+    std::thread::sleep(Duration::from_millis(350));
+    let error = collateral::for_peer(peer(2), || cache.get("vcek/Milan/9")).unwrap_err();
+    assert!(error.reason.contains("its share"), "{error}");
+    assert_eq!(source.fetches(), 2);
+    let got = collateral::for_peer(peer(1), || cache.get("vcek/Milan/genuine"));
+    assert_eq!(got.unwrap().as_slice(), b"item");
+    assert_eq!(cache.held_for(), None);
+    assert!(collateral::for_peer(peer(3), || cache.get("vcek/Milan/another")).is_ok());
+    assert_eq!(source.fetches(), 4);
+}
+
+#[test]
+fn a_node_named_key_refused_with_retry_after_is_not_kept_from_the_next_probe() {
+    let rt = runtime();
+    let source = Fake::new(Mode::Fail(Some(HOUR)));
+    let cache = Cache::new(
+        source.clone(),
+        CacheConfig {
+            max_entries: Some(64),
+            probe_interval: Duration::from_millis(300),
+            ..config()
+        },
+        rt.handle().clone(),
+    )
+    .unwrap();
+    assert!(cache.get("vcek/Milan/genuine").is_err());
+    source.set(Mode::Answer(b"item", ZERO, HOUR, HOUR));
+    // Its own back-off is the cache's (200 ms here), not the source's hour.
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(cache.get("vcek/Milan/genuine").unwrap().as_slice(), b"item");
+    assert_eq!(source.fetches(), 2);
 }

@@ -88,6 +88,7 @@ impl World {
             wait: WAIT,
             backoff,
             max_entries: Some(64),
+            ..CacheConfig::default()
         };
         let cache =
             Cache::new(Arc::new(source), config, tokio::runtime::Handle::current()).unwrap();

@@ -1,6 +1,6 @@
 //! A join API client whose every connection is an aTLS handshake attested by the node's issuer.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ pub struct Client {
     addr: SocketAddr,
     connector: Arc<atls::Connector>,
     service_policy: Option<ServicePolicy>,
+    /// The local address connections leave from; the system's choice when `None`.
+    source_ip: Option<IpAddr>,
 }
 
 impl Client {
@@ -67,6 +69,7 @@ impl Client {
             addr,
             connector: Arc::new(atls::Connector::new(issuer)),
             service_policy: None,
+            source_ip: None,
         })
     }
 
@@ -83,6 +86,12 @@ impl Client {
         self
     }
 
+    /// Same client, but every connection leaves from `ip` (a host with several addresses).
+    pub fn with_source_ip(mut self, ip: IpAddr) -> Self {
+        self.source_ip = Some(ip);
+        self
+    }
+
     /// Whether the server is verified (see [`with_service_policy`](Self::with_service_policy)).
     pub fn verifies_service(&self) -> bool {
         self.service_policy.is_some()
@@ -91,7 +100,7 @@ impl Client {
     /// A fresh, lazily connecting channel for one call, and where its connection leaves a
     /// server refusal.
     fn api(&self) -> (ApiClient<Channel>, RefusalSlot) {
-        let (addr, connector) = (self.addr, self.connector.clone());
+        let (addr, connector, source_ip) = (self.addr, self.connector.clone(), self.source_ip);
         let policy = self.service_policy.clone();
         let refusal = RefusalSlot::default();
         let slot = refusal.clone();
@@ -100,7 +109,7 @@ impl Client {
             .connect_with_connector_lazy(tower::service_fn(move |_| {
                 let (connector, policy, slot) = (connector.clone(), policy.clone(), slot.clone());
                 async move {
-                    let tcp = TcpStream::connect(addr).await?;
+                    let tcp = connect(addr, source_ip).await?;
                     let _ = tcp.set_nodelay(true);
                     match connector.connect(tcp).await {
                         Ok(tls) => Ok::<_, std::io::Error>(TokioIo::new(tls)),
@@ -189,4 +198,17 @@ fn audit_chain() -> &'static attestation::audit_trail::Chain {
         plumbing::telemetry::audit(true, &attestation::audit_trail::canonical(&start));
         chain
     })
+}
+
+/// A TCP connection to `addr`, from `source_ip` when given.
+async fn connect(addr: SocketAddr, source_ip: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(ip) = source_ip else {
+        return TcpStream::connect(addr).await;
+    };
+    let socket = match ip {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(ip, 0))?;
+    socket.connect(addr).await
 }

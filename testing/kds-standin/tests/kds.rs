@@ -70,6 +70,7 @@ async fn world(cache_dir: Option<&std::path::Path>) -> World {
         wait: Duration::from_millis(1500),
         backoff: Duration::from_millis(300),
         max_entries: None,
+        ..CacheConfig::default()
     };
     let cache = Cache::new(Arc::new(source), config, tokio::runtime::Handle::current()).unwrap();
     let collateral = KdsCollateral::new(cache, Duration::from_secs(3600));

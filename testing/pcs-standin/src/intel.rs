@@ -74,6 +74,17 @@ impl PckCa {
     }
 }
 
+/// How the simulated Intel's PCK CAs differ from what RFC 5280 asks of an issuer (and Intel's
+/// real ones carry), for tests that the verifier refuses such a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IssuerFlaw {
+    /// The PCK CAs' KeyUsage lacks keyCertSign (it says digitalSignature and cRLSign: they
+    /// still sign their CRLs).
+    PckCaNoKeyCertSign,
+    /// The PCK CAs' BasicConstraints say CA:FALSE.
+    PckCaNotCa,
+}
+
 /// Why simulated Intel collateral could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SimulationError {
@@ -176,12 +187,25 @@ fn extension<T: AssociatedOid + Encode>(
 
 /// KeyUsage and BasicConstraints of a CA (path length `path_len`), in Intel's order.
 fn ca_extensions(path_len: u8) -> Result<Vec<Extension>, SimulationError> {
+    flawed_ca_extensions(path_len, None)
+}
+
+/// [`ca_extensions`], but as `flaw` says.
+fn flawed_ca_extensions(
+    path_len: u8,
+    flaw: Option<IssuerFlaw>,
+) -> Result<Vec<Extension>, SimulationError> {
+    let usage = match flaw {
+        Some(IssuerFlaw::PckCaNoKeyCertSign) => KeyUsages::DigitalSignature | KeyUsages::CRLSign,
+        _ => KeyUsages::KeyCertSign | KeyUsages::CRLSign,
+    };
+    let ca = flaw != Some(IssuerFlaw::PckCaNotCa);
     Ok(vec![
-        extension(&KeyUsage(KeyUsages::KeyCertSign | KeyUsages::CRLSign), true)?,
+        extension(&KeyUsage(usage), true)?,
         extension(
             &BasicConstraints {
-                ca: true,
-                path_len_constraint: Some(path_len),
+                ca,
+                path_len_constraint: ca.then_some(path_len),
             },
             true,
         )?,
@@ -286,6 +310,15 @@ pub fn pem(label: &str, der: &[u8]) -> String {
 impl SimulatedIntel {
     /// A fresh root, TCB signing certificate and PCK Platform and Processor CAs.
     pub fn new() -> Result<SimulatedIntel, SimulationError> {
+        Self::build(None)
+    }
+
+    /// [`SimulatedIntel::new`], but its PCK CAs carry `flaw`.
+    pub fn with_flaw(flaw: IssuerFlaw) -> Result<SimulatedIntel, SimulationError> {
+        Self::build(Some(flaw))
+    }
+
+    fn build(flaw: Option<IssuerFlaw>) -> Result<SimulatedIntel, SimulationError> {
         let rng = SystemRandom::new();
         let ca = |cn: &str| -> Result<Ca, SimulationError> {
             let pkcs8 =
@@ -328,14 +361,14 @@ impl SimulatedIntel {
             intel.platform.name.clone(),
             intel.platform.key.public_key().as_ref(),
             3,
-            ca_extensions(0)?,
+            flawed_ca_extensions(0, flaw)?,
         )?;
         intel.processor.cert_der = intel.certify(
             &intel.root,
             intel.processor.name.clone(),
             intel.processor.key.public_key().as_ref(),
             4,
-            ca_extensions(0)?,
+            flawed_ca_extensions(0, flaw)?,
         )?;
         Ok(intel)
     }

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-pub use intel::{PckCa, SimulatedIntel, SimulationError};
+pub use intel::{IssuerFlaw, PckCa, SimulatedIntel, SimulationError};
 
 /// How the stand-in answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -39,6 +39,7 @@ fn cache(source: PcsSource, dir: Option<&std::path::Path>, max_stale: Duration) 
         wait: Duration::from_millis(1500),
         backoff: Duration::from_millis(300),
         max_entries: None,
+        ..CacheConfig::default()
     };
     let cache = Cache::new(Arc::new(source), config, tokio::runtime::Handle::current()).unwrap();
     PcsCollateral::new(cache, max_stale)

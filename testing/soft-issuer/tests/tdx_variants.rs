@@ -478,3 +478,33 @@ fn a_root_the_config_does_not_name_is_not_trusted() {
         "{error}"
     );
 }
+
+/// A PCK CA that is not a CA, or whose KeyUsage lacks keyCertSign, certifies no PCK (RFC 5280;
+/// Intel's real PCK CAs carry both): the chain is refused by name, for both PCK CAs, before the
+/// collateral for the platform is looked up.
+#[test]
+fn a_pck_ca_without_key_cert_sign_or_ca_true_is_refused() {
+    for (flaw, needle) in [
+        (
+            pcs_standin::IssuerFlaw::PckCaNoKeyCertSign,
+            "no KeyUsage keyCertSign",
+        ),
+        (pcs_standin::IssuerFlaw::PckCaNotCa, "is not a CA"),
+    ] {
+        for ca in [PckCa::Platform, PckCa::Processor] {
+            let intel = SimulatedIntel::with_flaw(flaw).unwrap();
+            let pck = PckSpec {
+                ca,
+                ..PckSpec::default()
+            };
+            let machine = Arc::new(TdxMachine::new(&intel, pck).unwrap());
+            let s = Site { intel, machine };
+            let error = validate(&s.qemu_validator(), &s.qemu(TdFields::default())).unwrap_err();
+            assert!(
+                matches!(&error, Error::Tdx(TdxError::Chain(reason))
+                    if reason.contains("the PCK CA") && reason.contains(needle)),
+                "{flaw:?} {ca:?}: {error}"
+            );
+        }
+    }
+}

@@ -325,3 +325,49 @@ fn terminated_it_stops_every_process_it_started() {
         ],
     );
 }
+
+/// `local-cluster --variant aws-sev-snp --kds-url URL --kds-ca-file CA` (as `scripts/local-join.sh`
+/// passes them on): attest-proxy fetches AMD's CRLs and chains from that collateral service, a
+/// KDS stand-in of the test's own here, instead of local-cluster's stand-in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_snp_cluster_fetches_from_the_kds_its_flags_name() {
+    let kds = kds_standin::KdsStandin::start().await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let ca = logs.path().join("own-kds-ca.pem");
+    std::fs::write(&ca, kds.ca_pem()).unwrap();
+    let process = Process::spawn(
+        "local-cluster",
+        Command::new(bin("local-cluster").unwrap())
+            .env("RUST_LOG", "info")
+            .args(["--variant", "aws-sev-snp", "--no-demo", "--serve"])
+            .args(["--kds-url", kds.url(), "--kds-ca-file"])
+            .arg(&ca),
+        logs.path(),
+    )
+    .unwrap();
+    let cluster = Cluster {
+        process,
+        _logs: logs,
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let wanted = [
+        "/vcek/v1/Milan/crl",
+        "/vlek/v1/Milan/crl",
+        "/vcek/v1/Milan/cert_chain",
+        "/vlek/v1/Milan/cert_chain",
+    ];
+    while !wanted.iter().all(|w| kds.paths().iter().any(|p| p == w)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "asked for {:?}\n{}",
+            kds.paths(),
+            cluster.process.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = cluster.process.log();
+    assert!(
+        log.contains(&format!("fetches collateral from {}", kds.url())),
+        "{log}"
+    );
+}

@@ -103,6 +103,16 @@ async fn start(s: &Setup, variant: Variant) -> System {
 
 /// [`start`], enforcing `measurements`.
 async fn start_with(s: &Setup, variant: Variant, measurements: serde_json::Value) -> System {
+    start_with_proxy_args(s, variant, measurements, &[]).await
+}
+
+/// [`start_with`], passing attest-proxy `extra` flags too.
+async fn start_with_proxy_args(
+    s: &Setup,
+    variant: Variant,
+    measurements: serde_json::Value,
+    extra: &[&str],
+) -> System {
     let config = serde_json::json!({
         "measurements": measurements,
         "bootloaderVersion": MIN.bootloader, "teeVersion": MIN.tee,
@@ -123,7 +133,10 @@ async fn start_with(s: &Setup, variant: Variant, measurements: serde_json::Value
             s.dir.path().join("kds-ca.pem").to_str().unwrap().into(),
             "--collateral-wait".into(),
             "3s".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect(),
         gce: (variant == Variant::GcpSevSnp).then(|| GceEndpoints {
             metadata_url: s.gce.metadata_url(),
             compute_url: s.gce.compute_url(),
@@ -774,4 +787,221 @@ async fn harness_metric(system: &System, name: &str) -> f64 {
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+fn measurements() -> serde_json::Value {
+    serde_json::json!({
+        "4": {"expected": "44".repeat(32), "warnOnly": false},
+        "9": {"expected": "99".repeat(32), "warnOnly": false},
+    })
+}
+
+/// An azure-sev-snp node on chip `chip` whose document leaves out its VCEK and chain, so
+/// attest-proxy fetches the VCEK its report names; `fields` as its report says.
+fn bare_azure(s: &Setup, chip: [u8; 64], fields: ReportFields) -> Arc<SnpDocumentIssuer> {
+    bare_azure_on(s, &s.amd.chip(chip, MIN, 0).unwrap(), fields)
+}
+
+/// [`bare_azure`] on the chip `vcek` signs for.
+fn bare_azure_on(
+    s: &Setup,
+    vcek: &SimulatedSigner,
+    fields: ReportFields,
+) -> Arc<SnpDocumentIssuer> {
+    let full =
+        SnpDocumentIssuer::azure(ak(KeyType::Rsa2048), vcek, &s.amd.vcek_chain_pem(), fields)
+            .unwrap();
+    Arc::new(SnpDocumentIssuer::from_parts(
+        Variant::AzureSevSnp,
+        ak(KeyType::Rsa2048),
+        full.instance_info_without_certificates().unwrap(),
+    ))
+}
+
+/// A chip ID no machine has, the `n`th an attacker makes up.
+fn invented_chip(n: u32) -> [u8; 64] {
+    let mut chip = [0xa7; 64];
+    chip[..4].copy_from_slice(&n.to_be_bytes());
+    chip
+}
+
+/// The VCEK path a chip's report at `MIN` names on the KDS.
+fn vcek_path(chip: &[u8; 64]) -> String {
+    format!(
+        "/vcek/v1/Milan/{}?blSPL=03&teeSPL=00&snpSPL=08&ucodeSPL=115",
+        hex::encode(chip)
+    )
+}
+
+/// A peer streams made-up chip IDs (a software AK and a report of its own that passes every
+/// check needing nothing from AMD) while the KDS answers 429 with an hour's Retry-After. The
+/// peer makes attest-proxy fetch at most its share of VCEKs, and a genuine new node on another
+/// address, told to retry while AMD refuses, joins once the KDS answers again: within its
+/// back-off, a probe interval and `--collateral-wait`, not after the hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_streaming_invented_chips_spends_its_share_and_a_genuine_node_joins_once_amd_answers()
+ {
+    let s = setup().await;
+    let genuine_chip = s.amd.chip([0x42; 64], MIN, 0).unwrap();
+    let warm_chip = s.amd.chip([0x43; 64], MIN, 0).unwrap();
+    for (chip, vcek) in [([0x42; 64], &genuine_chip), ([0x43; 64], &warm_chip)] {
+        s.kds.put_vcek(&vcek_path(&chip), vcek.cert_der().to_vec());
+    }
+    const SHARE: usize = 2;
+    let system = start_with_proxy_args(
+        &s,
+        Variant::AzureSevSnp,
+        measurements(),
+        &[
+            "--collateral-peer-fetches",
+            &SHARE.to_string(),
+            "--collateral-peer-window",
+            "10m",
+            "--collateral-probe-interval",
+            "1s",
+        ],
+    )
+    .await;
+    // A first node joins: AMD's CRL and chain are cached from now on.
+    system
+        .client(bare_azure_on(&s, &warm_chip, ReportFields::default()))
+        .unwrap()
+        .join(join_request("worker-warm", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+
+    s.kds.set_fault(Fault::RateLimited { retry_after: 3600 });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attacker = {
+        let (stop, issuers) = (
+            stop.clone(),
+            (0..40)
+                .map(|n| bare_azure(&s, invented_chip(n), ReportFields::default()))
+                .collect::<Vec<_>>(),
+        );
+        let system_addr = system.proxy_addr;
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for (n, issuer) in issuers.into_iter().enumerate() {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let client = node_client::Client::new(
+                    system_addr,
+                    issuer,
+                    std::time::Duration::from_secs(20),
+                )
+                .unwrap()
+                .with_source_ip([127, 0, 0, 2].into());
+                let status = refusal(
+                    client
+                        .join(join_request(&format!("invented-{n}"), DISK).unwrap())
+                        .await,
+                );
+                answers.push(status.code());
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            answers
+        })
+    };
+    // Long enough for the peer to spend its share: its first fetch and the probe a second on.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+
+    let genuine = system
+        .client(bare_azure_on(&s, &genuine_chip, ReportFields::default()))
+        .unwrap();
+    let status = refusal(
+        genuine
+            .join(join_request("worker-genuine", DISK).unwrap())
+            .await,
+    );
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+
+    s.kds.set_fault(Fault::None);
+    let answered = std::time::Instant::now();
+    joins_eventually(&system, &genuine, "worker-genuine").await;
+    let took = answered.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answers = attacker.await.unwrap();
+    assert!(
+        took < std::time::Duration::from_secs(18),
+        "joined {took:?} after the KDS answered again"
+    );
+    assert!(answers.len() > SHARE, "{answers:?}");
+    assert!(
+        answers.iter().all(|c| *c == Code::Unavailable),
+        "{answers:?}"
+    );
+    let invented: Vec<String> = s
+        .kds
+        .paths()
+        .into_iter()
+        .filter(|p| p.contains(&hex::encode(&invented_chip(0)[4..])))
+        .collect();
+    assert!(
+        !invented.is_empty() && invented.len() <= SHARE,
+        "the inventing peer made the proxy fetch {} VCEKs: {invented:?}",
+        invented.len()
+    );
+    assert!(
+        system.proxy.log().contains("its share"),
+        "{}",
+        system.logs()
+    );
+}
+
+/// A report that a check needing nothing from AMD refuses (the SNP policy, the AK binding)
+/// makes attest-proxy ask the KDS nothing, though it names a chip whose VCEK is not cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_refused_before_any_fetch_asks_the_kds_nothing() {
+    let s = setup().await;
+    let warm_chip = s.amd.chip([0x43; 64], MIN, 0).unwrap();
+    s.kds
+        .put_vcek(&vcek_path(&[0x43; 64]), warm_chip.cert_der().to_vec());
+    let system = start(&s, Variant::AzureSevSnp).await;
+    system
+        .client(bare_azure_on(&s, &warm_chip, ReportFields::default()))
+        .unwrap()
+        .join(join_request("worker-warm", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("join: {e}\n{}", system.logs()));
+    let asked = s.kds.requests();
+
+    let debug = ReportFields {
+        policy: 0x30000 | 1 << 19,
+        ..ReportFields::default()
+    };
+    let vmpl = ReportFields {
+        vmpl: 1,
+        ..ReportFields::default()
+    };
+    let honest = bare_azure(&s, invented_chip(3), ReportFields::default());
+    let mis_bound = Arc::new(SnpDocumentIssuer::from_parts(
+        Variant::AzureSevSnp,
+        ak(KeyType::EcdsaP256),
+        honest.instance_info().to_vec(),
+    ));
+    for (n, (node, needle)) in [
+        (bare_azure(&s, invented_chip(1), debug), "DEBUG"),
+        (bare_azure(&s, invented_chip(2), vmpl), "VMPL 1"),
+        (mis_bound, "vouch for the attestation key"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let status = refusal(
+            system
+                .client(node)
+                .unwrap()
+                .join(join_request(&format!("worker-refused-{n}"), DISK).unwrap())
+                .await,
+        );
+        assert_eq!(status.code(), Code::Unauthenticated, "{needle}: {status:?}");
+        assert!(
+            status.message().contains(needle),
+            "{needle}: {}",
+            status.message()
+        );
+    }
+    assert_eq!(s.kds.requests(), asked, "{:?}", &s.kds.paths()[asked..]);
 }

@@ -36,6 +36,7 @@ fn pcs_collateral(site: &TdxSite, dir: &std::path::Path) -> PcsCollateral {
         wait: Duration::from_secs(5),
         backoff: Duration::from_millis(300),
         max_entries: None,
+        ..CacheConfig::default()
     };
     let cache = Cache::new(Arc::new(source), config, tokio::runtime::Handle::current()).unwrap();
     PcsCollateral::new(cache, Duration::from_secs(60))

@@ -90,6 +90,25 @@ struct Args {
     /// temporary directory if unset (kept with --serve).
     #[arg(long)]
     tdx_dir: Option<PathBuf>,
+    /// With an SNP variant: fetch AMD's collateral from this KDS (a mirror, a caching proxy, a
+    /// test server) instead of the KDS stand-in, as attest-proxy's `--kds-url`. It must serve
+    /// what the attestation config's AMD root signed: the simulated AMD's nodes (the demo
+    /// node, `loadgen`) verify only against the stand-in, so pair it with `--no-demo` and an
+    /// `--attestation-config` for the nodes that will join.
+    #[arg(long)]
+    kds_url: Option<String>,
+    /// Extra CA certificates (PEM) to trust for `--kds-url`, beside the system's roots.
+    #[arg(long, requires = "kds_url")]
+    kds_ca_file: Option<PathBuf>,
+    /// With a TDX variant: fetch Intel's collateral from this PCS (API v4; a PCCS, a test
+    /// server) instead of the PCS stand-in, as attest-proxy's `--pcs-url`; the Intel root CA's
+    /// CRL then comes from attest-proxy's `--intel-root-crl-url` default (Intel's). As with
+    /// `--kds-url`, the simulated Intel's nodes verify only against the stand-in.
+    #[arg(long)]
+    pcs_url: Option<String>,
+    /// Extra CA certificates (PEM) to trust for `--pcs-url`, beside the system's roots.
+    #[arg(long, requires = "pcs_url")]
+    pcs_ca_file: Option<PathBuf>,
     /// With an SNP or TDX variant: how long a join waits for collateral not cached yet.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     collateral_wait: Duration,
@@ -130,11 +149,38 @@ impl Simulated {
         }
     }
 
-    fn proxy_args(&self, collateral_wait: Duration) -> Vec<String> {
-        match &self.hardware {
-            Hardware::Snp { site, .. } => site.proxy_args(collateral_wait),
-            Hardware::Tdx { site, .. } => site.proxy_args(collateral_wait),
-        }
+    /// attest-proxy's collateral flags: the stand-in's, or the collateral service `args` names.
+    fn proxy_args(&self, args: &Args) -> Vec<String> {
+        let (site_args, own) = match &self.hardware {
+            Hardware::Snp { site, .. } => (
+                site.proxy_args(args.collateral_wait),
+                own_service("--kds", args.kds_url.as_ref(), args.kds_ca_file.as_ref()),
+            ),
+            Hardware::Tdx { site, .. } => (
+                site.proxy_args(args.collateral_wait),
+                own_service("--pcs", args.pcs_url.as_ref(), args.pcs_ca_file.as_ref()),
+            ),
+        };
+        let Some(own) = own else {
+            return site_args;
+        };
+        // The stand-in's URL and CA (and Intel's root CRL there) give way to the operator's;
+        // the site's flags come in flag-value pairs.
+        const STANDIN: [&str; 5] = [
+            "--kds-url",
+            "--kds-ca-file",
+            "--pcs-url",
+            "--pcs-ca-file",
+            "--intel-root-crl-url",
+        ];
+        let mut kept: Vec<String> = site_args
+            .chunks(2)
+            .filter(|pair| !STANDIN.contains(&pair[0].as_str()))
+            .flatten()
+            .cloned()
+            .collect();
+        kept.extend(own);
+        kept
     }
 
     /// gcp-sev-snp: where gce-identity finds Google (the GCE stand-in).
@@ -153,6 +199,23 @@ impl Simulated {
             Hardware::Tdx { machines, .. } => (Arc::new(machines.node()?), "simulated TDX machine"),
         })
     }
+}
+
+/// attest-proxy's `{prefix}-url` and `{prefix}-ca-file` for the operator's own collateral
+/// service, when one is named.
+fn own_service(
+    prefix: &str,
+    url: Option<&String>,
+    ca_file: Option<&PathBuf>,
+) -> Option<Vec<String>> {
+    let mut args = vec![format!("{prefix}-url"), url?.clone()];
+    if let Some(ca_file) = ca_file {
+        args.extend([
+            format!("{prefix}-ca-file"),
+            ca_file.to_string_lossy().into_owned(),
+        ]);
+    }
+    Some(args)
 }
 
 /// `dir`, or a new temporary directory named after `prefix` (kept with --serve).
@@ -258,7 +321,27 @@ async fn main() -> anyhow::Result<()> {
          nodes checking a {} service would refuse qemu-vtpm evidence",
         args.variant
     );
+    let snp = matches!(
+        args.variant,
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp
+    );
+    let tdx = matches!(args.variant, Variant::QemuTdx | Variant::AzureTdx);
+    ensure!(
+        args.kds_url.is_none() || snp,
+        "--kds-url names where AMD's collateral comes from, which only the SEV-SNP variants \
+         fetch; --variant {} fetches none",
+        args.variant
+    );
+    ensure!(
+        args.pcs_url.is_none() || tdx,
+        "--pcs-url names where Intel's collateral comes from, which only the TDX variants \
+         fetch; --variant {} fetches none",
+        args.variant
+    );
     let simulated = simulate_hardware(&args).await?;
+    if let Some(url) = args.kds_url.as_ref().or(args.pcs_url.as_ref()) {
+        println!("attest-proxy fetches collateral from {url}, not from the stand-in");
+    }
     let options = Options {
         proxy_listen: args.listen,
         attestation_config: args
@@ -270,7 +353,7 @@ async fn main() -> anyhow::Result<()> {
         variant: Some(args.variant),
         proxy_args: simulated
             .as_ref()
-            .map(|s| s.proxy_args(args.collateral_wait))
+            .map(|s| s.proxy_args(&args))
             .unwrap_or_default(),
         gce: simulated.as_ref().and_then(Simulated::gce),
         certifier: args.attested_service,
