@@ -357,7 +357,7 @@ fn ak_cert_check_name(error: &crate::variants::azure_trustedlaunch::AkCertError)
         E::InstanceInfo(_) => "ak_cert_instance_info",
         E::Certificate { .. } => "ak_cert_format",
         E::Expired { .. } => "ak_cert_expired",
-        E::UntrustedRoot { .. } => "ak_cert_untrusted_root",
+        E::UntrustedRoot(_) => "ak_cert_untrusted_root",
         E::Chain(_) => "ak_cert_chain",
         E::Usage(_) => "ak_cert_usage",
         E::KeyMismatch(_) => "ak_cert_key_mismatch",

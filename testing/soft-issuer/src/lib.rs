@@ -21,6 +21,7 @@
 //! and benchmark code links it in. Real nodes use `tpm-issuer`.
 
 pub mod azure;
+pub mod azure_vtpm;
 mod marshal;
 pub mod snp;
 pub mod tdx;

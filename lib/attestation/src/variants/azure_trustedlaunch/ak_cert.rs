@@ -53,14 +53,8 @@ pub enum AkCertError {
         not_after: String,
     },
     /// The CA was not issued by any trust anchor of the config.
-    #[error(
-        "the CA {ca} was issued by {issuer}, which is none of the trusted Azure vTPM roots ({trusted}); add its root to azureVtpmRoots if Azure issues it"
-    )]
-    UntrustedRoot {
-        ca: String,
-        issuer: String,
-        trusted: String,
-    },
+    #[error("the AK certificate does not chain to a trusted Azure vTPM root: {0}")]
+    UntrustedRoot(String),
     /// Names, signatures or issuer rights of the chain are wrong.
     #[error("the AK certificate chain is broken: {0}")]
     Chain(String),
@@ -98,8 +92,8 @@ impl InstanceInfo {
                 bytes.len()
             )));
         }
-        let raw: RawInstanceInfo = serde_json::from_slice(bytes)
-            .map_err(|e| AkCertError::InstanceInfo(e.to_string()))?;
+        let raw: RawInstanceInfo =
+            serde_json::from_slice(bytes).map_err(|e| AkCertError::InstanceInfo(e.to_string()))?;
         if raw.ak_cert.is_empty() {
             return Err(AkCertError::InstanceInfo(
                 "AkCert is empty (the certificate from NV index 0x01C101D0)".to_owned(),
@@ -241,11 +235,12 @@ pub fn verify(
         .filter(|a| a.subject_raw == ca.issuer().as_raw())
         .collect();
     if named.is_empty() {
-        return Err(AkCertError::UntrustedRoot {
-            ca: ca.subject().to_string(),
-            issuer: ca.issuer().to_string(),
-            trusted: trusted_list(anchors),
-        });
+        return Err(AkCertError::UntrustedRoot(format!(
+            "its CA {} was issued by {}, which is none of the trusted roots ({}); add that root to azureVtpmRoots if Azure issues it",
+            ca.subject(),
+            ca.issuer(),
+            trusted_list(anchors)
+        )));
     }
     // Several anchors may share a name (a re-keyed root); the one whose key signed the CA is it.
     let mut anchor_found = None;
@@ -265,15 +260,12 @@ pub fn verify(
         }
     }
     let Some(anchor) = anchor_found else {
-        return Err(AkCertError::UntrustedRoot {
-            ca: format!(
-                "{} (its signature verifies {})",
-                ca.subject(),
-                reasons.join("; ")
-            ),
-            issuer: ca.issuer().to_string(),
-            trusted: trusted_list(anchors),
-        });
+        return Err(AkCertError::UntrustedRoot(format!(
+            "its CA {} names {} as its issuer, but no trusted root of that name signed it: it verifies {}",
+            ca.subject(),
+            ca.issuer(),
+            reasons.join("; ")
+        )));
     };
     let root = parse_cert(&anchor.der, "trusted root")?;
 
@@ -294,8 +286,9 @@ pub fn verify(
         critical_extensions_understood(cert, which)?;
     }
     for (which, cert) in [("CA", &ca), ("trusted root", &root)] {
-        may_sign(cert, Usage::Certificates)
-            .map_err(|reason| AkCertError::Chain(format!("the {which} {} {reason}", cert.subject())))?;
+        may_sign(cert, Usage::Certificates).map_err(|reason| {
+            AkCertError::Chain(format!("the {which} {} {reason}", cert.subject()))
+        })?;
     }
     let root_path_len = root
         .basic_constraints()
@@ -437,7 +430,9 @@ fn check_same_key(leaf: &X509Certificate<'_>, ak: &tpm::Public) -> Result<(), Ak
         return Err(AkCertError::KeyMismatch(format!(
             "the certificate {} is for RSA modulus {}…, the quotes are signed by {}…",
             leaf.subject(),
-            hex::encode(&strip_zeros(cert_key.modulus)[..8.min(strip_zeros(cert_key.modulus).len())]),
+            hex::encode(
+                &strip_zeros(cert_key.modulus)[..8.min(strip_zeros(cert_key.modulus).len())]
+            ),
             hex::encode(&strip_zeros(modulus)[..8.min(strip_zeros(modulus).len())]),
         )));
     }
@@ -475,7 +470,8 @@ mod tests {
         let no_ca = format!(r#"{{"AkCert":"{b64}"}}"#);
         let err = InstanceInfo::parse(no_ca.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("CA is empty"), "{err}");
-        let trailing = base64::engine::general_purpose::STANDARD.encode([der.as_slice(), &[0]].concat());
+        let trailing =
+            base64::engine::general_purpose::STANDARD.encode([der.as_slice(), &[0]].concat());
         let bad = format!(r#"{{"AkCert":"{trailing}","CA":"{b64}"}}"#);
         let err = InstanceInfo::parse(bad.as_bytes()).unwrap_err();
         assert_eq!(
@@ -483,6 +479,11 @@ mod tests {
             "the AK certificate is not an X.509 certificate: 1 bytes after the certificate"
         );
         let huge = vec![b' '; MAX_INSTANCE_INFO + 1];
-        assert!(InstanceInfo::parse(&huge).unwrap_err().to_string().contains("more than the limit"));
+        assert!(
+            InstanceInfo::parse(&huge)
+                .unwrap_err()
+                .to_string()
+                .contains("more than the limit")
+        );
     }
 }

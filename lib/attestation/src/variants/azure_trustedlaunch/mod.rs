@@ -220,7 +220,11 @@ mod tests {
         });
         let again =
             TrustedLaunchConfig::from_attestation_config(same.to_string().as_bytes()).unwrap();
-        assert_eq!(again.roots.len(), 1, "a built-in root listed again is one root");
+        assert_eq!(
+            again.roots.len(),
+            1,
+            "a built-in root listed again is one root"
+        );
         assert_eq!(again.digest(), config.digest());
 
         let bad = serde_json::json!({
@@ -231,9 +235,8 @@ mod tests {
             TrustedLaunchConfig::from_attestation_config(bad.to_string().as_bytes()).unwrap_err();
         assert!(err.to_string().contains("azureVtpmRoots entry 1"), "{err}");
 
-        let nothing = format!(
-            r#"{{"measurements": {{"4": {{"expected": "{A}", "warnOnly": true}}}}}}"#
-        );
+        let nothing =
+            format!(r#"{{"measurements": {{"4": {{"expected": "{A}", "warnOnly": true}}}}}}"#);
         assert!(matches!(
             TrustedLaunchConfig::from_attestation_config(nothing.as_bytes()),
             Err(PolicyError::NothingEnforced)
