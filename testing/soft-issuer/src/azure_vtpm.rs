@@ -13,7 +13,7 @@
 //! valid for two years, as Azure's. The AK certificate for `<vm id>.TrustedVM.Azure.windows.net`,
 //! with ExtendedKeyUsage tcg-kp-AIKCertificate and 1.3.6.1.4.1.311.10.3.12 (what observed Azure
 //! AK certificates carry), KeyUsage (critical) digitalSignature (the TCG AK profile's), the
-//! CA's key identifier and, when given, the CA's URL as authorityInfoAccess caIssuers (the URL
+//! CA's key identifier and, when given, the CA's URLs as authorityInfoAccess caIssuers (the URL
 //! Constellation's node fetches the CA from). Signed with sha256WithRSAEncryption.
 //!
 //! A chain it issues is trusted only where a test's attestation config lists
@@ -135,14 +135,17 @@ fn uri(url: &str) -> Result<GeneralName, SimulationError> {
     Ok(GeneralName::UniformResourceIdentifier(Ia5String::new(url)?))
 }
 
-fn ca_issuers(url: &str) -> Result<Extension, SimulationError> {
-    pkix(
-        &AuthorityInfoAccessSyntax(vec![AccessDescription {
-            access_method: CA_ISSUERS,
-            access_location: uri(url)?,
-        }]),
-        false,
-    )
+fn ca_issuers(urls: &[&str]) -> Result<Extension, SimulationError> {
+    let access = urls
+        .iter()
+        .map(|url| {
+            Ok(AccessDescription {
+                access_method: CA_ISSUERS,
+                access_location: uri(url)?,
+            })
+        })
+        .collect::<Result<Vec<_>, SimulationError>>()?;
+    pkix(&AuthorityInfoAccessSyntax(access), false)
 }
 
 fn authority_key_id(key: &RsaKeyPair) -> Result<Extension, SimulationError> {
@@ -248,7 +251,7 @@ impl SimulatedAzureVtpmCa {
                 }]),
                 false,
             )?,
-            ca_issuers(ROOT_URL)?,
+            ca_issuers(&[ROOT_URL])?,
         ];
         // Two years, as Azure's CA - 03; issued half a year ago.
         let now = now();
@@ -284,14 +287,14 @@ impl SimulatedAzureVtpmCa {
     }
 
     /// The AK certificate Azure writes for the VM `vm_id`, certifying the TPM key `ak_public`
-    /// (a marshalled `TPMT_PUBLIC`, RSA as Azure's AK is), valid in `window`, naming `ca_url` as
-    /// where its CA is published (none when `None`).
+    /// (a marshalled `TPMT_PUBLIC`, RSA as Azure's AK is), valid in `window`, naming `ca_urls`
+    /// as where its CA is published (no authorityInfoAccess when empty).
     pub fn ak_cert(
         &self,
         ak_public: &[u8],
         vm_id: &str,
         window: Window,
-        ca_url: Option<&str>,
+        ca_urls: &[&str],
     ) -> Result<Vec<u8>, SimulationError> {
         let ak = attestation::tpm::Public::parse(ak_public)
             .map_err(|e| SimulationError::Key(format!("the AK's TPMT_PUBLIC: {e}")))?;
@@ -307,8 +310,8 @@ impl SimulatedAzureVtpmCa {
             )?,
             authority_key_id(&self.ca.key)?,
         ];
-        if let Some(url) = ca_url {
-            extensions.push(ca_issuers(url)?);
+        if !ca_urls.is_empty() {
+            extensions.push(ca_issuers(ca_urls)?);
         }
         self.sign(
             &self.ca,

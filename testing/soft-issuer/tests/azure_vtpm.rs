@@ -64,7 +64,7 @@ fn openssl_x509_strict_accepts_the_simulated_chain_and_its_ak_certificate() {
             ak.ak_public(),
             "0f1e2d3c4b5a",
             Window::current(),
-            Some("http://ca.example/ca.crt"),
+            &["http://ca.example/ca.crt"],
         )
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -131,7 +131,7 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
     let validator = validator(&azure);
     let ak = soft_ak();
     let good = azure
-        .ak_cert(ak.ak_public(), "vm1", Window::current(), None)
+        .ak_cert(ak.ak_public(), "vm1", Window::current(), &[])
         .unwrap();
     let verified = validator
         .validate(&document(&ak, good.clone(), azure.ca_der()), NONCE)
@@ -145,7 +145,7 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
 
     // Expired.
     let expired = azure
-        .ak_cert(ak.ak_public(), "vm1", Window::expired(), None)
+        .ak_cert(ak.ak_public(), "vm1", Window::expired(), &[])
         .unwrap();
     let (text, check) = refusal(&validator, &document(&ak, expired, azure.ca_der()));
     assert_eq!(check, "ak_cert_expired", "{text}");
@@ -157,7 +157,7 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
     // Chained to another root with Azure's names.
     let impostor = SimulatedAzureVtpmCa::impostor().unwrap();
     let foreign = impostor
-        .ak_cert(ak.ak_public(), "vm1", Window::current(), None)
+        .ak_cert(ak.ak_public(), "vm1", Window::current(), &[])
         .unwrap();
     let (text, check) = refusal(
         &validator,
@@ -180,7 +180,7 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
     let other = SoftIssuer::ecdsa_p256().unwrap();
     let rsa_other = SoftIssuer::rsa_2048_from_pkcs8(&other_rsa_pkcs8()).unwrap();
     let for_other = azure
-        .ak_cert(rsa_other.ak_public(), "vm1", Window::current(), None)
+        .ak_cert(rsa_other.ak_public(), "vm1", Window::current(), &[])
         .unwrap();
     let (text, check) = refusal(&validator, &document(&ak, for_other, azure.ca_der()));
     assert_eq!(check, "ak_cert_key_mismatch", "{text}");

@@ -42,16 +42,8 @@ pub enum AkCertError {
     #[error("the {which} is not an X.509 certificate: {reason}")]
     Certificate { which: &'static str, reason: String },
     /// A certificate of the chain is not valid at the verification time.
-    #[error(
-        "the {which} {subject} is not valid at {at}: it is valid from {not_before} to {not_after}"
-    )]
-    Expired {
-        which: &'static str,
-        subject: String,
-        at: String,
-        not_before: String,
-        not_after: String,
-    },
+    #[error("the {which} {reason}")]
+    Expired { which: &'static str, reason: String },
     /// The CA was not issued by any trust anchor of the config.
     #[error("the AK certificate does not chain to a trusted Azure vTPM root: {0}")]
     UntrustedRoot(String),
@@ -138,6 +130,32 @@ pub(crate) fn parse_cert<'a>(
             reason: e.to_string(),
         }),
     }
+}
+
+/// The caIssuers URLs of an AK certificate's authorityInfoAccess, in order: where the node fetches
+/// the CA that issued it, as Constellation's issuer does. `der` must be exactly one certificate.
+pub fn ca_issuer_urls(der: &[u8]) -> Result<Vec<String>, AkCertError> {
+    let cert = parse_cert(der, "AK certificate")?;
+    let mut urls = Vec::new();
+    for ext in cert.extensions() {
+        if let ParsedExtension::AuthorityInfoAccess(aia) = ext.parsed_extension() {
+            for access in &aia.accessdescs {
+                if access.access_method
+                    == x509_parser::oid_registry::OID_PKIX_ACCESS_DESCRIPTOR_CA_ISSUERS
+                {
+                    if let x509_parser::extensions::GeneralName::URI(url) = access.access_location {
+                        urls.push(url.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    Ok(urls)
+}
+
+/// Whether `der` is exactly one X.509 certificate; the error names it `which`.
+pub fn check_certificate(der: &[u8], which: &'static str) -> Result<(), AkCertError> {
+    parse_cert(der, which).map(|_| ())
 }
 
 /// A trust anchor: a CA certificate, DER.
@@ -277,10 +295,12 @@ pub fn verify(
         if !cert.validity().is_valid_at(time) {
             return Err(AkCertError::Expired {
                 which,
-                subject: cert.subject().to_string(),
-                at: time.to_string(),
-                not_before: cert.validity().not_before.to_string(),
-                not_after: cert.validity().not_after.to_string(),
+                reason: format!(
+                    "{} is not valid at {time}: it is valid from {} to {}",
+                    cert.subject(),
+                    cert.validity().not_before,
+                    cert.validity().not_after
+                ),
             });
         }
         critical_extensions_understood(cert, which)?;
