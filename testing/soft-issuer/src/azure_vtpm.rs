@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ring::rand::SystemRandom;
 use ring::signature::{self, RsaKeyPair};
-use x509_cert::der::asn1::{Ia5String, OctetString};
+use x509_cert::der::asn1::{Ia5String, OctetString, UtcTime};
 use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::{Any, Decode, Encode};
 use x509_cert::ext::Extension;
@@ -121,9 +121,12 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// UTCTime, as RFC 5280 asks for dates before 2050 and Azure's certificates carry.
 fn validity(window: Window) -> Result<Validity, SimulationError> {
     let at = |secs: u64| {
-        Time::try_from(UNIX_EPOCH + Duration::from_secs(secs)).map_err(SimulationError::Der)
+        UtcTime::from_system_time(UNIX_EPOCH + Duration::from_secs(secs))
+            .map(Time::UtcTime)
+            .map_err(SimulationError::Der)
     };
     Ok(Validity {
         not_before: at(window.not_before)?,
