@@ -723,8 +723,8 @@ mod tests {
     }
 
     #[test]
-    fn azure_trustedlaunch_loads_its_roots_and_a_reload_with_a_bad_root_keeps_the_last_good_policy()
-    {
+    fn azure_trustedlaunch_loads_its_roots_and_a_reload_without_good_roots_keeps_the_last_good_policy()
+     {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("attestationConfig");
         let config = |roots: serde_json::Value| {
@@ -748,6 +748,18 @@ mod tests {
             panic!("another root is a valid policy")
         };
         assert_ne!(digest, first.digest);
+
+        // What Constellation's CLI writes on upgrade (it knows no azureVtpmRoots): refused, the
+        // last good policy stays.
+        let measurements_only = serde_json::json!({
+            "measurements": {"4": {"expected": hex::encode([0x44; 32]), "warnOnly": false}},
+        });
+        std::fs::write(&path, measurements_only.to_string()).unwrap();
+        let Reload::Refused { reason } = current.reload() else {
+            panic!("a config without azureVtpmRoots must be refused")
+        };
+        assert!(reason.contains("no azureVtpmRoots"), "{reason}");
+        assert_eq!(current.get().digest, digest);
 
         std::fs::write(&path, config(serde_json::json!(["not a certificate"]))).unwrap();
         let Reload::Refused { reason } = current.reload() else {

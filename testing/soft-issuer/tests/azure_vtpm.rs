@@ -198,11 +198,18 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
         "{text}"
     );
 
-    // A config without the simulated root trusts only the built-in (expired) AME root.
+    // A config trusting the AME root (Constellation's, built in) and no simulated root.
+    let ame = attestation::variants::azure_trustedlaunch::builtin_roots()[0]
+        .der()
+        .to_vec();
+    let ame_pem = pem(&ame);
     let builtin_only = TrustedLaunchValidator::from_attestation_config(
-        serde_json::json!({"measurements": {"4": {"expected": hex::encode(PCR4)}}})
-            .to_string()
-            .as_bytes(),
+        serde_json::json!({
+            "measurements": {"4": {"expected": hex::encode(PCR4)}},
+            "azureVtpmRoots": [ame_pem],
+        })
+        .to_string()
+        .as_bytes(),
     )
     .unwrap()
     .0;

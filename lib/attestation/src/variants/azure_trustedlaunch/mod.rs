@@ -12,8 +12,9 @@
 //! and certifies exactly that AK; only then are the quoted PCRs compared with `measurements`.
 //!
 //! The roots are [`builtin_roots`] (Constellation's: Azure's AME root, which expired on
-//! 2026-05-24, so it verifies only documents dated before) and the config's `azureVtpmRoots`:
-//! PEM strings, each one or more CA certificates trusted as anchors. Azure runs more than one
+//! 2026-05-24, so it verifies only documents dated before) and the config's `azureVtpmRoots`
+//! (required, since the built-in root admits nobody now): PEM strings, each one or more CA
+//! certificates trusted as anchors. Azure runs more than one
 //! vTPM CA hierarchy; an operator lists the root (or, for a hierarchy deeper than AK ← CA ← root,
 //! the CA that issued the document's CA) their VMs' certificates chain to.
 
@@ -48,6 +49,11 @@ pub fn builtin_roots() -> Vec<Anchor> {
 /// Why an azure-trustedlaunch config is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TrustedLaunchConfigError {
+    /// No root of the operator's: the one built-in root expired, so such a config admits nobody.
+    #[error(
+        "azure-trustedlaunch config has no azureVtpmRoots: list the Azure vTPM root (PEM) your VMs' AK certificates chain to; the built-in root, Azure's AME root Constellation trusts, expired on 2026-05-24 (stricter than Constellation, which would refuse every node)"
+    )]
+    NoRoots,
     #[error("azureVtpmRoots entry {index} is not a PEM CA certificate: {source}")]
     Root {
         index: usize,
@@ -72,10 +78,15 @@ struct RawRoots {
 
 impl TrustedLaunchConfig {
     /// Parses `{"measurements": {...}, "azureVtpmRoots": ["<PEM>", ...]}`; at least one
-    /// measurement must be enforced.
+    /// measurement must be enforced and at least one root listed. Requiring the list keeps a
+    /// config Constellation's CLI rewrote without it (it knows no such field) from replacing a
+    /// working policy with one that admits nobody: attest-proxy refuses it and keeps the last.
     pub fn from_attestation_config(json: &[u8]) -> Result<TrustedLaunchConfig, PolicyError> {
         let policy = Policy::enforcing_from_attestation_config(json)?;
         let raw: RawRoots = serde_json::from_slice(json).map_err(PolicyError::Json)?;
+        if raw.roots.is_empty() {
+            return Err(TrustedLaunchConfigError::NoRoots.into());
+        }
         let mut roots = builtin_roots();
         for (index, pem) in raw.roots.iter().enumerate() {
             let anchors = Anchor::from_pem(pem.as_bytes())
@@ -209,22 +220,39 @@ mod tests {
 
     #[test]
     fn configs_parse_roots_and_refuse_bad_ones_by_entry() {
-        let plain = format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}}}"#);
-        let config = TrustedLaunchConfig::from_attestation_config(plain.as_bytes()).unwrap();
-        assert_eq!(config.roots, builtin_roots());
+        for plain in [
+            format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}}}"#),
+            format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}, "azureVtpmRoots": []}}"#),
+        ] {
+            let err = TrustedLaunchConfig::from_attestation_config(plain.as_bytes()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    PolicyError::TrustedLaunch(TrustedLaunchConfigError::NoRoots)
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("expired on 2026-05-24"), "{err}");
+        }
 
         let ame = String::from_utf8(AME_ROOT_PEM.to_vec()).unwrap();
         let same = serde_json::json!({
             "measurements": {"4": {"expected": A}},
             "azureVtpmRoots": [ame],
         });
-        let again =
+        let config =
             TrustedLaunchConfig::from_attestation_config(same.to_string().as_bytes()).unwrap();
         assert_eq!(
-            again.roots.len(),
-            1,
+            config.roots,
+            builtin_roots(),
             "a built-in root listed again is one root"
         );
+        let twice = serde_json::json!({
+            "measurements": {"4": {"expected": A}},
+            "azureVtpmRoots": [ame, ame],
+        });
+        let again =
+            TrustedLaunchConfig::from_attestation_config(twice.to_string().as_bytes()).unwrap();
         assert_eq!(again.digest(), config.digest());
 
         let bad = serde_json::json!({
