@@ -2,7 +2,8 @@
 //! on a real TPM (swtpm) on which Azure's Trusted Launch setup is played (the AK at 0x81000003,
 //! the simulated Azure vTPM CA's certificate for it in NV index 0x01C101D0, the CA fetched over
 //! HTTP from the URL the certificate names), and attest-proxy trusts the simulated root through
-//! the config's azureVtpmRoots. A node joins and rejoins; a node whose AK certificate expired,
+//! the config's azureVtpmRoots. A node joins and rejoins, in process and as the real join-client
+//! binary; a node whose AK certificate expired,
 //! one certified by another root with Azure's names, and one whose certificate is for another
 //! key are refused, each by name, and get nothing.
 
@@ -71,6 +72,41 @@ async fn trustedlaunch_nodes_join_and_rejoin_and_bad_certificates_are_refused_by
         system.proxy.log()
     );
     assert_eq!(site.publisher.requests(), 2, "one CA fetch per attestation");
+
+    // The real join-client binary on another Trusted Launch vTPM: join, then rejoin.
+    let cli_vm = site.vm("tl-cli", Window::current()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let join_client = testsupport::process::bin("join-client").unwrap();
+    let common = |command: &str| {
+        let mut c = std::process::Command::new(&join_client);
+        c.arg(command)
+            .args(["--endpoint", &system.proxy_addr.to_string()])
+            .args(["--tcti", &cli_vm.tcti()])
+            .args(["--variant", "azure-trustedlaunch"])
+            .args(["--disk-uuid", "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9"])
+            .arg("--out")
+            .arg(out.path())
+            .args(["--retry-for", "0s"])
+            .env("RUST_LOG", "warn");
+        c
+    };
+    let joined = common("join")
+        .args(["--node-name", "worker-tl-cli", "--ip", "10.0.0.9"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&joined.stderr);
+    assert!(joined.status.success(), "{stderr}\n{}", system.logs());
+    let rejoined = common("rejoin").output().unwrap();
+    let stderr = String::from_utf8_lossy(&rejoined.stderr);
+    assert!(rejoined.status.success(), "{stderr}");
+    assert!(
+        system
+            .proxy
+            .log()
+            .contains("tl-cli.TrustedVM.Azure.windows.net"),
+        "{}",
+        system.proxy.log()
+    );
 
     // An AK certificate that expired yesterday.
     let expired = site.vm("tl-node-2", Window::expired()).unwrap();
