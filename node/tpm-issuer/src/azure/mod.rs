@@ -17,6 +17,7 @@
 //! azure-trustedlaunch (a Trusted Launch VM: a vTPM, no HCL report) attests with the same key
 //! handle; Azure's certificate for it, not a hardware report, vouches for it ([`trustedlaunch`]).
 
+mod http;
 pub mod sev_snp;
 pub mod tdx;
 pub mod trustedlaunch;

@@ -14,9 +14,10 @@ use std::time::Duration;
 use attestation::variants::azure_trustedlaunch::{InstanceInfo, ak_cert};
 use attestation::{IssueError, Issuer, Variant};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::Full;
 
 use super::AzureIssuerError;
+use super::http::HttpError;
 use crate::{TpmIssuer, TpmIssuerError};
 
 /// The NV index where Azure leaves the AK certificate (DER).
@@ -63,31 +64,6 @@ impl HttpCaFetcher {
     pub fn new(timeout: Duration) -> Self {
         HttpCaFetcher { timeout }
     }
-
-    async fn get(&self, url: &str, uri: http::Uri) -> Result<Vec<u8>, FetchError> {
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<Empty<Bytes>>();
-        let response = client.get(uri).await.map_err(|e| FetchError::Unreachable {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        })?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(FetchError::Status {
-                url: url.to_owned(),
-                status: status.as_u16(),
-            });
-        }
-        let body = Limited::new(response.into_body(), MAX_CA_CERT)
-            .collect()
-            .await
-            .map_err(|e| FetchError::Body {
-                url: url.to_owned(),
-                reason: e.to_string(),
-            })?;
-        Ok(body.to_bytes().to_vec())
-    }
 }
 
 impl CaFetcher for HttpCaFetcher {
@@ -96,39 +72,39 @@ impl CaFetcher for HttpCaFetcher {
         if uri.scheme_str() != Some("http") || uri.host().is_none() {
             return Err(FetchError::Url(url.to_owned()));
         }
-        // Called from blocking code, inside a runtime or not: the fetch runs on a thread of its
-        // own with a runtime of its own.
-        let der = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(FetchError::Runtime)?;
-                    runtime.block_on(async {
-                        tokio::time::timeout(self.timeout, self.get(url, uri))
-                            .await
-                            .map_err(|_| FetchError::Timeout {
-                                url: url.to_owned(),
-                                timeout: self.timeout,
-                            })?
-                    })
-                })
-                .join()
-                .unwrap_or_else(|_| {
-                    Err(FetchError::Body {
-                        url: url.to_owned(),
-                        reason: "the HTTP client thread panicked".to_owned(),
-                    })
-                })
-        })?;
-        ak_cert::check_certificate(&der, "CA certificate").map_err(|e| {
+        let request = http::Request::get(uri)
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| FetchError::Url(url.to_owned()))?;
+        let url = url.to_owned();
+        let (status, body) =
+            super::http::exchange(request, self.timeout, MAX_CA_CERT).map_err(|e| match e {
+                HttpError::Runtime(e) => FetchError::Runtime(e),
+                HttpError::Unreachable(e) => FetchError::Unreachable {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                },
+                HttpError::Timeout => FetchError::Timeout {
+                    url: url.clone(),
+                    timeout: self.timeout,
+                },
+                HttpError::Body(reason) => FetchError::Body {
+                    url: url.clone(),
+                    reason,
+                },
+            })?;
+        if !status.is_success() {
+            return Err(FetchError::Status {
+                url,
+                status: status.as_u16(),
+            });
+        }
+        ak_cert::check_certificate(&body, "CA certificate").map_err(|e| {
             FetchError::NotACertificate {
-                url: url.to_owned(),
+                url,
                 reason: e.to_string(),
             }
         })?;
-        Ok(der)
+        Ok(body.to_vec())
     }
 }
 
