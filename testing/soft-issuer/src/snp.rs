@@ -55,9 +55,9 @@ const KDS: &str = "https://kdsintf.amd.com";
 /// Why simulated hardware could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SimulationError {
-    #[error("simulated AMD key: {0}")]
+    #[error("simulated vendor key: {0}")]
     Key(String),
-    #[error("simulated AMD certificate: {0}")]
+    #[error("simulated vendor certificate: {0}")]
     Der(#[from] x509_cert::der::Error),
     #[error("signing: {0}")]
     Sign(String),
