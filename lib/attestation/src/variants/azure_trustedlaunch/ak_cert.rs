@@ -271,7 +271,7 @@ pub fn verify(
                 break;
             }
             Err(reason) => reasons.push(format!(
-                "not with the key of {} (SHA-256 {}): {reason}",
+                "its signature does not verify with the key of {} (SHA-256 {}): {reason}",
                 candidate.subject,
                 hex::encode(candidate.sha256)
             )),
@@ -279,7 +279,7 @@ pub fn verify(
     }
     let Some(anchor) = anchor_found else {
         return Err(AkCertError::UntrustedRoot(format!(
-            "its CA {} names {} as its issuer, but no trusted root of that name signed it: it verifies {}",
+            "its CA {} names {} as its issuer, but no trusted root of that name signed it: {}",
             ca.subject(),
             ca.issuer(),
             reasons.join("; ")
