@@ -16,8 +16,11 @@
 //! CA's key identifier and, when given, the CA's URLs as authorityInfoAccess caIssuers (the URL
 //! Constellation's node fetches the CA from). Signed with sha256WithRSAEncryption.
 //!
+//! [`SimulatedAzureVtpmCa::deeper`] puts an intermediate between root and CA, as some Azure VMs'
+//! chains have one.
+//!
 //! A chain it issues is trusted only where a test's attestation config lists
-//! [`SimulatedAzureVtpmCa::root_pem`] in `azureVtpmRoots`.
+//! [`SimulatedAzureVtpmCa::root_pem`] (or the intermediate) in `azureVtpmRoots`.
 
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -44,6 +47,7 @@ use crate::snp::{SimulationError, key_id, pem, pkix, rsa_key, rsa_spki};
 
 const ROOT_KEY: &[u8] = include_bytes!("../keys/rsa4096-azure-vtpm-root-test.pk8");
 const CA_KEY: &[u8] = include_bytes!("../keys/rsa2048-azure-vtpm-ca-test.pk8");
+const INTERMEDIATE_KEY: &[u8] = include_bytes!("../keys/rsa3072-azure-vtpm-intermediate-test.pk8");
 
 const SHA256_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
 const SHA384_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.12");
@@ -66,6 +70,9 @@ pub const ROOT_NAME: &str =
     "CN=Azure Virtual TPM Root Certificate Authority 2023,O=Microsoft Corporation,C=US";
 /// The subject name of the simulated CA.
 pub const CA_NAME: &str = "CN=Global Virtual TPM CA - 03";
+/// The subject names of the deeper hierarchy's intermediate and CA.
+pub const INTERMEDIATE_NAME: &str = "CN=Azure Cloud Virtual TPM CA 2025";
+pub const DEEPER_CA_NAME: &str = "CN=Azure Cloud Virtual TPM CA - 11";
 
 struct Ca {
     key: RsaKeyPair,
@@ -76,6 +83,8 @@ struct Ca {
 /// A simulated Azure vTPM CA hierarchy: a root and the CA it certified.
 pub struct SimulatedAzureVtpmCa {
     root: Ca,
+    /// Between the root and the CA in a deeper hierarchy.
+    intermediate: Option<Ca>,
     ca: Ca,
     rng: SystemRandom,
 }
@@ -162,29 +171,89 @@ fn authority_key_id(key: &RsaKeyPair) -> Result<Extension, SimulationError> {
     )
 }
 
+/// The extensions of a CA certificate for `key` issued by `issuer_key`, as Azure's CA - 03
+/// carries them, with `path_len`.
+fn ca_extensions(
+    key: &RsaKeyPair,
+    issuer_key: &RsaKeyPair,
+    path_len: u8,
+) -> Result<Vec<Extension>, SimulationError> {
+    Ok(vec![
+        pkix(
+            &BasicConstraints {
+                ca: true,
+                path_len_constraint: Some(path_len),
+            },
+            true,
+        )?,
+        pkix(&KeyUsage(KeyUsages::KeyCertSign.into()), true)?,
+        pkix(
+            &ExtendedKeyUsage(vec![TCG_KP_EK_CERTIFICATE, TCG_KP_AIK_CERTIFICATE]),
+            false,
+        )?,
+        pkix(&SubjectKeyIdentifier(OctetString::new(key_id(key))?), false)?,
+        authority_key_id(issuer_key)?,
+        pkix(
+            &CrlDistributionPoints(vec![DistributionPoint {
+                distribution_point: Some(DistributionPointName::FullName(vec![uri(ROOT_CRL_URL)?])),
+                reasons: None,
+                crl_issuer: None,
+            }]),
+            false,
+        )?,
+        ca_issuers(&[ROOT_URL])?,
+    ])
+}
+
 impl SimulatedAzureVtpmCa {
     /// The simulated root and CA.
     pub fn new() -> Result<Self, SimulationError> {
-        SimulatedAzureVtpmCa::with_keys(ROOT_KEY, CA_KEY)
+        SimulatedAzureVtpmCa::with_keys(ROOT_KEY, CA_KEY, None)
     }
 
     /// A hierarchy with Azure's names that [`SimulatedAzureVtpmCa::new`]'s root did not make:
     /// its root is another key (the test keys in swapped roles). A config trusting `new`'s root
     /// must refuse every AK certificate this one issues.
     pub fn impostor() -> Result<Self, SimulationError> {
-        SimulatedAzureVtpmCa::with_keys(CA_KEY, ROOT_KEY)
+        SimulatedAzureVtpmCa::with_keys(CA_KEY, ROOT_KEY, None)
     }
 
-    fn with_keys(root_key: &[u8], ca_key: &[u8]) -> Result<Self, SimulationError> {
+    /// A deeper hierarchy, as some Azure VMs present: the root, an intermediate ("Azure Cloud
+    /// Virtual TPM CA 2025", pathlen 1) and under it the CA that issues AK certificates ("Azure
+    /// Cloud Virtual TPM CA - 11"). A document carries only the last CA, so a config must trust
+    /// the intermediate as an anchor ([`SimulatedAzureVtpmCa::intermediate_pem`]).
+    pub fn deeper() -> Result<Self, SimulationError> {
+        SimulatedAzureVtpmCa::with_keys(ROOT_KEY, CA_KEY, Some(INTERMEDIATE_KEY))
+    }
+
+    fn with_keys(
+        root_key: &[u8],
+        ca_key: &[u8],
+        intermediate_key: Option<&[u8]>,
+    ) -> Result<Self, SimulationError> {
+        let ca_name = if intermediate_key.is_some() {
+            DEEPER_CA_NAME
+        } else {
+            CA_NAME
+        };
         let mut sim = SimulatedAzureVtpmCa {
             root: Ca {
                 key: rsa_key(root_key)?,
                 name: Name::from_str(ROOT_NAME)?,
                 cert_der: Vec::new(),
             },
+            intermediate: intermediate_key
+                .map(|key| {
+                    Ok::<_, SimulationError>(Ca {
+                        key: rsa_key(key)?,
+                        name: Name::from_str(INTERMEDIATE_NAME)?,
+                        cert_der: Vec::new(),
+                    })
+                })
+                .transpose()?,
             ca: Ca {
                 key: rsa_key(ca_key)?,
-                name: Name::from_str(CA_NAME)?,
+                name: Name::from_str(ca_name)?,
                 cert_der: Vec::new(),
             },
             rng: SystemRandom::new(),
@@ -226,51 +295,42 @@ impl SimulatedAzureVtpmCa {
             SHA384_WITH_RSA,
             root_ext,
         )?;
-        let ca_ext = vec![
-            pkix(
-                &BasicConstraints {
-                    ca: true,
-                    path_len_constraint: Some(0),
-                },
-                true,
-            )?,
-            pkix(&KeyUsage(KeyUsages::KeyCertSign.into()), true)?,
-            pkix(
-                &ExtendedKeyUsage(vec![TCG_KP_EK_CERTIFICATE, TCG_KP_AIK_CERTIFICATE]),
-                false,
-            )?,
-            pkix(
-                &SubjectKeyIdentifier(OctetString::new(key_id(&sim.ca.key))?),
-                false,
-            )?,
-            authority_key_id(&sim.root.key)?,
-            pkix(
-                &CrlDistributionPoints(vec![DistributionPoint {
-                    distribution_point: Some(DistributionPointName::FullName(vec![uri(
-                        ROOT_CRL_URL,
-                    )?])),
-                    reasons: None,
-                    crl_issuer: None,
-                }]),
-                false,
-            )?,
-            ca_issuers(&[ROOT_URL])?,
-        ];
         // Two years, as Azure's CA - 03; issued half a year ago.
         let now = now();
         let ca_window = Window {
             not_before: now.saturating_sub(182 * 86_400),
             not_after: now + 548 * 86_400,
         };
+        if let Some(intermediate) = &sim.intermediate {
+            let der = sim.sign(
+                &sim.root,
+                intermediate.name.clone(),
+                rsa_spki(&intermediate.key)?,
+                ca_window,
+                SHA384_WITH_RSA,
+                ca_extensions(&intermediate.key, &sim.root.key, 1)?,
+            )?;
+            if let Some(intermediate) = sim.intermediate.as_mut() {
+                intermediate.cert_der = der;
+            }
+        }
+        let issuer = sim.intermediate.as_ref().unwrap_or(&sim.root);
         sim.ca.cert_der = sim.sign(
-            &sim.root,
+            issuer,
             sim.ca.name.clone(),
             rsa_spki(&sim.ca.key)?,
             ca_window,
             SHA384_WITH_RSA,
-            ca_ext,
+            ca_extensions(&sim.ca.key, &issuer.key, 0)?,
         )?;
         Ok(sim)
+    }
+
+    /// The intermediate of a [`SimulatedAzureVtpmCa::deeper`] hierarchy, PEM.
+    pub fn intermediate_pem(&self) -> Option<String> {
+        self.intermediate
+            .as_ref()
+            .map(|ca| pem("CERTIFICATE", &ca.cert_der))
     }
 
     /// The root, DER.

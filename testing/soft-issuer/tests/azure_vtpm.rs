@@ -251,3 +251,54 @@ fn other_rsa_pkcs8() -> Vec<u8> {
     std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/rsa2048-azure-vtpm-ca-test.pk8"))
         .unwrap()
 }
+
+/// A deeper hierarchy (AK certificate ← CA ← intermediate ← root), of which a document carries
+/// only the CA: openssl verifies the whole chain; the validator refuses it when only the root is
+/// trusted (the intermediate is not in the document) and accepts it when the config lists the
+/// intermediate as an anchor.
+#[test]
+fn a_deeper_hierarchy_verifies_with_its_intermediate_as_the_anchor() {
+    let azure = SimulatedAzureVtpmCa::deeper().unwrap();
+    let ak = soft_ak();
+    let cert = azure
+        .ak_cert(ak.ak_public(), "deep-vm", Window::current(), &[])
+        .unwrap();
+    let intermediate = azure.intermediate_pem().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = write(dir.path(), "root.pem", azure.root_der());
+    let chain = dir.path().join("chain.pem");
+    std::fs::write(&chain, format!("{}{intermediate}", pem(azure.ca_der()))).unwrap();
+    let leaf = write(dir.path(), "ak.pem", &cert);
+    let (ok, text) = openssl_verify(&[
+        "-x509_strict",
+        "-CAfile",
+        &root,
+        "-untrusted",
+        chain.to_str().unwrap(),
+        &leaf,
+    ]);
+    assert!(ok, "{text}");
+
+    let doc = document(&ak, cert, azure.ca_der());
+    let (text, check) = refusal(&validator(&azure), &doc);
+    assert_eq!(check, "ak_cert_untrusted_root", "{text}");
+    assert!(
+        text.contains("was issued by CN=Azure Cloud Virtual TPM CA 2025"),
+        "{text}"
+    );
+
+    let config = serde_json::json!({
+        "measurements": {"4": {"expected": hex::encode(PCR4), "warnOnly": false}},
+        "azureVtpmRoots": [intermediate],
+    });
+    let anchored = TrustedLaunchValidator::from_attestation_config(config.to_string().as_bytes())
+        .unwrap()
+        .0;
+    let verified = anchored.validate(&doc, NONCE).unwrap();
+    assert!(
+        verified.notes[0].contains("anchored at CN=Azure Cloud Virtual TPM CA 2025"),
+        "{:?}",
+        verified.notes
+    );
+}
