@@ -126,6 +126,16 @@ fn build(
                 validator: Arc::new(validator),
             })
         }
+        Variant::AzureTrustedLaunch => {
+            let (validator, digest) =
+                attestation::variants::azure_trustedlaunch::TrustedLaunchValidator::from_attestation_config(raw)
+                    .map_err(invalid)?;
+            Ok(Active {
+                digest,
+                trust_any_ak: false,
+                validator: Arc::new(validator),
+            })
+        }
         Variant::QemuTdx | Variant::AzureTdx => {
             let kind = match variant {
                 Variant::QemuTdx => TdxKind::Qemu,
@@ -710,6 +720,58 @@ mod tests {
         // qemu-tdx pins the MRTD through measurement 0: mrtds is not needed.
         std::fs::write(&path, &no_mrtds).unwrap();
         Current::load(Variant::QemuTdx, &path, Some(intel())).unwrap();
+    }
+
+    #[test]
+    fn azure_trustedlaunch_loads_its_roots_and_a_reload_without_good_roots_keeps_the_last_good_policy()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        let config = |roots: serde_json::Value| {
+            serde_json::json!({
+                "measurements": {"4": {"expected": hex::encode([0x44; 32]), "warnOnly": false}},
+                "azureVtpmRoots": roots,
+            })
+            .to_string()
+        };
+        let azure = soft_issuer::azure_vtpm::SimulatedAzureVtpmCa::new().unwrap();
+        std::fs::write(&path, config(serde_json::json!([azure.root_pem()]))).unwrap();
+        let current = Current::load(Variant::AzureTrustedLaunch, &path, None).unwrap();
+        let first = current.get();
+        assert_eq!(first.validator.variant(), Variant::AzureTrustedLaunch);
+        assert!(!first.trust_any_ak);
+
+        // The roots are part of what the digest covers.
+        let other = soft_issuer::azure_vtpm::SimulatedAzureVtpmCa::impostor().unwrap();
+        std::fs::write(&path, config(serde_json::json!([other.root_pem()]))).unwrap();
+        let Reload::Applied { digest } = current.reload() else {
+            panic!("another root is a valid policy")
+        };
+        assert_ne!(digest, first.digest);
+
+        // What Constellation's CLI writes on upgrade (it knows no azureVtpmRoots): refused, the
+        // last good policy stays.
+        let measurements_only = serde_json::json!({
+            "measurements": {"4": {"expected": hex::encode([0x44; 32]), "warnOnly": false}},
+        });
+        std::fs::write(&path, measurements_only.to_string()).unwrap();
+        let Reload::Refused { reason } = current.reload() else {
+            panic!("a config without azureVtpmRoots must be refused")
+        };
+        assert!(reason.contains("no azureVtpmRoots"), "{reason}");
+        assert_eq!(current.get().digest, digest);
+
+        std::fs::write(&path, config(serde_json::json!(["not a certificate"]))).unwrap();
+        let Reload::Refused { reason } = current.reload() else {
+            panic!("a config with a bad root must be refused")
+        };
+        assert!(reason.contains("azureVtpmRoots entry 0"), "{reason}");
+        assert_eq!(current.get().digest, digest);
+        let error = Current::load(Variant::AzureTrustedLaunch, &path, None).unwrap_err();
+        assert!(
+            status::chain(&error).contains("azureVtpmRoots entry 0"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 15] = [
+pub const TARGETS: [(&str, Target); 16] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
@@ -141,6 +141,10 @@ pub const TARGETS: [(&str, Target); 15] = [
     ("tdx_quote", tdx_quote),
     ("qemu_tdx_document", qemu_tdx_document),
     ("azure_tdx_instance_info", azure_tdx_instance_info),
+    (
+        "azure_trustedlaunch_instance_info",
+        azure_trustedlaunch_instance_info,
+    ),
     ("tdx_collateral", tdx_collateral),
     ("tdx_outblob", tdx_outblob),
 ];
@@ -356,6 +360,49 @@ pub fn azure_tdx_instance_info(data: &[u8]) {
         tdx_verify(&quote);
     }
 }
+
+/// The simulated Azure vTPM CA and a software RSA AK it certified, for the trusted-launch target.
+struct TrustedLaunch {
+    anchors: Vec<attestation::variants::azure_trustedlaunch::Anchor>,
+    ak: Public,
+}
+
+fn trusted_launch() -> &'static TrustedLaunch {
+    static TL: OnceLock<TrustedLaunch> = OnceLock::new();
+    TL.get_or_init(|| {
+        use attestation::variants::azure_trustedlaunch::Anchor;
+        let azure = soft_issuer::azure_vtpm::SimulatedAzureVtpmCa::new().expect("simulated Azure");
+        let ak = SoftIssuer::new(KeyType::Rsa2048).expect("software key");
+        let mut anchors = Anchor::from_pem(azure.root_pem().as_bytes()).expect("the root");
+        anchors.extend(attestation::variants::azure_trustedlaunch::builtin_roots());
+        TrustedLaunch {
+            anchors,
+            ak: Public::parse(ak.ak_public()).expect("the AK"),
+        }
+    })
+}
+
+/// azure-trustedlaunch's InstanceInfo `{"AkCert", "CA"}`: JSON, base64, both certificates, the
+/// AK certificate's caIssuers URLs (which a node fetches), then the whole chain check against
+/// the simulated Azure root and the built-in one, and the key comparison with a real RSA AK.
+/// What parses must round-trip.
+pub fn azure_trustedlaunch_instance_info(data: &[u8]) {
+    use attestation::variants::azure_trustedlaunch::{InstanceInfo, ak_cert};
+    let Ok(info) = InstanceInfo::parse(data) else {
+        return;
+    };
+    assert_eq!(
+        InstanceInfo::parse(&info.to_json()).expect("what parsed parses again"),
+        info
+    );
+    let _ = ak_cert::ca_issuer_urls(&info.ak_cert);
+    let tl = trusted_launch();
+    let _ = ak_cert::verify(&info, &tl.ak, &tl.anchors, TRUSTED_LAUNCH_TIME);
+}
+
+/// 2026-11-30: inside the windows of the seeds' simulated AK certificate and CA, so a seed passes
+/// every check and mutations start from an accepted chain.
+const TRUSTED_LAUNCH_TIME: i64 = 1_796_000_000;
 
 /// Intel collateral as the verifier reads it (dcap-qvl's JSON, and PCS's TCB info and QE
 /// identity bodies), then used to verify the real quote.

@@ -347,6 +347,20 @@ pub fn check_name(error: &Error) -> &'static str {
         Error::TdxPolicy(e) => tdx_policy_check_name(e),
         Error::Binding(_) => "hardware_binding",
         Error::CollateralUnavailable(_) => "collateral_unavailable",
+        Error::AkCertificate(e) => ak_cert_check_name(e),
+    }
+}
+
+fn ak_cert_check_name(error: &crate::variants::azure_trustedlaunch::AkCertError) -> &'static str {
+    use crate::variants::azure_trustedlaunch::AkCertError as E;
+    match error {
+        E::InstanceInfo(_) => "ak_cert_instance_info",
+        E::Certificate { .. } => "ak_cert_format",
+        E::Expired { .. } => "ak_cert_expired",
+        E::UntrustedRoot(_) => "ak_cert_untrusted_root",
+        E::Chain(_) => "ak_cert_chain",
+        E::Usage(_) => "ak_cert_usage",
+        E::KeyMismatch(_) => "ak_cert_key_mismatch",
     }
 }
 

@@ -123,6 +123,10 @@ pub enum Error {
     #[error("the hardware evidence does not vouch for the attestation key: {0}")]
     Binding(String),
 
+    /// azure-trustedlaunch: Azure's AK certificate does not vouch for the attestation key.
+    #[error("Azure's AK certificate refused: {0}")]
+    AkCertificate(#[from] crate::variants::azure_trustedlaunch::AkCertError),
+
     /// Collateral (a certificate, a CRL) the verification needs cannot be had now; the node
     /// should retry (gRPC `Unavailable`), it was not found wanting.
     #[error("attestation collateral unavailable: {0}")]

@@ -92,6 +92,9 @@ pub enum PolicyError {
     /// gcp-sev-snp's `allowedGcpProjects` is invalid, or set for another variant.
     #[error(transparent)]
     GcpProjects(#[from] crate::snp::GcpProjectsError),
+    /// azure-trustedlaunch's `azureVtpmRoots` is invalid.
+    #[error(transparent)]
+    TrustedLaunch(#[from] crate::variants::azure_trustedlaunch::TrustedLaunchConfigError),
 }
 
 /// A measurement policy: register index → expected value.

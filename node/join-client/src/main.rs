@@ -44,8 +44,9 @@ struct Common {
     /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone),
     /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key), `azure-sev-snp` or
     /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
-    /// report or TD quote its HCL report holds) or `qemu-tdx` (a TD quote alone, no TPM).
-    /// `--ak` applies to qemu-vtpm and aws-sev-snp only.
+    /// report or TD quote its HCL report holds), `azure-trustedlaunch` (the vTPM, attesting with
+    /// the key Azure persisted and Azure's certificate for it) or `qemu-tdx` (a TD quote alone,
+    /// no TPM). `--ak` applies to qemu-vtpm and aws-sev-snp only.
     #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
     variant: Variant,
     /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
@@ -135,11 +136,12 @@ fn client(common: &Common) -> anyhow::Result<Client> {
         Variant::QemuVtpm
         | Variant::AwsSevSnp
         | Variant::AzureSevSnp
+        | Variant::AzureTrustedLaunch
         | Variant::QemuTdx
         | Variant::AzureTdx => {}
         other => anyhow::bail!(
-            "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx \
-             documents only, not {other}"
+            "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, azure-trustedlaunch, \
+             qemu-tdx and azure-tdx documents only, not {other}"
         ),
     }
     // Likewise a service policy that cannot be used.
@@ -181,19 +183,31 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
             .context("opening the TDX quote interface")?;
         return Ok(Arc::new(tdx));
     }
-    // The Azure variants attest with the key Azure's paravisor persisted, which its HCL report
-    // names.
-    if matches!(common.variant, Variant::AzureSevSnp | Variant::AzureTdx) {
+    // The Azure variants attest with the key Azure persisted: its paravisor's HCL report names
+    // it (azure-sev-snp, azure-tdx), or Azure's certificate in the vTPM (azure-trustedlaunch).
+    if matches!(
+        common.variant,
+        Variant::AzureSevSnp | Variant::AzureTdx | Variant::AzureTrustedLaunch
+    ) {
         let mut config = tpm_issuer::azure::tpm_config(&common.tcti);
         config.event_log = common.event_log.clone();
         let tpm = tpm_issuer::TpmIssuer::open(&config).with_context(|| {
             format!(
-                "opening the TPM at {} with the attestation key of Azure's paravisor",
-                common.tcti
+                "opening the TPM at {} with the attestation key Azure persisted at {:#010x}",
+                common.tcti,
+                tpm_issuer::azure::HCL_AK_HANDLE
             )
         })?;
         return Ok(if common.variant == Variant::AzureSevSnp {
             Arc::new(tpm_issuer::azure::sev_snp::AzureSnpIssuer::new(tpm))
+        } else if common.variant == Variant::AzureTrustedLaunch {
+            use tpm_issuer::azure::trustedlaunch::{
+                DEFAULT_FETCH_TIMEOUT, HttpCaFetcher, TrustedLaunchIssuer,
+            };
+            Arc::new(TrustedLaunchIssuer::new(
+                tpm,
+                Box::new(HttpCaFetcher::new(DEFAULT_FETCH_TIMEOUT)),
+            ))
         } else {
             let quotes = tpm_issuer::azure::tdx::ImdsQuoteClient::new(
                 &common.azure_quote_url,
@@ -369,12 +383,12 @@ mod tests {
             err.contains("opening the TPM at device:/nonexistent/tpm"),
             "{err}"
         );
-        for azure in ["azure-sev-snp", "azure-tdx"] {
+        for azure in ["azure-sev-snp", "azure-tdx", "azure-trustedlaunch"] {
             let err = format!("{:#}", client(&common(azure)).unwrap_err());
             assert!(
                 err.contains(
-                    "opening the TPM at device:/nonexistent/tpm with the attestation key of \
-                     Azure's paravisor"
+                    "opening the TPM at device:/nonexistent/tpm with the attestation key Azure \
+                     persisted at 0x81000003"
                 ),
                 "{azure}: {err}"
             );

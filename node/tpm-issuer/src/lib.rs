@@ -8,7 +8,8 @@
 //! the validator uses too). The SNP variants' documents are the same with an InstanceInfo in
 //! them ([`TpmIssuer::issue_document_with_instance_info`]); [`aws_sev_snp`] makes aws-sev-snp
 //! documents with a report from `snp-issuer`, [`azure`] azure-sev-snp and azure-tdx documents
-//! from the HCL report Azure's paravisor leaves in the vTPM.
+//! from the HCL report Azure's paravisor leaves in the vTPM, and azure-trustedlaunch documents
+//! with the AK certificate Azure leaves there.
 
 pub mod aws_sev_snp;
 pub mod azure;

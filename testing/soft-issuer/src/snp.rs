@@ -44,7 +44,8 @@ const ARK_KEY: &[u8] = include_bytes!("../keys/rsa3072-ark-test.pk8");
 const ASK_KEY: &[u8] = include_bytes!("../keys/rsa3072-ask-test.pk8");
 const ASVK_KEY: &[u8] = include_bytes!("../keys/rsa3072-asvk-test.pk8");
 
-const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+pub(crate) const RSA_ENCRYPTION: ObjectIdentifier =
+    ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
 const SECP384R1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
 const AMD_ARC: &str = "1.3.6.1.4.1.3704.1";
@@ -54,9 +55,9 @@ const KDS: &str = "https://kdsintf.amd.com";
 /// Why simulated hardware could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SimulationError {
-    #[error("simulated AMD key: {0}")]
+    #[error("simulated vendor key: {0}")]
     Key(String),
-    #[error("simulated AMD certificate: {0}")]
+    #[error("simulated vendor certificate: {0}")]
     Der(#[from] x509_cert::der::Error),
     #[error("signing: {0}")]
     Sign(String),
@@ -93,11 +94,11 @@ fn amd_name(cn: &str) -> Result<Name, SimulationError> {
     .map_err(SimulationError::Der)
 }
 
-fn rsa_key(pkcs8: &[u8]) -> Result<RsaKeyPair, SimulationError> {
+pub(crate) fn rsa_key(pkcs8: &[u8]) -> Result<RsaKeyPair, SimulationError> {
     RsaKeyPair::from_pkcs8(pkcs8).map_err(|e| SimulationError::Key(e.to_string()))
 }
 
-fn rsa_spki(key: &RsaKeyPair) -> Result<SubjectPublicKeyInfoOwned, SimulationError> {
+pub(crate) fn rsa_spki(key: &RsaKeyPair) -> Result<SubjectPublicKeyInfoOwned, SimulationError> {
     Ok(SubjectPublicKeyInfoOwned {
         algorithm: AlgorithmIdentifierOwned {
             oid: RSA_ENCRYPTION,
@@ -128,8 +129,8 @@ fn extension(suffix: &str, value: Vec<u8>) -> Result<Extension, SimulationError>
     })
 }
 
-/// An X.509 extension AMD's CAs carry, from its x509-cert type.
-fn pkix<T: AssociatedOid + Encode>(
+/// An X.509 extension from its x509-cert type.
+pub(crate) fn pkix<T: AssociatedOid + Encode>(
     value: &T,
     critical: bool,
 ) -> Result<Extension, SimulationError> {
@@ -141,7 +142,7 @@ fn pkix<T: AssociatedOid + Encode>(
 }
 
 /// RFC 5280's key identifier (method 1): SHA-1 of the subjectPublicKey bits.
-fn key_id(key: &RsaKeyPair) -> Vec<u8> {
+pub(crate) fn key_id(key: &RsaKeyPair) -> Vec<u8> {
     ring::digest::digest(
         &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
         key.public().as_ref(),
@@ -689,7 +690,7 @@ impl SimulatedSigner {
     }
 }
 
-fn pem(label: &str, der: &[u8]) -> String {
+pub(crate) fn pem(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
     let body = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");

@@ -6,6 +6,11 @@
 //! For azure-tdx, [`QuoteServiceStandin`] stands in for Azure's quote service
 //! (`POST /acc/tdquote` on the instance metadata service): it turns the TD report of an HCL
 //! report into a quote from a simulated TDX machine, or fails as IMDS does.
+//!
+//! An Azure Trusted Launch VM has no paravisor report: Azure persists the AK at the same handle
+//! and writes its certificate (from soft-issuer's simulated Azure vTPM CA) to NV index
+//! 0x01C101D0 ([`boot_trustedlaunch`]); [`CaPublisherStandin`] serves the CA certificate at the
+//! URL the AK certificate names, as Azure's PKI site does.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +22,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use soft_issuer::azure_vtpm::{SimulatedAzureVtpmCa, Window};
 use soft_issuer::snp::{ReportFields, SimulatedSigner, azure_runtime_data_for_public};
 use soft_issuer::tdx::{QuoteVersion, TdFields, TdxMachine};
 use tss_esapi::Context;
@@ -36,6 +42,8 @@ use crate::swtpm::Swtpm;
 pub const HCL_AK_HANDLE: u32 = 0x8100_0003;
 /// Where the paravisor leaves its report.
 pub const HCL_REPORT_NV_INDEX: u32 = 0x0140_0001;
+/// Where Azure leaves a Trusted Launch VM's AK certificate.
+pub const AK_CERT_NV_INDEX: u32 = 0x01C1_01D0;
 
 fn context(swtpm: &Swtpm) -> anyhow::Result<Context> {
     let tcti: TctiNameConf = swtpm.tcti().parse().context("swtpm TCTI")?;
@@ -62,26 +70,36 @@ pub fn persist_hcl_ak(swtpm: &Swtpm) -> anyhow::Result<Vec<u8>> {
 /// Defines NV index [`HCL_REPORT_NV_INDEX`] (owner read and write, as Azure's readers use it)
 /// holding `blob`.
 pub fn write_hcl_report(swtpm: &Swtpm, blob: &[u8]) -> anyhow::Result<()> {
-    let mut ctx = context(swtpm)?;
     let attributes = NvIndexAttributesBuilder::new()
         .with_owner_read(true)
         .with_owner_write(true)
         .with_nv_index_type(NvIndexType::Ordinary)
         .build()?;
+    write_nv(swtpm, HCL_REPORT_NV_INDEX, attributes, blob).context("the HCL report")
+}
+
+/// Defines NV index `index` with `attributes`, exactly `blob`'s size, and writes `blob` to it.
+fn write_nv(
+    swtpm: &Swtpm,
+    index: u32,
+    attributes: tss_esapi::attributes::NvIndexAttributes,
+    blob: &[u8],
+) -> anyhow::Result<()> {
+    let mut ctx = context(swtpm)?;
     let public = NvPublicBuilder::new()
-        .with_nv_index(NvIndexTpmHandle::new(HCL_REPORT_NV_INDEX)?)
+        .with_nv_index(NvIndexTpmHandle::new(index)?)
         .with_index_name_algorithm(HashingAlgorithm::Sha256)
         .with_index_attributes(attributes)
         .with_data_area_size(blob.len())
         .build()?;
     let nv: NvIndexHandle = ctx
         .execute_with_nullauth_session(|ctx| ctx.nv_define_space(Provision::Owner, None, public))
-        .context("defining the HCL report's NV index")?;
+        .with_context(|| format!("defining NV index {index:#010x}"))?;
     for (i, chunk) in blob.chunks(1024).enumerate() {
         let offset = u16::try_from(i * 1024)?;
         let data = MaxNvBuffer::try_from(chunk.to_vec())?;
         ctx.execute_with_nullauth_session(|ctx| ctx.nv_write(NvAuth::Owner, nv, data, offset))
-            .context("writing the HCL report")?;
+            .with_context(|| format!("writing NV index {index:#010x}"))?;
     }
     Ok(())
 }
@@ -130,6 +148,117 @@ pub fn boot_tdx(
     Ok(blob)
 }
 
+/// An Azure Trusted Launch VM's boot on `swtpm`: the AK persisted at [`HCL_AK_HANDLE`], and
+/// `azure`'s certificate for it (valid in `window`, naming `ca_urls` as where its CA is
+/// published) in NV index [`AK_CERT_NV_INDEX`], with the attributes Constellation's tests give it
+/// (owner and auth read and write, no dictionary-attack protection). Returns the certificate.
+pub fn boot_trustedlaunch(
+    swtpm: &Swtpm,
+    azure: &SimulatedAzureVtpmCa,
+    vm_id: &str,
+    window: Window,
+    ca_urls: &[&str],
+) -> anyhow::Result<Vec<u8>> {
+    let ak = persist_hcl_ak(swtpm)?;
+    let cert = azure.ak_cert(&ak, vm_id, window, ca_urls)?;
+    write_ak_cert(swtpm, &cert)?;
+    Ok(cert)
+}
+
+/// Defines NV index [`AK_CERT_NV_INDEX`] holding `cert`.
+pub fn write_ak_cert(swtpm: &Swtpm, cert: &[u8]) -> anyhow::Result<()> {
+    let attributes = NvIndexAttributesBuilder::new()
+        .with_owner_read(true)
+        .with_owner_write(true)
+        .with_auth_read(true)
+        .with_auth_write(true)
+        .with_no_da(true)
+        .with_nv_index_type(NvIndexType::Ordinary)
+        .build()?;
+    write_nv(swtpm, AK_CERT_NV_INDEX, attributes, cert).context("the AK certificate")
+}
+
+/// How the CA publisher stand-in answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublisherFault {
+    /// The CA certificate, DER.
+    None,
+    /// This HTTP status.
+    Status(u16),
+    /// 200 with a body that is not a certificate.
+    Garbage,
+}
+
+struct PublisherState {
+    ca_der: Vec<u8>,
+    fault: Mutex<PublisherFault>,
+    requests: AtomicUsize,
+}
+
+/// Where Azure publishes its vTPM CA certificates (an AK certificate's caIssuers URL), on
+/// loopback over plain HTTP: `GET` any path answers the CA certificate, DER. Stops when dropped.
+pub struct CaPublisherStandin {
+    server: Server,
+    state: Arc<PublisherState>,
+}
+
+impl std::fmt::Debug for CaPublisherStandin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaPublisherStandin")
+            .field("addr", &self.server.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaPublisherStandin {
+    /// Publishes `ca_der`.
+    pub fn start(ca_der: Vec<u8>) -> anyhow::Result<Self> {
+        let state = Arc::new(PublisherState {
+            ca_der,
+            fault: Mutex::new(PublisherFault::None),
+            requests: AtomicUsize::new(0),
+        });
+        let serving = state.clone();
+        let server = Server::start("ca-publisher-standin", move |req| {
+            let state = serving.clone();
+            async move { publish(&state, &req) }
+        })?;
+        Ok(CaPublisherStandin { server, state })
+    }
+
+    /// The caIssuers URL of the CA, named as Azure names its CA certificates.
+    pub fn url(&self) -> String {
+        format!(
+            "http://{}/pkiops/certs/Global%20Virtual%20TPM%20CA%20-%2003.crt",
+            self.server.addr
+        )
+    }
+
+    pub fn set_fault(&self, fault: PublisherFault) {
+        *self.state.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
+    }
+
+    /// How many requests reached it.
+    pub fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+}
+
+fn publish(state: &PublisherState, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    if req.method() != hyper::Method::GET {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "GET only");
+    }
+    match *state.fault.lock().unwrap_or_else(|e| e.into_inner()) {
+        PublisherFault::None => reply(StatusCode::OK, state.ca_der.clone()),
+        PublisherFault::Status(code) => reply(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            format!("simulated failure {code}"),
+        ),
+        PublisherFault::Garbage => reply(StatusCode::OK, "<html>moved</html>"),
+    }
+}
+
 /// How the quote service stand-in answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuoteFault {
@@ -150,39 +279,26 @@ struct QuoteState {
     requests: AtomicUsize,
 }
 
-/// Azure's quote service on loopback, plain HTTP as IMDS is, on its own thread and runtime so
-/// that synchronous tests can use it too. Stops when dropped.
-pub struct QuoteServiceStandin {
+/// An HTTP/1 and HTTP/2 server on loopback, on its own thread and runtime so that synchronous
+/// tests can use it too, answering every request with `handler`. Stops when dropped.
+struct Server {
     addr: SocketAddr,
-    state: Arc<QuoteState>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl std::fmt::Debug for QuoteServiceStandin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QuoteServiceStandin")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl QuoteServiceStandin {
-    /// Quotes with `machine`'s quoting enclave in `version`.
-    pub fn start(machine: Arc<TdxMachine>, version: QuoteVersion) -> anyhow::Result<Self> {
+impl Server {
+    fn start<F, Fut>(name: &str, handler: F) -> anyhow::Result<Server>
+    where
+        F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(QuoteState {
-            machine,
-            version,
-            fault: Mutex::new(QuoteFault::None),
-            requests: AtomicUsize::new(0),
-        });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = state.clone();
         let thread = std::thread::Builder::new()
-            .name("quote-standin".to_owned())
+            .name(name.to_owned())
             .spawn(move || {
                 let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -190,32 +306,17 @@ impl QuoteServiceStandin {
                 else {
                     return;
                 };
-                runtime.block_on(serve(listener, serving, stopped));
+                runtime.block_on(serve(listener, handler, stopped));
             })?;
-        Ok(QuoteServiceStandin {
+        Ok(Server {
             addr,
-            state,
             stop: Some(stop),
             thread: Some(thread),
         })
     }
-
-    /// The URL a client posts to, as `http://169.254.169.254/acc/tdquote` on Azure.
-    pub fn url(&self) -> String {
-        format!("http://{}/acc/tdquote", self.addr)
-    }
-
-    pub fn set_fault(&self, fault: QuoteFault) {
-        *self.state.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
-    }
-
-    /// How many requests reached it.
-    pub fn requests(&self) -> usize {
-        self.state.requests.load(Ordering::SeqCst)
-    }
 }
 
-impl Drop for QuoteServiceStandin {
+impl Drop for Server {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -226,11 +327,14 @@ impl Drop for QuoteServiceStandin {
     }
 }
 
-async fn serve(
+async fn serve<F, Fut>(
     listener: std::net::TcpListener,
-    state: Arc<QuoteState>,
+    handler: F,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
-) {
+) where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
@@ -240,9 +344,12 @@ async fn serve(
             _ = &mut stopped => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let state = state.clone();
+                let handler = handler.clone();
                 connections.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| answer(state.clone(), req));
+                    let svc = hyper::service::service_fn(move |req| {
+                        let response = handler(req);
+                        async move { Ok::<_, std::convert::Infallible>(response.await) }
+                    });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
@@ -251,6 +358,57 @@ async fn serve(
         }
     }
     connections.abort_all();
+}
+
+/// Azure's quote service on loopback, plain HTTP as IMDS is. Stops when dropped.
+pub struct QuoteServiceStandin {
+    server: Server,
+    state: Arc<QuoteState>,
+}
+
+impl std::fmt::Debug for QuoteServiceStandin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuoteServiceStandin")
+            .field("addr", &self.server.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuoteServiceStandin {
+    /// Quotes with `machine`'s quoting enclave in `version`.
+    pub fn start(machine: Arc<TdxMachine>, version: QuoteVersion) -> anyhow::Result<Self> {
+        let state = Arc::new(QuoteState {
+            machine,
+            version,
+            fault: Mutex::new(QuoteFault::None),
+            requests: AtomicUsize::new(0),
+        });
+        let serving = state.clone();
+        let server = Server::start("quote-standin", move |req| {
+            let state = serving.clone();
+            async move {
+                match answer(state, req).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                }
+            }
+        })?;
+        Ok(QuoteServiceStandin { server, state })
+    }
+
+    /// The URL a client posts to, as `http://169.254.169.254/acc/tdquote` on Azure.
+    pub fn url(&self) -> String {
+        format!("http://{}/acc/tdquote", self.server.addr)
+    }
+
+    pub fn set_fault(&self, fault: QuoteFault) {
+        *self.state.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
+    }
+
+    /// How many requests reached it.
+    pub fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
 }
 
 fn reply(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {

@@ -371,3 +371,31 @@ async fn an_snp_cluster_fetches_from_the_kds_its_flags_name() {
         "{log}"
     );
 }
+
+/// `local-cluster --variant azure-trustedlaunch`: the demo node, a swtpm on which Azure's Trusted
+/// Launch setup is played, joins and rejoins through the real processes, attest-proxy trusting
+/// the simulated Azure vTPM root the config written for it names.
+#[test]
+fn an_azure_trustedlaunch_cluster_joins_and_rejoins_its_demo_node() {
+    let out = Command::new(bin("local-cluster").unwrap())
+        .args(["--variant", "azure-trustedlaunch"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("simulated Azure vTPM CA: CA published at http://127.0.0.1:"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "node worker-local joined (attested with swtpm as an Azure Trusted Launch vTPM, azure-trustedlaunch)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("node worker-local rejoined: same state disk key"),
+        "{text}"
+    );
+}

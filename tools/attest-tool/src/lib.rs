@@ -7,7 +7,9 @@
 //!   the PCR values per bank as policy measurements (see [`replay_eventlog`] for the shape);
 //! - `verify --config <file> --variant qemu-vtpm --nonce <hex> [--user-data <hex>] <document>`
 //!   verifies a saved attestation document exactly as attest-proxy does and prints the
-//!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]);
+//!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]); the
+//!   SEV-SNP variants and azure-trustedlaunch take `--at` for the certificates' verification
+//!   time;
 //! - `policy --config <file> --variant qemu-vtpm` prints the measurement policy and the trusted
 //!   attestation keys the service would enforce from that attestation config, with the digest
 //!   attest-proxy logs;
@@ -32,6 +34,7 @@ use anyhow::{Context, bail};
 use attestation::audit::{Decision, Evidence, Subject};
 use attestation::eventlog::{EventLog, LogFormat};
 use attestation::tpm::HashAlg;
+use attestation::variants::azure_trustedlaunch::TrustedLaunchValidator;
 use attestation::{AkTrust, QemuVtpmConfig, QemuVtpmValidator, Validator, Variant};
 use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
@@ -83,8 +86,9 @@ pub enum Command {
         /// Print the audit record as the JSON line attest-proxy logs instead of prose.
         #[arg(long)]
         json: bool,
-        /// aws-sev-snp, azure-sev-snp: the verification time for AMD's certificates and CRL
-        /// (RFC 3339 or seconds since the epoch); now if omitted.
+        /// aws-sev-snp, azure-sev-snp: the verification time for AMD's certificates and CRL;
+        /// azure-trustedlaunch: for the AK certificate's chain (RFC 3339 or seconds since the
+        /// epoch); now if omitted.
         #[arg(long)]
         at: Option<String>,
         /// aws-sev-snp, azure-sev-snp: AMD's collateral as files, in place of attest-proxy's
@@ -205,9 +209,36 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                         &name,
                     )
                 }
+                Variant::AzureTrustedLaunch => {
+                    if collateral_dir.is_some() {
+                        bail!(
+                            "--collateral-dir is for the SEV-SNP variants: an azure-trustedlaunch \
+                             document carries its AK certificate and CA"
+                        );
+                    }
+                    let at = snp::parse_time(at.as_deref())?;
+                    let (validator, digest) =
+                        TrustedLaunchValidator::from_attestation_config(&read(&config)?)
+                            .with_context(|| {
+                                format!("{} is not a valid attestation config", config.display())
+                            })?;
+                    let validator = validator.with_clock(std::sync::Arc::new(move || at));
+                    decide(
+                        &validator,
+                        &digest,
+                        variant,
+                        &doc,
+                        &nonce,
+                        user_data.as_deref(),
+                        &name,
+                    )
+                }
                 _ => {
                     if at.is_some() || collateral_dir.is_some() {
-                        bail!("--at and --collateral-dir are for the SEV-SNP variants");
+                        bail!(
+                            "--at is for the SEV-SNP variants and azure-trustedlaunch, \
+                             --collateral-dir for the SEV-SNP variants"
+                        );
                     }
                     let config = load_config(&config, variant)?;
                     verify(&config, variant, &doc, &nonce, user_data.as_deref(), &name)?

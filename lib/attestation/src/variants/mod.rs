@@ -1,8 +1,8 @@
 //! One module per attestation variant, each behind the [`Validator`](crate::Validator) trait.
 //!
 //! A variant decides what makes the evidence's key trustworthy (for qemu-vtpm, configuration;
-//! for the hardware variants, AMD's or Intel's signature chain) and then applies the measurement
-//! policy. What variants share lives beside this module, not in it: TPM structures
+//! for the hardware variants, AMD's or Intel's signature chain; for azure-trustedlaunch, Azure's
+//! certificate for the vTPM's key) and then applies the measurement policy. What variants share lives beside this module, not in it: TPM structures
 //! ([`crate::tpm`]), the vTPM document and its quote checks ([`crate::vtpm`]), TCG event logs
 //! ([`crate::eventlog`]), the measurement policy ([`crate::policy`]) and the audit record
 //! ([`crate::audit`]).
@@ -11,6 +11,7 @@
 //! parsers), gets a [`Variant`](crate::Variant) value and OID in [`crate::variant`], and is
 //! re-exported from the crate root.
 
+pub mod azure_trustedlaunch;
 pub mod qemu_vtpm;
 pub mod sev_snp;
 pub mod tdx;

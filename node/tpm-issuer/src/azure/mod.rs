@@ -13,9 +13,14 @@
 //! As Constellation's issuers, these read the report the HCL made at boot and do not ask it
 //! for a fresh one (by writing user data to NV index 0x01400002): the binding is to the AK,
 //! and freshness comes from the quotes.
+//!
+//! azure-trustedlaunch (a Trusted Launch VM: a vTPM, no HCL report) attests with the same key
+//! handle; Azure's certificate for it, not a hardware report, vouches for it ([`trustedlaunch`]).
 
+mod http;
 pub mod sev_snp;
 pub mod tdx;
+pub mod trustedlaunch;
 
 use attestation::{IssueError, Variant};
 
@@ -171,10 +176,12 @@ pub enum AzureIssuerError {
     Quote(#[source] tdx::QuoteError),
     #[error("quoting the TPM")]
     TpmQuote(#[source] TpmIssuerError),
+    #[error("getting Azure's AK certificate and its CA")]
+    TrustedLaunch(#[source] trustedlaunch::TrustedLaunchError),
 }
 
-/// The TPM configuration both Azure variants attest with: the TPM at `tcti` and the HCL's
-/// attestation key (the caller may add an event log).
+/// The TPM configuration the Azure variants attest with: the TPM at `tcti` and the key Azure
+/// persisted at [`HCL_AK_HANDLE`] (the caller may add an event log).
 pub fn tpm_config(tcti: &str) -> crate::TpmIssuerConfig {
     let mut config = crate::TpmIssuerConfig::new(tcti);
     config.persistent_ak = Some(HCL_AK_HANDLE);
@@ -197,7 +204,7 @@ pub fn read_hcl_report(
     parse_hcl_report(&bytes, expected).map_err(AzureIssuerError::Hcl)
 }
 
-/// What both Azure issuers issue: a vTPM document from `tpm` binding `user_data` to `nonce`,
+/// What the Azure issuers issue: a vTPM document from `tpm` binding `user_data` to `nonce`,
 /// carrying `instance_info` (made from the HCL report the vTPM holds now); a failure at either
 /// step is `variant`'s.
 fn issue_document(

@@ -13,8 +13,9 @@ use std::time::Duration;
 use attestation::{IssueError, Issuer, Variant};
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 
+use super::http::HttpError;
 use super::{AzureIssuerError, HclReportType, read_hcl_report};
 use crate::TpmIssuer;
 
@@ -80,36 +81,28 @@ impl ImdsQuoteClient {
         })
     }
 
-    async fn exchange(&self, body: Vec<u8>) -> Result<Vec<u8>, QuoteError> {
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<Full<Bytes>>();
+    fn exchange(&self, body: Vec<u8>) -> Result<Vec<u8>, QuoteError> {
         let request = http::Request::post(self.uri.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|_| QuoteError::Url(self.url.clone()))?;
-        let response = client
-            .request(request)
-            .await
-            .map_err(|source| QuoteError::Unreachable {
-                url: self.url.clone(),
-                source,
+        let url = || self.url.clone();
+        let (status, body) = super::http::exchange(request, self.timeout, MAX_QUOTE_ANSWER)
+            .map_err(|e| match e {
+                HttpError::Runtime(e) => QuoteError::Runtime(e),
+                HttpError::Unreachable(source) => QuoteError::Unreachable { url: url(), source },
+                HttpError::Timeout => QuoteError::Timeout {
+                    url: url(),
+                    timeout: self.timeout,
+                },
+                HttpError::Body(reason) => QuoteError::Body { url: url(), reason },
             })?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_QUOTE_ANSWER)
-            .collect()
-            .await
-            .map_err(|e| QuoteError::Body {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            })?
-            .to_bytes();
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body[..body.len().min(200)])
                 .trim()
                 .to_owned();
             return Err(QuoteError::Status {
-                url: self.url.clone(),
+                url: url(),
                 status: status.as_u16(),
                 body: text,
             });
@@ -128,32 +121,7 @@ impl QuoteService for ImdsQuoteClient {
     fn quote(&self, td_report: &[u8]) -> Result<Vec<u8>, QuoteError> {
         let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let request = serde_json::json!({ "report": b64url.encode(td_report) }).to_string();
-        // The issuer is called from blocking code, inside a runtime or not: the exchange runs
-        // on a thread of its own with a runtime of its own.
-        let answer = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(QuoteError::Runtime)?;
-                    runtime.block_on(async {
-                        tokio::time::timeout(self.timeout, self.exchange(request.into_bytes()))
-                            .await
-                            .map_err(|_| QuoteError::Timeout {
-                                url: self.url.clone(),
-                                timeout: self.timeout,
-                            })?
-                    })
-                })
-                .join()
-                .unwrap_or_else(|_| {
-                    Err(QuoteError::Body {
-                        url: self.url.clone(),
-                        reason: "the HTTP client thread panicked".to_owned(),
-                    })
-                })
-        })?;
+        let answer = self.exchange(request.into_bytes())?;
         let bad = |reason: String| QuoteError::BadAnswer {
             url: self.url.clone(),
             reason,

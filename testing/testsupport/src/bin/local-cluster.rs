@@ -25,6 +25,11 @@
 //! demo node then runs in a TD on a simulated TDX machine; `loadgen run --variant ...
 //! --simulated-intel <tdx-dir>/simulated-intel.pem` sends more.
 //!
+//! With `--variant azure-trustedlaunch` it simulates Azure's vTPM CA: a simulated root the
+//! attestation config trusts in `azureVtpmRoots`, and a stand-in (in this process) publishing
+//! the CA the AK certificates name; the demo node is a second swtpm on which Azure's Trusted
+//! Launch setup is played (its AK at 0x81000003 and certificate in NV index 0x01C101D0).
+//!
 //! With `--attested-service` the service attests itself (ARCHITECTURE.md, "The service attests
 //! itself"): a second swtpm stands for the control-plane node's TPM, the certifier process holds
 //! it and certifies attest-proxy's server key, and the nodes' service policy (that swtpm's boot
@@ -47,6 +52,7 @@ use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::{Options, System, Uids, own_uid};
 use testsupport::snp::{GceSite, SnpMachines, SnpSite};
 use testsupport::tdx::{TdxMachines, TdxSite};
+use testsupport::trustedlaunch::TrustedLaunchSite;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -75,7 +81,8 @@ struct Args {
     /// The attestation variant attest-proxy serves: qemu-vtpm, aws-sev-snp / azure-sev-snp /
     /// gcp-sev-snp on simulated AMD hardware (a KDS stand-in in this process; for gcp-sev-snp
     /// also a GCE stand-in, and the gce-identity process asking it), or qemu-tdx / azure-tdx on
-    /// simulated Intel hardware (a PCS stand-in in this process).
+    /// simulated Intel hardware (a PCS stand-in in this process), or azure-trustedlaunch with a
+    /// simulated Azure vTPM CA (the CA published by a stand-in in this process).
     #[arg(long, default_value = "qemu-vtpm")]
     variant: Variant,
     /// With an SNP variant: where the KDS stand-in's CA, the simulated AMD's certificates
@@ -133,6 +140,11 @@ enum Hardware {
         site: TdxSite,
         machines: TdxMachines,
     },
+    TrustedLaunch {
+        site: Box<TrustedLaunchSite>,
+        /// The demo node's vTPM.
+        vm: testsupport::swtpm::Swtpm,
+    },
 }
 
 struct Simulated {
@@ -146,6 +158,7 @@ impl Simulated {
         match &self.hardware {
             Hardware::Snp { site, .. } => site.attestation_config_path(),
             Hardware::Tdx { site, .. } => site.attestation_config_path(),
+            Hardware::TrustedLaunch { site, .. } => site.attestation_config_path(),
         }
     }
 
@@ -160,6 +173,7 @@ impl Simulated {
                 site.proxy_args(args.collateral_wait),
                 own_service("--pcs", args.pcs_url.as_ref(), args.pcs_ca_file.as_ref()),
             ),
+            Hardware::TrustedLaunch { .. } => return Vec::new(),
         };
         let Some(own) = own else {
             return site_args;
@@ -197,6 +211,10 @@ impl Simulated {
                 (Arc::new(machines.node()?), "simulated SEV-SNP machine")
             }
             Hardware::Tdx { machines, .. } => (Arc::new(machines.node()?), "simulated TDX machine"),
+            Hardware::TrustedLaunch { vm, .. } => (
+                testsupport::trustedlaunch::issuer(vm)?,
+                "swtpm as an Azure Trusted Launch vTPM",
+            ),
         })
     }
 }
@@ -240,8 +258,27 @@ async fn simulate_hardware(args: &Args) -> anyhow::Result<Option<Simulated>> {
     match args.variant {
         Variant::QemuVtpm => Ok(None),
         Variant::QemuTdx | Variant::AzureTdx => simulate_intel(args).await.map(Some),
+        Variant::AzureTrustedLaunch => simulate_azure_vtpm(args).map(Some),
         _ => simulate_amd(args).await.map(Some),
     }
+}
+
+fn simulate_azure_vtpm(args: &Args) -> anyhow::Result<Simulated> {
+    let (dir, temp) = site_dir(None, "joinservice-trustedlaunch-", args.serve)?;
+    let site = TrustedLaunchSite::start(&dir)?;
+    let vm = site.vm("local-node", soft_issuer::azure_vtpm::Window::current())?;
+    println!(
+        "simulated Azure vTPM CA: CA published at {}, root and attestation config in {}",
+        site.publisher.url(),
+        dir.display()
+    );
+    Ok(Simulated {
+        hardware: Hardware::TrustedLaunch {
+            site: Box::new(site),
+            vm,
+        },
+        _dir: temp,
+    })
 }
 
 async fn simulate_intel(args: &Args) -> anyhow::Result<Simulated> {

@@ -1,0 +1,273 @@
+//! azure-trustedlaunch: the vTPM document of an Azure Trusted Launch VM, whose attestation key
+//! Azure certifies.
+//!
+//! A Trusted Launch VM has a vTPM and no confidential-computing hardware: Azure's host runs the
+//! vTPM and can read the VM's memory. What this variant proves is "a VM Azure runs, with an AK
+//! Azure certified, booted what its PCRs say" — Azure itself is trusted, as it can forge both.
+//!
+//! Azure persists the AK at 0x81000003 and its certificate in NV index 0x01C101D0; the node sends
+//! the certificate and its issuing CA as InstanceInfo ([`ak_cert`]). In the order of the trust
+//! chain: the quotes verify with the document's AK and bind the nonce and InstanceInfo (as for
+//! qemu-vtpm); the AK certificate chains to a trusted Azure vTPM root at the verification time
+//! and certifies exactly that AK; only then are the quoted PCRs compared with `measurements`.
+//!
+//! The roots are [`builtin_roots`] (Constellation's: Azure's AME root, which expired on
+//! 2026-05-24, so it verifies only documents dated before) and the config's `azureVtpmRoots`
+//! (required, since the built-in root admits nobody now): PEM strings, each one or more CA
+//! certificates trusted as anchors. Azure runs more than one
+//! vTPM CA hierarchy; an operator lists the root (or, for a hierarchy deeper than AK ← CA ← root,
+//! the CA that issued the document's CA) their VMs' certificates chain to.
+
+pub mod ak_cert;
+
+use serde::Deserialize;
+
+use crate::policy::{Policy, PolicyError};
+use crate::variants::sev_snp::{Clock, system_clock};
+use crate::vtpm::{compare_pcrs, verify_document};
+use crate::{Error, Validator, Variant, Verified, tpm};
+
+pub use ak_cert::{AkCertError, Anchor, InstanceInfo, VerifiedAkCert};
+
+/// Azure's AME root, the one root Constellation's azure-trustedlaunch validator trusts (its
+/// exact bytes from Constellation's source, `internal/attestation/azure/trustedlaunch`); valid
+/// 2016-05-24 to 2026-05-24.
+const AME_ROOT_PEM: &[u8] = include_bytes!("roots/ame-root.pem");
+
+/// The config key of the operator's Azure vTPM trust anchors.
+pub const ROOTS_KEY: &str = "azureVtpmRoots";
+
+/// What a document without its certificates is refused with.
+const NO_AK_CERT: &str = "the document has no InstanceInfo (the AK certificate and its CA)";
+
+/// The roots trusted without configuration: Constellation's.
+pub fn builtin_roots() -> Vec<Anchor> {
+    // The built-in PEM is part of this crate and parsed by a test, so this cannot fail.
+    Anchor::from_pem(AME_ROOT_PEM).unwrap_or_default()
+}
+
+/// Why an azure-trustedlaunch config is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustedLaunchConfigError {
+    /// No root of the operator's: the one built-in root expired, so such a config admits nobody.
+    #[error(
+        "azure-trustedlaunch config has no azureVtpmRoots: list the Azure vTPM root (PEM) your VMs' AK certificates chain to; the built-in root, Azure's AME root Constellation trusts, expired on 2026-05-24 (stricter than Constellation, which would refuse every node)"
+    )]
+    NoRoots,
+    #[error("azureVtpmRoots entry {index} is not a PEM CA certificate: {source}")]
+    Root {
+        index: usize,
+        #[source]
+        source: AkCertError,
+    },
+}
+
+/// The azure-trustedlaunch attestation config: the measurements and the trusted roots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustedLaunchConfig {
+    pub policy: Policy,
+    /// The built-in roots followed by the configured ones.
+    pub roots: Vec<Anchor>,
+}
+
+#[derive(Deserialize)]
+struct RawRoots {
+    #[serde(default, rename = "azureVtpmRoots")]
+    roots: Vec<String>,
+}
+
+impl TrustedLaunchConfig {
+    /// Parses `{"measurements": {...}, "azureVtpmRoots": ["<PEM>", ...]}`; at least one
+    /// measurement must be enforced and at least one root listed. Requiring the list keeps a
+    /// config Constellation's CLI rewrote without it (it knows no such field) from replacing a
+    /// working policy with one that admits nobody: attest-proxy refuses it and keeps the last.
+    pub fn from_attestation_config(json: &[u8]) -> Result<TrustedLaunchConfig, PolicyError> {
+        let policy = Policy::enforcing_from_attestation_config(json)?;
+        let raw: RawRoots = serde_json::from_slice(json).map_err(PolicyError::Json)?;
+        if raw.roots.is_empty() {
+            return Err(TrustedLaunchConfigError::NoRoots.into());
+        }
+        let mut roots = builtin_roots();
+        for (index, pem) in raw.roots.iter().enumerate() {
+            let anchors = Anchor::from_pem(pem.as_bytes())
+                .map_err(|source| TrustedLaunchConfigError::Root { index, source })?;
+            for anchor in anchors {
+                let parsed = ak_cert::parse_cert(anchor.der(), "trusted root")
+                    .map_err(|source| TrustedLaunchConfigError::Root { index, source })?;
+                crate::issuer::may_sign(&parsed, crate::issuer::Usage::Certificates).map_err(
+                    |reason| TrustedLaunchConfigError::Root {
+                        index,
+                        source: AkCertError::Chain(format!(
+                            "the trusted root {} {reason}",
+                            anchor.subject()
+                        )),
+                    },
+                )?;
+                if !roots.contains(&anchor) {
+                    roots.push(anchor);
+                }
+            }
+        }
+        Ok(TrustedLaunchConfig { policy, roots })
+    }
+
+    /// Covers the measurements and every trusted root (by SHA-256, in ascending order).
+    pub fn digest(&self) -> String {
+        let mut lines: Vec<String> = self
+            .roots
+            .iter()
+            .map(|r| format!("azure-vtpm-root:{}\n", hex::encode(r.sha256())))
+            .collect();
+        lines.sort();
+        self.policy.digest_with(&lines.concat())
+    }
+}
+
+/// Validates azure-trustedlaunch documents.
+#[derive(Clone)]
+pub struct TrustedLaunchValidator {
+    policy: Policy,
+    roots: Vec<Anchor>,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for TrustedLaunchValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrustedLaunchValidator")
+            .field("policy", &self.policy)
+            .field(
+                "roots",
+                &self.roots.iter().map(Anchor::subject).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl TrustedLaunchValidator {
+    pub fn new(config: TrustedLaunchConfig) -> Self {
+        TrustedLaunchValidator {
+            policy: config.policy,
+            roots: config.roots,
+            clock: system_clock(),
+        }
+    }
+
+    /// The validator an attestation config describes, with the digest covering it.
+    pub fn from_attestation_config(json: &[u8]) -> Result<(Self, String), PolicyError> {
+        let config = TrustedLaunchConfig::from_attestation_config(json)?;
+        let digest = config.digest();
+        Ok((TrustedLaunchValidator::new(config), digest))
+    }
+
+    /// Verifies at the time `clock` gives instead of now (tests, offline verification).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl Validator for TrustedLaunchValidator {
+    fn variant(&self) -> Variant {
+        Variant::AzureTrustedLaunch
+    }
+
+    fn validate(&self, document: &[u8], nonce: &[u8]) -> Result<Verified, Error> {
+        let (doc, quotes) = verify_document(document, nonce)?;
+        let info = InstanceInfo::parse(doc.hardware_evidence(NO_AK_CERT)?)?;
+        let ak_pub = doc
+            .attestation
+            .as_ref()
+            .map(|a| a.ak_pub.as_slice())
+            .unwrap_or_default();
+        let ak = tpm::Public::parse(ak_pub).map_err(Error::AkPublic)?;
+        let verified = ak_cert::verify(&info, &ak, &self.roots, (self.clock)())?;
+        let warnings = compare_pcrs(&self.policy, &quotes)?;
+        Ok(Verified {
+            variant: Variant::AzureTrustedLaunch,
+            user_data: doc.user_data.unwrap_or_default(),
+            warnings,
+            notes: vec![format!(
+                "AK certified by Azure: {}, issued by {}, anchored at {} (SHA-256 {})",
+                verified.subject,
+                verified.ca,
+                verified.anchor,
+                hex::encode(verified.anchor_sha256)
+            )],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+
+    #[test]
+    fn the_builtin_root_is_constellations_ame_root() {
+        let roots = builtin_roots();
+        assert_eq!(roots.len(), 1);
+        assert_eq!(roots[0].subject(), "DC=GBL, DC=AME, CN=ameroot");
+        assert_eq!(
+            hex::encode(roots[0].sha256()),
+            "ea76599d86897382aa519ff2bc0fa6b9c15d60da2ebe53e72139cd317b0797ed"
+        );
+    }
+
+    #[test]
+    fn configs_parse_roots_and_refuse_bad_ones_by_entry() {
+        for plain in [
+            format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}}}"#),
+            format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}, "azureVtpmRoots": []}}"#),
+        ] {
+            let err = TrustedLaunchConfig::from_attestation_config(plain.as_bytes()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    PolicyError::TrustedLaunch(TrustedLaunchConfigError::NoRoots)
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("expired on 2026-05-24"), "{err}");
+        }
+
+        let ame = String::from_utf8(AME_ROOT_PEM.to_vec()).unwrap();
+        let same = serde_json::json!({
+            "measurements": {"4": {"expected": A}},
+            "azureVtpmRoots": [ame],
+        });
+        let config =
+            TrustedLaunchConfig::from_attestation_config(same.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            config.roots,
+            builtin_roots(),
+            "a built-in root listed again is one root"
+        );
+        let twice = serde_json::json!({
+            "measurements": {"4": {"expected": A}},
+            "azureVtpmRoots": [ame, ame],
+        });
+        let again =
+            TrustedLaunchConfig::from_attestation_config(twice.to_string().as_bytes()).unwrap();
+        assert_eq!(again.digest(), config.digest());
+
+        let bad = serde_json::json!({
+            "measurements": {"4": {"expected": A}},
+            "azureVtpmRoots": [ame, "not a PEM"],
+        });
+        let err =
+            TrustedLaunchConfig::from_attestation_config(bad.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("azureVtpmRoots entry 1"), "{err}");
+
+        let nothing =
+            format!(r#"{{"measurements": {{"4": {{"expected": "{A}", "warnOnly": true}}}}}}"#);
+        assert!(matches!(
+            TrustedLaunchConfig::from_attestation_config(nothing.as_bytes()),
+            Err(PolicyError::NothingEnforced)
+        ));
+    }
+}
