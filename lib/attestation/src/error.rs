@@ -123,6 +123,11 @@ pub enum Error {
     #[error("the hardware evidence does not vouch for the attestation key: {0}")]
     Binding(String),
 
+    /// The machine is not the confidential VM the variant requires, by what Google's firmware
+    /// measured or what Google's API says about the instance (gcp-sev-es).
+    #[error("not a GCE AMD SEV confidential VM: {0}")]
+    GcePlatform(String),
+
     /// Collateral (a certificate, a CRL) the verification needs cannot be had now; the node
     /// should retry (gRPC `Unavailable`), it was not found wanting.
     #[error("attestation collateral unavailable: {0}")]
