@@ -8,7 +8,8 @@
 //! simulated node can match (or deliberately miss) a measurement policy. Issuing costs one
 //! signature, so thousands of simulated nodes fit on one machine without a TPM.
 //!
-//! [`snp`] and [`tdx`] simulate the hardware of the SEV-SNP and TDX variants (AMD's and
+//! [`gce`] simulates a GCE confidential VM's boot record for gcp-sev-es; [`snp`] and [`tdx`]
+//! simulate the hardware of the SEV-SNP and TDX variants (AMD's and
 //! Intel's certificate chains, signed reports and quotes, the variants' documents), trusted
 //! only where a test's attestation config names the simulated root.
 //!
@@ -21,6 +22,7 @@
 //! and benchmark code links it in. Real nodes use `tpm-issuer`.
 
 pub mod azure;
+pub mod gce;
 mod marshal;
 pub mod snp;
 pub mod tdx;
