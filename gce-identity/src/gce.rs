@@ -1,5 +1,7 @@
-//! The two Google calls: a service-account token from the metadata server, and
-//! `instances.getShieldedInstanceIdentity` from the Compute Engine API with it.
+//! The Google calls: a service-account token from the metadata server, and with it two reads of
+//! the Compute Engine API: `instances.getShieldedInstanceIdentity` (the vTPM's signing key) and
+//! `instances.get` limited to `confidentialInstanceConfig` (`?fields=`, so a large instance
+//! resource is never read whole).
 //!
 //! The token is the node's own (the control-plane VM's default service account), fetched when
 //! first needed and again shortly before it expires or when the API refuses it (401); one fetch
@@ -7,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use attestation::snp::InstanceRef;
+use attestation::gce::{ConfidentialCompute, InstanceRef};
 use http_body_util::{BodyExt, Empty, Limited};
 use plumbing::https::HttpsClient;
 
@@ -32,6 +34,9 @@ pub enum GceError {
     /// The API answered, but with no signing key this service can read.
     #[error("the GCE API's identity of {instance} has no usable signing key: {reason}")]
     NoSigningKey { instance: String, reason: String },
+    /// The API answered `instances.get` with something that is not an instance.
+    #[error("the GCE API's answer for {instance} is unreadable: {reason}")]
+    Unreadable { instance: String, reason: String },
     /// The API cannot be asked now: the metadata server or the API failed, refused (403,
     /// 429, 5xx) or did not answer in time. Nothing is wrong with the node.
     ///
@@ -139,13 +144,42 @@ impl GceClient {
             "{}/compute/v1/projects/{}/zones/{}/instances/{}/getShieldedInstanceIdentity",
             self.compute, instance.project, instance.zone, instance.instance
         );
+        let body = self
+            .compute_get(&url, instance, "getShieldedInstanceIdentity")
+            .await?;
+        parse_identity(instance, &body)
+    }
+
+    /// The instance's `confidentialInstanceConfig`, from `instances.get`.
+    pub async fn confidential_compute(
+        &self,
+        instance: &InstanceRef,
+    ) -> Result<ConfidentialCompute, GceError> {
+        let url = format!(
+            "{}/compute/v1/projects/{}/zones/{}/instances/{}?fields=confidentialInstanceConfig",
+            self.compute, instance.project, instance.zone, instance.instance
+        );
+        let body = self.compute_get(&url, instance, "instances.get").await?;
+        ConfidentialCompute::from_instance_json(&body).map_err(|reason| GceError::Unreadable {
+            instance: instance.to_string(),
+            reason,
+        })
+    }
+
+    /// One authorized GET of the Compute API, returning the body of a 200.
+    async fn compute_get(
+        &self,
+        url: &str,
+        instance: &InstanceRef,
+        call: &str,
+    ) -> Result<bytes::Bytes, GceError> {
         let mut refreshed = false;
         loop {
             let token = self.token(refreshed).await?;
             let auth = format!("Bearer {token}");
-            let (status, headers, body) = self.get(&url, &[("authorization", &auth)]).await?;
+            let (status, headers, body) = self.get(url, &[("authorization", &auth)]).await?;
             match status {
-                http::StatusCode::OK => return parse_identity(instance, &body),
+                http::StatusCode::OK => return Ok(body),
                 // The token was revoked or expired early: once with a fresh one.
                 http::StatusCode::UNAUTHORIZED if !refreshed => refreshed = true,
                 http::StatusCode::NOT_FOUND => {
@@ -158,7 +192,7 @@ impl GceClient {
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
                     return Err(GceError::Unavailable {
-                        reason: format!("getShieldedInstanceIdentity of {instance}: HTTP {status}"),
+                        reason: format!("{call} of {instance}: HTTP {status}"),
                         google: google_message(&body),
                         retry_after,
                     });

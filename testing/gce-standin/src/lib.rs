@@ -1,4 +1,4 @@
-//! A stand-in for the two Google endpoints gcp-sev-snp's `gce-identity` calls.
+//! A stand-in for the two Google endpoints `gce-identity` calls (gcp-sev-snp, gcp-sev-es).
 //!
 //! - **The metadata server** (plain HTTP, as `http://metadata.google.internal` is):
 //!   `GET /computeMetadata/v1/instance/service-accounts/default/token` answers
@@ -12,6 +12,13 @@
 //!   "encryptionKey": {"ekPub": <PEM>}}` for the instances a test registered, only with
 //!   `Authorization: Bearer <a token the metadata server issued and that has not expired>`
 //!   (401 otherwise), and Google's error JSON with 404 for any other instance.
+//!   `GET /compute/v1/projects/{project}/zones/{zone}/instances/{instance}` (`instances.get`)
+//!   answers the instance resource (`kind`, `id`, `name`, `zone`, `status`,
+//!   `shieldedInstanceConfig`, and `confidentialInstanceConfig` unless the instance is not
+//!   confidential, as the real API leaves it out), cut to the top-level fields a `fields=` query
+//!   names, as Google's partial responses are. An instance is registered as an AMD SEV
+//!   confidential VM (`{"enableConfidentialCompute": true}`) unless a test says otherwise
+//!   ([`GceStandin::set_confidential`]).
 //!
 //! - **A control endpoint** (plain HTTP, no Google counterpart) through which another process
 //!   registers instances: `PUT /standin/instances/{project}/{zone}/{instance}` with the signing
@@ -80,6 +87,27 @@ pub struct Instance {
 struct Identity {
     signing_pem: String,
     encryption_pem: Option<String>,
+    /// `confidentialInstanceConfig`, or `None` for an instance that is not confidential.
+    confidential: Option<Confidential>,
+}
+
+/// An instance's `confidentialInstanceConfig`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confidential {
+    /// `enableConfidentialCompute`.
+    pub enable_confidential_compute: bool,
+    /// `confidentialInstanceType` (`SEV`, `SEV_SNP`, `TDX`), if set.
+    pub confidential_instance_type: Option<String>,
+}
+
+impl Confidential {
+    /// An AMD SEV confidential VM as created with `--confidential-compute`.
+    pub fn sev() -> Confidential {
+        Confidential {
+            enable_confidential_compute: true,
+            confidential_instance_type: None,
+        }
+    }
 }
 
 struct State {
@@ -202,8 +230,25 @@ impl GceStandin {
             Identity {
                 signing_pem: public_key_pem(signing_spki),
                 encryption_pem: encryption_spki.map(public_key_pem),
+                confidential: Some(Confidential::sev()),
             },
         );
+    }
+
+    /// Sets a registered instance's `confidentialInstanceConfig` (`None`: not a confidential
+    /// VM, the field absent); returns whether the instance is registered.
+    pub fn set_confidential(
+        &self,
+        instance: &Instance,
+        confidential: Option<Confidential>,
+    ) -> bool {
+        match lock(&self.state.instances).get_mut(instance) {
+            Some(identity) => {
+                identity.confidential = confidential;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Removes an instance (it was deleted): the API answers 404 for it.
@@ -430,8 +475,9 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
         return answer;
     }
     let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or_default().to_owned();
     let segments: Vec<&str> = path.split('/').collect();
-    let instance = match segments.as_slice() {
+    let (instance, call) = match segments.as_slice() {
         [
             "",
             "compute",
@@ -442,12 +488,22 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
             zone,
             "instances",
             name,
-            "getShieldedInstanceIdentity",
-        ] => Instance {
-            project: (*project).to_owned(),
-            zone: (*zone).to_owned(),
-            name: (*name).to_owned(),
-        },
+            rest @ ..,
+        ] if matches!(rest, [] | ["getShieldedInstanceIdentity"]) => {
+            let instance = Instance {
+                project: (*project).to_owned(),
+                zone: (*zone).to_owned(),
+                name: (*name).to_owned(),
+            };
+            (
+                instance,
+                if rest.is_empty() {
+                    Call::Get
+                } else {
+                    Call::Identity
+                },
+            )
+        }
         _ => {
             return google_error(
                 StatusCode::NOT_FOUND,
@@ -466,22 +522,8 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
         );
     }
     let identity = lock(&state.instances).get(&instance).cloned();
-    match identity {
-        Some(identity) => {
-            let mut body = serde_json::json!({
-                "kind": "compute#shieldedInstanceIdentity",
-                "signingKey": {"ekPub": identity.signing_pem},
-            });
-            if let Some(pem) = identity.encryption_pem {
-                body["encryptionKey"] = serde_json::json!({"ekPub": pem});
-            }
-            text(
-                StatusCode::OK,
-                body.to_string(),
-                "application/json; charset=UTF-8",
-            )
-        }
-        None => google_error(
+    let Some(identity) = identity else {
+        return google_error(
             StatusCode::NOT_FOUND,
             &format!(
                 "The resource 'projects/{}/zones/{}/instances/{}' was not found",
@@ -489,7 +531,89 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
             ),
             "notFound",
             "NOT_FOUND",
+        );
+    };
+    let body = match call {
+        Call::Identity => {
+            let mut body = serde_json::json!({
+                "kind": "compute#shieldedInstanceIdentity",
+                "signingKey": {"ekPub": identity.signing_pem},
+            });
+            if let Some(pem) = identity.encryption_pem {
+                body["encryptionKey"] = serde_json::json!({"ekPub": pem});
+            }
+            body
+        }
+        Call::Get => partial(instance_resource(&instance, &identity), &query),
+    };
+    text(
+        StatusCode::OK,
+        body.to_string(),
+        "application/json; charset=UTF-8",
+    )
+}
+
+/// Which Compute API read a path names.
+enum Call {
+    /// `instances.getShieldedInstanceIdentity`.
+    Identity,
+    /// `instances.get`.
+    Get,
+}
+
+/// The instance resource `instances.get` answers (the fields a confidential-computing check
+/// reads, and the ones around them every answer has).
+fn instance_resource(instance: &Instance, identity: &Identity) -> serde_json::Value {
+    // A stable number per instance, as Google's ids are.
+    let id = {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut hasher = std::hash::DefaultHasher::new();
+        instance.hash(&mut hasher);
+        hasher.finish() >> 1
+    };
+    let mut body = serde_json::json!({
+        "kind": "compute#instance",
+        "id": id.to_string(),
+        "name": instance.name,
+        "zone": format!(
+            "https://www.googleapis.com/compute/v1/projects/{}/zones/{}",
+            instance.project, instance.zone
         ),
+        "status": "RUNNING",
+        "shieldedInstanceConfig": {
+            "enableSecureBoot": true,
+            "enableVtpm": true,
+            "enableIntegrityMonitoring": true,
+        },
+    });
+    if let Some(confidential) = &identity.confidential {
+        let mut config = serde_json::json!({
+            "enableConfidentialCompute": confidential.enable_confidential_compute,
+        });
+        if let Some(kind) = &confidential.confidential_instance_type {
+            config["confidentialInstanceType"] = serde_json::Value::String(kind.clone());
+        }
+        body["confidentialInstanceConfig"] = config;
+    }
+    body
+}
+
+/// `resource` cut to the top-level fields a `fields=a,b` query names (all without one).
+fn partial(resource: serde_json::Value, query: &str) -> serde_json::Value {
+    let Some(fields) = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("fields="))
+    else {
+        return resource;
+    };
+    let wanted: Vec<&str> = fields.split(',').map(str::trim).collect();
+    match resource {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.into_iter()
+                .filter(|(k, _)| wanted.contains(&k.as_str()))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
@@ -535,6 +659,7 @@ async fn control(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
         Identity {
             signing_pem: public_key_pem(&spki),
             encryption_pem: None,
+            confidential: Some(Confidential::sev()),
         },
     );
     text(

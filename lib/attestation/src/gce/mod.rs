@@ -511,6 +511,42 @@ mod tests {
     }
 
     #[test]
+    fn confidential_config_reads_as_instances_get_writes_it() {
+        let read = |json: &str| ConfidentialCompute::from_instance_json(json.as_bytes());
+        let sev =
+            read(r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":true}}"#).unwrap();
+        assert_eq!(sev.check_sev(), Ok(()));
+        let typed = read(
+            r#"{"kind":"compute#instance","confidentialInstanceConfig":{"enableConfidentialCompute":true,"confidentialInstanceType":"SEV"}}"#,
+        )
+        .unwrap();
+        assert_eq!(typed.instance_type, "SEV");
+        assert_eq!(typed.check_sev(), Ok(()));
+        for (json, needle) in [
+            ("{}", "not a confidential VM"),
+            (
+                r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":false}}"#,
+                "not a confidential VM",
+            ),
+            (
+                r#"{"confidentialInstanceConfig":{"confidentialInstanceType":"SEV_SNP"}}"#,
+                "SEV_SNP confidential VM",
+            ),
+            (
+                r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":true,"confidentialInstanceType":"TDX"}}"#,
+                "TDX confidential VM",
+            ),
+        ] {
+            let err = read(json).unwrap().check_sev().unwrap_err();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+        assert!(read("[]").is_err());
+        assert!(
+            read(r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":"yes"}}"#).is_err()
+        );
+    }
+
+    #[test]
     fn keys_compare_by_their_material() {
         let rng = ring::rand::SystemRandom::new();
         let p256 = |_: ()| {
