@@ -540,7 +540,7 @@ mod tests {
             let err = read(json).unwrap().check_sev().unwrap_err();
             assert!(err.contains(needle), "{json}: {err}");
         }
-        assert!(read("[]").is_err());
+        assert!(read("42").is_err());
         assert!(
             read(r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":"yes"}}"#).is_err()
         );
