@@ -5,7 +5,9 @@
 //!   `{"access_token", "expires_in", "token_type": "Bearer"}` only with the header
 //!   `Metadata-Flavor: Google` (403 without it, as the real server) and sets that header on
 //!   its answers; a request carrying `X-Forwarded-For` is refused, as the real one refuses
-//!   proxied requests.
+//!   proxied requests. With a VM set ([`GceStandin::set_vm`]) it also answers, as the metadata
+//!   server of that VM, `project/project-id`, `instance/zone` (`projects/<number>/zones/<zone>`)
+//!   and `instance/name` under `/computeMetadata/v1/`, as a node's issuer asks them.
 //! - **The Compute Engine API** (HTTPS with a CA of its own):
 //!   `GET /compute/v1/projects/{project}/zones/{zone}/instances/{instance}/getShieldedInstanceIdentity`
 //!   answers `{"kind": "compute#shieldedInstanceIdentity", "signingKey": {"ekPub": <PEM>},
@@ -112,6 +114,8 @@ impl Confidential {
 
 struct State {
     instances: Mutex<HashMap<Instance, Identity>>,
+    /// The VM whose metadata server this is, for a node's questions.
+    vm: Mutex<Option<Instance>>,
     tokens: Mutex<HashMap<String, Instant>>,
     token_lifetime: Mutex<Duration>,
     compute_fault: Mutex<Fault>,
@@ -170,6 +174,7 @@ impl GceStandin {
         let (ca_pem, tls) = kube_standin::tls::generate(compute_addr.ip()).map_err(Error::Tls)?;
         let state = Arc::new(State {
             instances: Mutex::default(),
+            vm: Mutex::default(),
             tokens: Mutex::default(),
             token_lifetime: Mutex::new(Duration::from_secs(3599)),
             compute_fault: Mutex::new(Fault::None),
@@ -254,6 +259,11 @@ impl GceStandin {
     /// Removes an instance (it was deleted): the API answers 404 for it.
     pub fn remove_instance(&self, instance: &Instance) {
         lock(&self.state.instances).remove(instance);
+    }
+
+    /// Makes the metadata server that of `vm`: it names its project, zone and name.
+    pub fn set_vm(&self, vm: Instance) {
+        *lock(&self.state.vm) = Some(vm);
     }
 
     pub fn set_compute_fault(&self, fault: Fault) {
@@ -434,6 +444,18 @@ async fn metadata_answer(state: &State, req: Request<hyper::body::Incoming>) -> 
     }
     if req.method() != http::Method::GET {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+    }
+    let vm_field = |vm: &Instance| match req.uri().path() {
+        "/computeMetadata/v1/project/project-id" => Some(vm.project.clone()),
+        // The real server names the project by number here.
+        "/computeMetadata/v1/instance/zone" => {
+            Some(format!("projects/1234567890/zones/{}", vm.zone))
+        }
+        "/computeMetadata/v1/instance/name" => Some(vm.name.clone()),
+        _ => None,
+    };
+    if let Some(answer) = lock(&state.vm).as_ref().and_then(vm_field) {
+        return text(StatusCode::OK, answer, "application/text");
     }
     if req.uri().path() != TOKEN_PATH {
         return plain(StatusCode::NOT_FOUND, "Not Found");

@@ -8,6 +8,7 @@
 
 use attestation::gce::platform::{gce_firmware_version_string, nonhost_info};
 use attestation::gce::{GceInstance, InstanceRef};
+use attestation::tpm::HashAlg;
 use attestation::{IssueError, Issuer, Variant};
 
 use crate::{SoftIssuer, SoftIssuerError};
@@ -33,11 +34,11 @@ pub struct BootEvent {
 }
 
 impl BootEvent {
-    /// The SHA-256 digest extended for this event (the hash of its data).
-    pub fn sha256(&self) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &self.data).as_ref());
-        out
+    /// The digest extended for this event in the `bank` bank (the hash of its data).
+    pub fn digest(&self, bank: HashAlg) -> Vec<u8> {
+        ring::digest::digest(bank.ring_algorithm(), &self.data)
+            .as_ref()
+            .to_vec()
     }
 }
 
@@ -66,15 +67,22 @@ pub fn boot_events(version: u32, technology: u8) -> Vec<BootEvent> {
 
 /// `events` as a crypto-agile TCG event log with SHA-256 digests.
 pub fn event_log(events: &[BootEvent]) -> Vec<u8> {
+    event_log_for_banks(events, &[HashAlg::Sha256])
+}
+
+/// `events` as a crypto-agile TCG event log with a digest per bank of `banks`.
+pub fn event_log_for_banks(events: &[BootEvent], banks: &[HashAlg]) -> Vec<u8> {
     fn u32le(out: &mut Vec<u8>, v: usize) {
         out.extend_from_slice(&u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes());
     }
     let mut spec = b"Spec ID Event03\0".to_vec();
     u32le(&mut spec, 0); // platform class
     spec.extend_from_slice(&[0, 2, 0, 2]); // version minor, major, errata, uintn size
-    u32le(&mut spec, 1);
-    spec.extend_from_slice(&0x000bu16.to_le_bytes());
-    spec.extend_from_slice(&32u16.to_le_bytes());
+    u32le(&mut spec, banks.len());
+    for bank in banks {
+        spec.extend_from_slice(&bank.id().to_le_bytes());
+        spec.extend_from_slice(&u16::try_from(bank.digest_len()).unwrap_or(0).to_le_bytes());
+    }
     spec.push(0); // vendor info size
     let mut log = Vec::new();
     u32le(&mut log, 0);
@@ -85,9 +93,11 @@ pub fn event_log(events: &[BootEvent]) -> Vec<u8> {
     for event in events {
         u32le(&mut log, event.pcr as usize);
         u32le(&mut log, event.event_type as usize);
-        u32le(&mut log, 1);
-        log.extend_from_slice(&0x000bu16.to_le_bytes());
-        log.extend_from_slice(&event.sha256());
+        u32le(&mut log, banks.len());
+        for bank in banks {
+            log.extend_from_slice(&bank.id().to_le_bytes());
+            log.extend_from_slice(&event.digest(*bank));
+        }
         u32le(&mut log, event.data.len());
         log.extend_from_slice(&event.data);
     }

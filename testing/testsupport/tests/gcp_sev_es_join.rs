@@ -2,7 +2,9 @@
 //! asking gce-identity (its own process, holding the token from the GCE stand-in's metadata
 //! server) whether the GCE API vouches for each node's AK and calls its instance a confidential
 //! VM. The nodes are software keys on simulated GCE confidential VMs (the boot record Google's
-//! firmware measures, Constellation's InstanceInfo).
+//! firmware measures, Constellation's InstanceInfo), and once tpm-issuer's gcp-sev-es issuer on
+//! a swtpm on which Google's part is played (testsupport::gce), naming its instance from a
+//! metadata server.
 
 #![allow(clippy::unwrap_used)]
 
@@ -53,10 +55,7 @@ fn standin(i: &InstanceRef) -> gce_standin::Instance {
 
 /// A node of `technology` on instance `i` with a key of its own; not yet known to the API.
 fn unregistered(i: &InstanceRef, tech: u8) -> GceSevEsNode {
-    GceSevEsNode::new(SoftIssuer::new(KeyType::EcdsaP256).unwrap(), i, 1, tech)
-        .unwrap()
-        .with_pcrs([(9, [0x99; 32])])
-        .unwrap()
+    GceSevEsNode::new(SoftIssuer::new(KeyType::EcdsaP256).unwrap(), i, 1, tech).unwrap()
 }
 
 /// An SEV node on instance `name` of the cluster's project, whose key the API vouches for.
@@ -68,8 +67,8 @@ fn node(s: &Setup, name: &str) -> GceSevEsNode {
     node
 }
 
-/// The system for gcp-sev-es, enforcing the simulated firmware's PCR 0 and PCR 9, admitting only
-/// the cluster's project.
+/// The system for gcp-sev-es, enforcing the simulated firmware's PCR 0 and an unextended PCR 9
+/// (what a fresh vTPM and a software node both quote), admitting only the cluster's project.
 async fn start(s: &Setup) -> System {
     let pcr0 = hex::encode(
         &unregistered(&instance_in(PROJECT, "w"), technology::AMD_SEV)
@@ -79,7 +78,7 @@ async fn start(s: &Setup) -> System {
     let config = serde_json::json!({
         "measurements": {
             "0": {"expected": pcr0, "warnOnly": false},
-            "9": {"expected": "99".repeat(32), "warnOnly": false},
+            "9": {"expected": "00".repeat(32), "warnOnly": false},
         },
         "allowedGcpProjects": [PROJECT],
     });
@@ -242,4 +241,53 @@ async fn while_the_gce_api_is_down_nodes_are_told_to_retry_and_then_join() {
         s.gce.set_compute_fault(Fault::None);
         joins_eventually(&system, &client, &name).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gce_node_attesting_with_its_vtpm_joins_and_rejoins() {
+    let s = setup().await;
+    let system = start(&s).await;
+    let tpm = testsupport::swtpm::Swtpm::start().unwrap();
+    let log = testsupport::gce::boot(&tpm, 1, technology::AMD_SEV).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("binary_bios_measurements");
+    std::fs::write(&log_path, &log).unwrap();
+    // The node's own metadata server names its instance.
+    let metadata = GceStandin::start().await.unwrap();
+    let vm = instance_in(PROJECT, "es-tpm");
+    metadata.set_vm(standin(&vm));
+
+    let tcti = tpm.tcti();
+    let metadata_url = metadata.metadata_url();
+    let issuer = tokio::task::spawn_blocking(move || {
+        let mut config = tpm_issuer::gce::tpm_config(&tcti);
+        config.event_log = Some(log_path);
+        let tpm = tpm_issuer::TpmIssuer::open(&config).unwrap();
+        let metadata =
+            tpm_issuer::gce::MetadataClient::new(&metadata_url, std::time::Duration::from_secs(5))
+                .unwrap();
+        tpm_issuer::gce::GcpSevEsIssuer::new(tpm, &metadata).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        std::str::from_utf8(issuer.instance_info()).unwrap(),
+        r#"{"zone":"europe-west3-b","project_id":"constellation-331613","instance_name":"es-tpm"}"#
+    );
+    let ak = attestation::tpm::Public::parse(&issuer.ak_public().unwrap())
+        .unwrap()
+        .spki_der()
+        .unwrap();
+    s.gce.put_instance(standin(&vm), &ak, None);
+
+    let client = system.client(Arc::new(issuer)).unwrap();
+    system
+        .join_and_rejoin(&client, "worker-es-tpm", DISK)
+        .await
+        .unwrap();
+    let log = system.proxy.log();
+    assert!(
+        log.contains("AK vouched for by the GCE API for projects/constellation-331613/zones/europe-west3-b/instances/es-tpm"),
+        "{log}"
+    );
 }
