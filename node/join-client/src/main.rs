@@ -44,8 +44,9 @@ struct Common {
     /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone),
     /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key), `azure-sev-snp` or
     /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
-    /// report or TD quote its HCL report holds) or `qemu-tdx` (a TD quote alone, no TPM).
-    /// `--ak` applies to qemu-vtpm and aws-sev-snp only.
+    /// report or TD quote its HCL report holds), `gcp-sev-es` (the vTPM, attesting with
+    /// Google's AK, and the instance the metadata server names) or `qemu-tdx` (a TD quote alone,
+    /// no TPM). `--ak` applies to qemu-vtpm and aws-sev-snp only.
     #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
     variant: Variant,
     /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
@@ -55,6 +56,9 @@ struct Common {
     /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
     #[arg(long, env = "JOIN_CLIENT_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
     azure_quote_url: String,
+    /// gcp-sev-es: the GCE metadata server, which names this instance (project, zone, name).
+    #[arg(long, env = "JOIN_CLIENT_GCE_METADATA_URL", default_value = tpm_issuer::gce::METADATA_URL)]
+    gce_metadata_url: String,
     /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
     #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
     sev_guest_device: PathBuf,
@@ -135,11 +139,12 @@ fn client(common: &Common) -> anyhow::Result<Client> {
         Variant::QemuVtpm
         | Variant::AwsSevSnp
         | Variant::AzureSevSnp
+        | Variant::GcpSevEs
         | Variant::QemuTdx
         | Variant::AzureTdx => {}
         other => anyhow::bail!(
-            "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx \
-             documents only, not {other}"
+            "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, gcp-sev-es, qemu-tdx and \
+             azure-tdx documents only, not {other}"
         ),
     }
     // Likewise a service policy that cannot be used.
@@ -204,6 +209,24 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
                 Box::new(quotes),
             ))
         });
+    }
+    // gcp-sev-es attests with Google's AK, which the GCE API vouches for.
+    if common.variant == Variant::GcpSevEs {
+        let mut config = tpm_issuer::gce::tpm_config(&common.tcti);
+        config.event_log = common.event_log.clone();
+        let tpm = tpm_issuer::TpmIssuer::open(&config).with_context(|| {
+            format!(
+                "opening the TPM at {} with Google's attestation key",
+                common.tcti
+            )
+        })?;
+        let metadata = tpm_issuer::gce::MetadataClient::new(
+            &common.gce_metadata_url,
+            tpm_issuer::gce::DEFAULT_METADATA_TIMEOUT,
+        )?;
+        return Ok(Arc::new(tpm_issuer::gce::GcpSevEsIssuer::new(
+            tpm, &metadata,
+        )?));
     }
     let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
     config.ak = match common.ak {
@@ -367,6 +390,13 @@ mod tests {
         let err = format!("{:#}", client(&common("aws-sev-snp")).unwrap_err());
         assert!(
             err.contains("opening the TPM at device:/nonexistent/tpm"),
+            "{err}"
+        );
+        let err = format!("{:#}", client(&common("gcp-sev-es")).unwrap_err());
+        assert!(
+            err.contains(
+                "opening the TPM at device:/nonexistent/tpm with Google's attestation key"
+            ),
             "{err}"
         );
         for azure in ["azure-sev-snp", "azure-tdx"] {
