@@ -98,18 +98,6 @@ struct TokenAnswer {
     expires_in: u64,
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IdentityAnswer {
-    signing_key: Option<KeyAnswer>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct KeyAnswer {
-    ek_pub: Option<String>,
-}
-
 impl GceClient {
     /// A client of the metadata server at `metadata` and the API at `compute`, trusting the
     /// system's roots plus the PEM certificates in `extra_ca` for HTTPS.
@@ -264,17 +252,12 @@ impl GceClient {
 }
 
 fn parse_identity(instance: &InstanceRef, body: &[u8]) -> Result<Vec<u8>, GceError> {
-    let no_key = |reason: String| GceError::NoSigningKey {
-        instance: instance.to_string(),
-        reason,
-    };
-    let answer: IdentityAnswer = serde_json::from_slice(body)
-        .map_err(|e| no_key(format!("the answer is not a shieldedInstanceIdentity: {e}")))?;
-    let pem = answer
-        .signing_key
-        .and_then(|k| k.ek_pub)
-        .ok_or_else(|| no_key("no signingKey.ekPub".to_owned()))?;
-    attestation::snp::gce::spki_from_pem(&pem).map_err(no_key)
+    attestation::gce::signing_key_from_identity_json(body).map_err(|reason| {
+        GceError::NoSigningKey {
+            instance: instance.to_string(),
+            reason,
+        }
+    })
 }
 
 /// The message of Google's error JSON, if the body is one (at most 200 characters).

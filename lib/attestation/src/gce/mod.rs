@@ -402,6 +402,28 @@ pub fn spki_from_pem(pem: &str) -> Result<Vec<u8>, String> {
     Ok(der.to_vec())
 }
 
+/// The DER SubjectPublicKeyInfo of `signingKey.ekPub` in a `getShieldedInstanceIdentity`
+/// answer (its JSON body).
+pub fn signing_key_from_identity_json(body: &[u8]) -> Result<Vec<u8>, String> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Identity {
+        signing_key: Option<Entry>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Entry {
+        ek_pub: Option<String>,
+    }
+    let answer: Identity = serde_json::from_slice(body)
+        .map_err(|e| format!("the answer is not a shieldedInstanceIdentity: {e}"))?;
+    let pem = answer
+        .signing_key
+        .and_then(|k| k.ek_pub)
+        .ok_or_else(|| "no signingKey.ekPub".to_owned())?;
+    spki_from_pem(&pem)
+}
+
 /// Answers given up front (tests, offline verification): instance → SPKI DER, and instance →
 /// confidential-computing configuration.
 #[derive(Clone, Debug, Default)]
