@@ -5,29 +5,10 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
-
-fn example() -> Value {
-    let text =
-        std::fs::read_to_string(deploy_dir().join("examples/gcp-sev-es.attestationConfig.json"))
-            .expect("the example config");
-    serde_json::from_str(&text).expect("JSON")
-}
-
-fn measured(mut config: Value) -> Value {
-    for (_, m) in config["measurements"]
-        .as_object_mut()
-        .expect("measurements")
-        .iter_mut()
-    {
-        m["expected"] = Value::String("ab".repeat(32));
-    }
-    config
-}
 
 #[test]
 fn the_example_config_is_a_valid_gcp_sev_es_policy_once_filled_in() {
-    let mut config = measured(example());
+    let mut config = measured_example("gcp-sev-es.attestationConfig.json");
     config["allowedGcpProjects"] = serde_json::json!(["my-cluster-project"]);
     let (validator, digest) =
         attestation::GcpSevEsValidator::from_attestation_config(config.to_string().as_bytes())
@@ -44,7 +25,7 @@ fn the_example_config_is_a_valid_gcp_sev_es_policy_once_filled_in() {
 
 #[test]
 fn the_project_placeholder_is_refused_until_it_is_filled_in() {
-    let config = measured(example());
+    let config = measured_example("gcp-sev-es.attestationConfig.json");
     let err =
         attestation::GcpSevEsValidator::from_attestation_config(config.to_string().as_bytes())
             .expect_err("the placeholder is no project ID");

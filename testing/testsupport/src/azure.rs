@@ -20,13 +20,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use soft_issuer::snp::{ReportFields, SimulatedSigner, azure_runtime_data_for_public};
 use soft_issuer::tdx::{QuoteVersion, TdFields, TdxMachine};
 use tss_esapi::Context;
-use tss_esapi::attributes::NvIndexAttributesBuilder;
-use tss_esapi::constants::nv_index_type::NvIndexType;
-use tss_esapi::handles::{NvIndexHandle, NvIndexTpmHandle, ObjectHandle, PersistentTpmHandle};
-use tss_esapi::interface_types::algorithm::HashingAlgorithm;
+use tss_esapi::handles::{ObjectHandle, PersistentTpmHandle};
 use tss_esapi::interface_types::dynamic_handles::Persistent;
-use tss_esapi::interface_types::resource_handles::{Hierarchy, NvAuth, Provision};
-use tss_esapi::structures::{MaxNvBuffer, NvPublicBuilder};
+use tss_esapi::interface_types::resource_handles::{Hierarchy, Provision};
 use tss_esapi::tcti_ldr::TctiNameConf;
 use tss_esapi::traits::Marshall;
 
@@ -62,28 +58,9 @@ pub fn persist_hcl_ak(swtpm: &Swtpm) -> anyhow::Result<Vec<u8>> {
 /// Defines NV index [`HCL_REPORT_NV_INDEX`] (owner read and write, as Azure's readers use it)
 /// holding `blob`.
 pub fn write_hcl_report(swtpm: &Swtpm, blob: &[u8]) -> anyhow::Result<()> {
-    let mut ctx = context(swtpm)?;
-    let attributes = NvIndexAttributesBuilder::new()
-        .with_owner_read(true)
-        .with_owner_write(true)
-        .with_nv_index_type(NvIndexType::Ordinary)
-        .build()?;
-    let public = NvPublicBuilder::new()
-        .with_nv_index(NvIndexTpmHandle::new(HCL_REPORT_NV_INDEX)?)
-        .with_index_name_algorithm(HashingAlgorithm::Sha256)
-        .with_index_attributes(attributes)
-        .with_data_area_size(blob.len())
-        .build()?;
-    let nv: NvIndexHandle = ctx
-        .execute_with_nullauth_session(|ctx| ctx.nv_define_space(Provision::Owner, None, public))
-        .context("defining the HCL report's NV index")?;
-    for (i, chunk) in blob.chunks(1024).enumerate() {
-        let offset = u16::try_from(i * 1024)?;
-        let data = MaxNvBuffer::try_from(chunk.to_vec())?;
-        ctx.execute_with_nullauth_session(|ctx| ctx.nv_write(NvAuth::Owner, nv, data, offset))
-            .context("writing the HCL report")?;
-    }
-    Ok(())
+    swtpm
+        .write_owner_nv(HCL_REPORT_NV_INDEX, blob)
+        .context("writing the HCL report")
 }
 
 /// Persists the AK and returns the runtime data the HCL report is to bind: `runtime_data`, or

@@ -8,14 +8,6 @@
 use anyhow::Context as _;
 use attestation::tpm::HashAlg;
 use soft_issuer::gce::{boot_events, event_log_for_banks};
-use tss_esapi::Context;
-use tss_esapi::attributes::NvIndexAttributesBuilder;
-use tss_esapi::constants::nv_index_type::NvIndexType;
-use tss_esapi::handles::{NvIndexHandle, NvIndexTpmHandle};
-use tss_esapi::interface_types::algorithm::HashingAlgorithm;
-use tss_esapi::interface_types::resource_handles::{NvAuth, Provision};
-use tss_esapi::structures::{MaxNvBuffer, NvPublicBuilder};
-use tss_esapi::tcti_ldr::TctiNameConf;
 use tss_esapi::traits::Marshall;
 
 use crate::swtpm::Swtpm;
@@ -30,29 +22,10 @@ const BANKS: [(HashAlg, &str); 3] = [
 /// Writes Google's RSA AK template (an RSA-2048 restricted RSASSA-SHA256 signing key) into NV
 /// index [`tpm_issuer::gce::AK_TEMPLATE_NV_INDEX_RSA`].
 pub fn write_ak_template(swtpm: &Swtpm) -> anyhow::Result<()> {
-    let tcti: TctiNameConf = swtpm.tcti().parse().context("swtpm TCTI")?;
-    let mut ctx = Context::new(tcti).context("opening the swtpm")?;
     let template = tpm_issuer::ak_template(tpm_issuer::AkSpec::RSA_DEFAULT)?.marshall()?;
-    let attributes = NvIndexAttributesBuilder::new()
-        .with_owner_read(true)
-        .with_owner_write(true)
-        .with_nv_index_type(NvIndexType::Ordinary)
-        .build()?;
-    let public = NvPublicBuilder::new()
-        .with_nv_index(NvIndexTpmHandle::new(
-            tpm_issuer::gce::AK_TEMPLATE_NV_INDEX_RSA,
-        )?)
-        .with_index_name_algorithm(HashingAlgorithm::Sha256)
-        .with_index_attributes(attributes)
-        .with_data_area_size(template.len())
-        .build()?;
-    let nv: NvIndexHandle = ctx
-        .execute_with_nullauth_session(|ctx| ctx.nv_define_space(Provision::Owner, None, public))
-        .context("defining the AK template's NV index")?;
-    let data = MaxNvBuffer::try_from(template)?;
-    ctx.execute_with_nullauth_session(|ctx| ctx.nv_write(NvAuth::Owner, nv, data, 0))
-        .context("writing the AK template")?;
-    Ok(())
+    swtpm
+        .write_owner_nv(tpm_issuer::gce::AK_TEMPLATE_NV_INDEX_RSA, &template)
+        .context("writing Google's AK template")
 }
 
 /// Boots a GCE VM of `technology` (go-tpm-tools' byte) on firmware `version` on `swtpm`: writes

@@ -192,24 +192,6 @@ async fn gcp_sev_es_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
     );
 }
 
-/// Joins `client` until it succeeds within 20 s.
-async fn joins_eventually(system: &System, client: &node_client::Client, name: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        match client.join(join_request(name, DISK).unwrap()).await {
-            Ok(_) => return,
-            Err(error) => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "never joined: {error}\n{}",
-                    system.logs()
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_gce_api_is_down_nodes_are_told_to_retry_and_then_join() {
     let s = setup().await;
@@ -239,7 +221,7 @@ async fn while_the_gce_api_is_down_nodes_are_told_to_retry_and_then_join() {
             status.message()
         );
         s.gce.set_compute_fault(Fault::None);
-        joins_eventually(&system, &client, &name).await;
+        system.joins_eventually(&client, &name, DISK).await;
     }
 }
 
