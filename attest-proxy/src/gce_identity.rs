@@ -246,8 +246,9 @@ impl Collector for GceCacheCollector {
         labelled_counters(
             &mut encoder,
             "gce_identity_lookups",
-            "Instances' keys asked of gce-identity (and so of the GCE API), by result; \
-             an instance the API does not know is an ok lookup",
+            "Instances' keys (and, for gcp-sev-es, confidential-computing configs) asked of \
+             gce-identity (and so of the GCE API), by result; an instance the API does not know \
+             is an ok lookup",
             "result",
             &[
                 ("ok", load(&stats.fetch_ok)),
@@ -258,7 +259,7 @@ impl Collector for GceCacheCollector {
         counter(
             &mut encoder,
             "gce_identity_hits",
-            "Instances' keys answered from the cache",
+            "Instances' keys and configs answered from the cache",
             load(&stats.hits) + load(&stats.stale_hits),
         )?;
         counter(

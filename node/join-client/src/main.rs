@@ -63,7 +63,8 @@ struct Common {
     #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
     sev_guest_device: PathBuf,
     /// The firmware event log to send with the quote, e.g.
-    /// `/sys/kernel/security/tpm0/binary_bios_measurements`.
+    /// `/sys/kernel/security/tpm0/binary_bios_measurements` (gcp-sev-es: that path unless
+    /// given, as its verifier reads Google's PCR 0 record from the log).
     #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
     event_log: Option<PathBuf>,
     /// The node's service policy: an attestation config (the service's format) that the join
@@ -213,7 +214,12 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
     // gcp-sev-es attests with Google's AK, which the GCE API vouches for.
     if common.variant == Variant::GcpSevEs {
         let mut config = tpm_issuer::gce::tpm_config(&common.tcti);
-        config.event_log = common.event_log.clone();
+        config.event_log = Some(
+            common
+                .event_log
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(tpm_issuer::gce::KERNEL_EVENT_LOG)),
+        );
         let tpm = tpm_issuer::TpmIssuer::open(&config).with_context(|| {
             format!(
                 "opening the TPM at {} with Google's attestation key",

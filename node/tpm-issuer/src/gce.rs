@@ -21,6 +21,9 @@ use crate::{TpmIssuer, TpmIssuerConfig, TpmIssuerError};
 pub const AK_TEMPLATE_NV_INDEX_RSA: u32 = 0x01c1_0001;
 /// The GCE metadata server.
 pub const METADATA_URL: &str = "http://metadata.google.internal";
+/// Where Linux exposes the firmware event log, which carries Google's PCR 0 record; go-tpm-tools
+/// reads it from here by default, and gcp-sev-es verifiers need it.
+pub const KERNEL_EVENT_LOG: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
 /// How long each metadata request may take.
 pub const DEFAULT_METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest metadata answer read: a name is at most a few dozen characters.
