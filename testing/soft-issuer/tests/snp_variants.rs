@@ -425,7 +425,7 @@ fn gcp_binding_refusals_name_what_is_wrong() {
                 GcpReportData::Bound,
             ),
             vouching_for(&good),
-            "GCP.instance_name",
+            "GCE instance instance_name",
         ),
         (
             gcp.node(

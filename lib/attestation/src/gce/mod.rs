@@ -187,9 +187,10 @@ impl fmt::Display for InstanceRef {
     }
 }
 
-/// Why the `GCP` field does not name an instance.
+/// Why a GCEInstanceInfo (gcp-sev-snp's `GCP` field, gcp-sev-es's whole InstanceInfo) does not
+/// name an instance.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-#[error("InstanceInfo GCP.{field} {value:?} is not a GCE {what}")]
+#[error("the InstanceInfo's GCE instance {field} {value:?} is not a GCE {what}")]
 pub struct InstanceRefError {
     pub field: &'static str,
     pub value: String,
@@ -197,8 +198,8 @@ pub struct InstanceRefError {
 }
 
 impl InstanceRef {
-    /// The instance `GCP` names (`project_id`, `zone`, `instance_name`; the numbers are not
-    /// used, as by Constellation), each checked against GCE's naming rules: project IDs are
+    /// The instance a GCEInstanceInfo names (`project_id`, `zone`, `instance_name`; the numbers
+    /// are not used, as by Constellation), each checked against GCE's naming rules: project IDs are
     /// 6–30 of `[a-z0-9-]` (with an optional `domain.example:` prefix for domain-scoped
     /// projects), zones and instance names RFC 1035 labels of at most 63 characters.
     pub fn from_instance_info(gce: &GceInstance) -> Result<InstanceRef, InstanceRefError> {
