@@ -24,8 +24,8 @@ use std::sync::Arc;
 use crate::gce::platform::{self, Technology};
 use crate::gce::{self, GceIdentity, GceInstance, GceKeyError, GcpProjects, InstanceRef};
 use crate::policy::Policy;
-use crate::tpm::{self, HashAlg};
-use crate::vtpm::{compare_pcrs, verify_document};
+use crate::tpm;
+use crate::vtpm::{VerifiedQuote, compare_pcrs, verify_document};
 use crate::{Error, Validator, Variant, Verified};
 
 /// What a gcp-sev-es document without InstanceInfo is refused with.
@@ -127,19 +127,31 @@ pub fn check_gce_api(
 }
 
 /// The technology PCR 0 records, checked: the log must be there (a GCE vTPM always has one),
-/// parse, and name an SEV machine on current GCE firmware. The log was already replayed against
-/// every verified quote, so its PCR 0 events are the quoted ones.
-fn check_platform(event_log: &[u8]) -> Result<(Technology, u32), Error> {
+/// parse, and name an SEV machine on current GCE firmware. The log was replayed against every
+/// verified quote, so only those banks' digests are the quoted ones: the record is read with
+/// each of them, and each must pass (a log may carry digests of banks no quote vouches for).
+fn check_platform(event_log: &[u8], quotes: &[VerifiedQuote]) -> Result<(Technology, u32), Error> {
     if event_log.is_empty() {
         return Err(Error::GcePlatform(
             "the document has no event log, so nothing records the platform Google's firmware measured".to_owned(),
         ));
     }
     let log = crate::eventlog::EventLog::parse(event_log).map_err(Error::EventLog)?;
-    let state = platform::platform_state(&log, HashAlg::Sha256)
-        .map_err(|e| Error::GcePlatform(e.to_string()))?;
-    let technology = platform::check_sev(&state).map_err(Error::GcePlatform)?;
-    Ok((technology, state.gce_version.unwrap_or_default()))
+    let mut verdict = None;
+    for quote in quotes {
+        let state = platform::platform_state(&log, quote.bank)
+            .map_err(|e| Error::GcePlatform(e.to_string()))?;
+        let technology = platform::check_sev(&state).map_err(Error::GcePlatform)?;
+        let this = (technology, state.gce_version.unwrap_or_default());
+        if verdict.is_some_and(|v| v != this) {
+            return Err(Error::GcePlatform(format!(
+                "the event log's {} digests record another platform than the other banks'",
+                quote.bank
+            )));
+        }
+        verdict = Some(this);
+    }
+    verdict.ok_or(Error::Missing("the attestation has no quotes"))
 }
 
 impl Validator for GcpSevEsValidator {
@@ -160,7 +172,7 @@ impl Validator for GcpSevEsValidator {
                 instance.project
             )));
         }
-        let (technology, firmware) = check_platform(&attestation.event_log)?;
+        let (technology, firmware) = check_platform(&attestation.event_log, &quotes)?;
         let warnings = compare_pcrs(&self.policy, &quotes)?;
         let gce = self.gce.as_deref().ok_or_else(|| {
             Error::Binding("this validator has no way to ask the GCE API".to_owned())
@@ -176,5 +188,105 @@ impl Validator for GcpSevEsValidator {
                 format!("the GCE API's confidentialInstanceConfig: {confidential}"),
             ],
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::tpm::HashAlg;
+
+    /// A crypto-agile log with SHA-256 and SHA-384 digests: the firmware version, a non-host
+    /// info whose data says `shown` while its SHA-384 digest is of `measured_384`, and PCR 0's
+    /// separator.
+    fn log(shown: u8, measured_384: u8) -> Vec<u8> {
+        let u32le = |out: &mut Vec<u8>, v: usize| out.extend_from_slice(&(v as u32).to_le_bytes());
+        let banks = [HashAlg::Sha256, HashAlg::Sha384];
+        let mut spec = b"Spec ID Event03\0".to_vec();
+        u32le(&mut spec, 0);
+        spec.extend_from_slice(&[0, 2, 0, 2]);
+        u32le(&mut spec, banks.len());
+        for bank in banks {
+            spec.extend_from_slice(&bank.id().to_le_bytes());
+            spec.extend_from_slice(&(bank.digest_len() as u16).to_le_bytes());
+        }
+        spec.push(0);
+        let mut out = Vec::new();
+        u32le(&mut out, 0);
+        u32le(&mut out, 3);
+        out.extend_from_slice(&[0; 20]);
+        u32le(&mut out, spec.len());
+        out.extend_from_slice(&spec);
+        let digest = |bank: HashAlg, data: &[u8]| {
+            ring::digest::digest(bank.ring_algorithm(), data)
+                .as_ref()
+                .to_vec()
+        };
+        let events: [(u32, Vec<u8>, Vec<u8>); 3] = [
+            (
+                0x08,
+                platform::gce_firmware_version_string(1),
+                platform::gce_firmware_version_string(1),
+            ),
+            (
+                0x11,
+                platform::nonhost_info(shown).to_vec(),
+                platform::nonhost_info(measured_384).to_vec(),
+            ),
+            (0x04, vec![0; 4], vec![0; 4]),
+        ];
+        for (event_type, data, data_384) in events {
+            u32le(&mut out, 0);
+            u32le(&mut out, event_type as usize);
+            u32le(&mut out, banks.len());
+            out.extend_from_slice(&HashAlg::Sha256.id().to_le_bytes());
+            out.extend_from_slice(&digest(HashAlg::Sha256, &data));
+            out.extend_from_slice(&HashAlg::Sha384.id().to_le_bytes());
+            out.extend_from_slice(&digest(HashAlg::Sha384, &data_384));
+            u32le(&mut out, data.len());
+            out.extend_from_slice(&data);
+        }
+        out
+    }
+
+    fn verified(bank: HashAlg) -> VerifiedQuote {
+        VerifiedQuote {
+            bank,
+            pcrs: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_record_is_read_with_the_banks_a_quote_vouches_for() {
+        // Honest: both banks say AMD SEV.
+        let honest = log(1, 1);
+        for quotes in [
+            vec![verified(HashAlg::Sha256)],
+            vec![verified(HashAlg::Sha384)],
+            vec![verified(HashAlg::Sha256), verified(HashAlg::Sha384)],
+        ] {
+            assert_eq!(
+                check_platform(&honest, &quotes).unwrap(),
+                (Technology::AmdSev, 1)
+            );
+        }
+        // The firmware measured no confidential computing into the SHA-384 bank, the only one
+        // quoted, and the log shows SEV with a SHA-256 digest to match: the SHA-256 digests
+        // are nobody's word, so the record is read with SHA-384 and refused.
+        let swapped = log(1, 0);
+        let err = check_platform(&swapped, &[verified(HashAlg::Sha384)]).unwrap_err();
+        assert!(
+            matches!(&err, Error::GcePlatform(m) if m.contains("does not carry the digest of its own data")),
+            "{err}"
+        );
+        assert!(
+            check_platform(
+                &swapped,
+                &[verified(HashAlg::Sha256), verified(HashAlg::Sha384)]
+            )
+            .is_err()
+        );
+        assert!(check_platform(&honest, &[]).is_err());
     }
 }
