@@ -140,8 +140,8 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_GCE_IDENTITY_BACKOFF", default_value = "5s", value_parser = humantime::parse_duration)]
     pub gce_identity_backoff: Duration,
 
-    /// gcp-sev-snp and gcp-sev-es: at most this many instances' answers are cached (each
-    /// answer kind apart).
+    /// gcp-sev-snp and gcp-sev-es: at most this many answers are cached (gcp-sev-snp keeps one
+    /// per instance, its key; gcp-sev-es two, its key and its confidential-computing config).
     #[arg(long, env = "ATTEST_PROXY_GCE_IDENTITY_MAX_INSTANCES", default_value_t = 10_000,
           value_parser = at_least_one)]
     pub gce_identity_max_instances: usize,

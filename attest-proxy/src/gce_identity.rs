@@ -5,12 +5,12 @@
 //!
 //! The cache is the collateral cache ([`collateral::Cache`]) with the keys
 //! `gce/{project}/{zone}/{instance}` (the signing key) and `gce-cc/{project}/{zone}/{instance}`
-//! (`confidentialInstanceConfig`): one call in flight per instance and question, a join waits at most
-//! `--gce-identity-wait` for it, an answer is kept for `--gce-identity-ttl` (an instance's vTPM
-//! key does not change while it exists, but the instance can be deleted and its name reused),
-//! "not found" for at most [`NOT_FOUND_TTL`], never served past that, and at most
-//! `--gce-identity-max-instances` instances are kept (and as many back off, and as many calls are
-//! in flight). A failed call backs off for Google's `Retry-After` (or `--gce-identity-backoff`),
+//! (`confidentialInstanceConfig`): one call in flight per instance and question, a join waits at
+//! most `--gce-identity-wait` for it, an answer is kept for `--gce-identity-ttl` (an instance's
+//! vTPM key does not change while it exists, but the instance can be deleted and its name
+//! reused), "not found" for at most [`NOT_FOUND_TTL`], never served past that, and at most
+//! `--gce-identity-max-instances` answers are kept (and as many back off, and as many calls are
+//! in flight; a gcp-sev-es instance takes two). A failed call backs off for Google's `Retry-After` (or `--gce-identity-backoff`),
 //! during which joins of that instance are told to retry at once; a `Retry-After` also holds the
 //! calls for every other instance not cached (each key here is one a node names), so invented
 //! instance names cannot spend Google's rate limit.
@@ -18,7 +18,8 @@
 //! Its metrics ([`register_metrics`]) say how often the API was really asked:
 //! `gce_identity_lookups_total{result}` (calls to gce-identity), `gce_identity_hits_total`
 //! (answered from the cache) and `gce_identity_unavailable_total` (joins told to retry). A new
-//! instance costs one lookup, its later joins none; a storm of new nodes shows here first.
+//! instance costs one lookup (gcp-sev-es: two), its later joins none; a storm of new nodes shows
+//! here first.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
