@@ -46,8 +46,19 @@
 #   scripts/bench.sh --ak rsa2048 --no-retry           RSA attestation keys; failures are final
 #   scripts/bench.sh --variant aws-sev-snp              B and C for one variant only
 #   scripts/bench.sh --variant qemu-tdx,azure-tdx       B and C for the TDX variants
+#
+#   scripts/bench.sh --crypto [MS]     instead: the signature verifications an attestation costs
+#                                      (a real SEV-SNP report's P-384, a TDX-sized P-256), side by
+#                                      side in ring, aws-lc-rs and RustCrypto (tools/crypto-bench,
+#                                      outside the workspace); MS per provider, default 1500
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+if [ "${1:-}" = "--crypto" ]; then
+    shift
+    CARGO_TARGET_DIR="$PWD/target/crypto-bench" \
+        cargo build --release --manifest-path tools/crypto-bench/Cargo.toml
+    exec target/crypto-bench/release/crypto-bench "$@"
+fi
 cargo build --release --bins -p loadgen -p attest-proxy -p join-core -p token-issuer -p keyservice -p gce-identity -p certifier -p testsupport
 exec target/release/loadgen bench "$@"

@@ -106,7 +106,7 @@ fn the_azure_tdx_example_pins_the_real_azure_tds_firmware() {
 
 #[test]
 fn the_pcs_egress_opens_https_only_for_the_join_service() {
-    let docs = read_docs(&deploy_dir().join("examples/pcs-egress.yaml"));
+    let docs = read_docs(&deploy_dir().join("components/tdx-collateral/pcs-egress.yaml"));
     assert_eq!(docs.len(), 1);
     let policy = &docs[0];
     assert_eq!(policy["kind"], "NetworkPolicy");
@@ -124,8 +124,9 @@ fn the_pcs_egress_opens_https_only_for_the_join_service() {
         egress[0]["ports"],
         serde_json::json!([{"protocol": "TCP", "port": 443}])
     );
-    let text = std::fs::read_to_string(deploy_dir().join("examples/pcs-egress.yaml"))
-        .expect("the egress example");
+    let text =
+        std::fs::read_to_string(deploy_dir().join("components/tdx-collateral/pcs-egress.yaml"))
+            .expect("the egress example");
     for host in [
         "api.trustedservices.intel.com",
         "certificates.trustedservices.intel.com",

@@ -114,8 +114,59 @@ pub fn args(c: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The value of `--flag` in a container's args (`--flag=value` or `--flag value`); panics if the
-/// flag is given twice.
+/// The clap command of the binary one of the service's containers runs, by container name;
+/// `None` for a container of another program (a device plugin).
+pub fn command_of(container: &str) -> Option<clap::Command> {
+    use clap::CommandFactory;
+    Some(match container {
+        "attest-proxy" => attest_proxy::Config::command(),
+        "join-core" => join_core::Config::command(),
+        "token-issuer" => token_issuer::Config::command(),
+        "gce-identity" => gce_identity::Config::command(),
+        "certifier" => certifier::Config::command(),
+        _ => return None,
+    })
+}
+
+/// The container's `env` entries that set one of its binary's flags, as `(long name, value)`:
+/// the binary reads each such variable as that flag. Panics on an entry naming a flag's
+/// variable without a literal value (a flag's value never comes from a Secret or a field).
+pub fn env_flags(c: &Value) -> Vec<(String, String)> {
+    let Some(command) = command_of(c["name"].as_str().expect("name")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in array(&c["env"]) {
+        let name = e["name"].as_str().expect("env name");
+        let Some(arg) = command
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|v| v == name))
+        else {
+            continue;
+        };
+        let value = e["value"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: {name} sets a flag without a literal value", c["name"]));
+        let long = arg.get_long().expect("every flag is long");
+        found.push((long.to_owned(), value.to_owned()));
+    }
+    found
+}
+
+/// Every flag a container's binary is given: its args, then each `env` entry that sets a flag,
+/// as `--flag=value`.
+pub fn flags_of(c: &Value) -> Vec<String> {
+    let mut flags = args(c);
+    flags.extend(
+        env_flags(c)
+            .into_iter()
+            .map(|(flag, value)| format!("--{flag}={value}")),
+    );
+    flags
+}
+
+/// The value of `--flag` for a container: from its args (`--flag=value` or `--flag value`) or
+/// from the `env` variable the binary reads as that flag; panics if it is given twice.
 pub fn flag(c: &Value, name: &str) -> Option<String> {
     let args = args(c);
     let long = format!("--{name}");
@@ -128,6 +179,12 @@ pub fn flag(c: &Value, name: &str) -> Option<String> {
             found.push(it.next().cloned().unwrap_or_default());
         }
     }
+    found.extend(
+        env_flags(c)
+            .into_iter()
+            .filter(|(flag, _)| flag == name)
+            .map(|(_, value)| value),
+    );
     assert!(found.len() <= 1, "{long} given more than once: {found:?}");
     found.pop()
 }
@@ -217,25 +274,38 @@ pub fn assert_confined(c: &Value) {
     }
 }
 
-/// Every container's args parse as its binary's flags: the command's binary name, then the
-/// args, as the kubelet passes them (an unknown or misspelt flag would crash-loop the pod).
+/// Every container's args and flag variables parse as its binary's flags: the command's binary
+/// name, then the args, as the kubelet passes them, with each `env` entry that sets a flag (an
+/// unknown or misspelt flag would crash-loop the pod).
 pub fn assert_args_parse(containers: &[Value]) {
-    use clap::Parser;
     for c in containers {
         let name = c["name"].as_str().expect("name").to_owned();
-        let argv = std::iter::once(name.clone()).chain(args(c));
-        let parsed = match name.as_str() {
-            "attest-proxy" => attest_proxy::Config::try_parse_from(argv).map(drop),
-            "join-core" => join_core::Config::try_parse_from(argv).map(drop),
-            "token-issuer" => token_issuer::Config::try_parse_from(argv).map(drop),
-            "gce-identity" => gce_identity::Config::try_parse_from(argv).map(drop),
-            "certifier" => certifier::Config::try_parse_from(argv).map(drop),
-            other => panic!("unexpected container {other}"),
-        };
-        if let Err(error) = parsed {
+        let from_env = env_flags(c)
+            .into_iter()
+            .map(|(flag, value)| format!("--{flag}={value}"));
+        let argv: Vec<String> = std::iter::once(name.clone())
+            .chain(args(c))
+            .chain(from_env)
+            .collect();
+        let command = command_of(&name).unwrap_or_else(|| panic!("unexpected container {name}"));
+        if let Err(error) = command.try_get_matches_from(argv) {
             panic!("{name}: {error}");
         }
     }
+}
+
+/// Every `env` entry of the container sets one of its binary's flags to a literal value: no
+/// Secret, no field of the pod, nothing else reaches it through its environment.
+pub fn assert_env_only_sets_flags(c: &Value) {
+    assert!(c.get("envFrom").is_none(), "{}: envFrom", c["name"]);
+    let flags = env_flags(c);
+    assert_eq!(
+        flags.len(),
+        array(&c["env"]).len(),
+        "{}: env entries that set no flag: {:?}",
+        c["name"],
+        c["env"]
+    );
 }
 
 /// An `images:` entry pins its image by digest, not by a tag a registry can move.
@@ -310,6 +380,12 @@ fn by_name(list: &mut Vec<Value>, item: Value) {
                 if key == "volumeMounts" {
                     let mounts = existing[key].as_array_mut().expect("volumeMounts");
                     mounts.extend(array(value));
+                } else if key == "env" {
+                    let mut env = array(&existing[key]);
+                    for variable in array(value) {
+                        by_name(&mut env, variable);
+                    }
+                    existing[key] = Value::Array(env);
                 } else if value.is_object() {
                     merge_map(&mut existing[key], value);
                 } else {
@@ -322,7 +398,7 @@ fn by_name(list: &mut Vec<Value>, item: Value) {
 }
 
 /// The base pod spec with the DaemonSet patch at `patch` merged as kustomize's strategic merge
-/// does (containers and volumes by name, `args` replaced, `volumeMounts` appended, maps such as
+/// does (containers, volumes and `env` entries by name, `args` replaced, `volumeMounts` appended, maps such as
 /// `resources` merged key by key, a null removing a key).
 pub fn merged_pod_spec(patch: &Path) -> Value {
     merge_pod_patch(pod_spec(), patch)
