@@ -6,8 +6,9 @@
 #   scripts/local-join.sh --serve [--listen 0.0.0.0:9090] [--attestation-config FILE] [--trust-any-ak]
 #                                              keep serving in the foreground until Ctrl-C, and
 #                                              print a join-client command that verifies the service
-# With --variant (the SEV-SNP and TDX variants on simulated hardware) the service does not attest
-# itself: the certifier attests with a TPM, as qemu-vtpm only. --kds-url URL [--kds-ca-file PEM]
+# With --variant (the SEV-SNP and TDX variants on simulated hardware, gcp-sev-es on a simulated
+# GCE confidential VM) the service does not attest itself: the certifier attests with a TPM, as
+# qemu-vtpm only. --kds-url URL [--kds-ca-file PEM]
 # (SEV-SNP) and --pcs-url URL [--pcs-ca-file PEM] (TDX) make attest-proxy fetch collateral from a
 # service of your own (a mirror, a test server) instead of the stand-in; the simulated nodes
 # verify only against the stand-in, so add --no-demo and your --attestation-config.

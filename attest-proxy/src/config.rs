@@ -109,8 +109,9 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_COLLATERAL_PROBE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub collateral_probe_interval: Duration,
 
-    /// gcp-sev-snp: gce-identity's Unix socket, where the key the GCE API vouches for an
-    /// instance is asked (attest-proxy holds no cloud credential).
+    /// gcp-sev-snp and gcp-sev-es: gce-identity's Unix socket, where the key the GCE API vouches
+    /// for an instance (and, for gcp-sev-es, whether it is a confidential VM) is asked
+    /// (attest-proxy holds no cloud credential).
     #[arg(
         long,
         env = "ATTEST_PROXY_GCE_IDENTITY_SOCKET",
@@ -118,27 +119,29 @@ pub struct Config {
     )]
     pub gce_identity_socket: PathBuf,
 
-    /// gcp-sev-snp: the uid gce-identity runs as; the process on its socket must run as it.
-    /// Required for gcp-sev-snp.
+    /// gcp-sev-snp and gcp-sev-es: the uid gce-identity runs as; the process on its socket must
+    /// run as it. Required for both.
     #[arg(long, env = "ATTEST_PROXY_GCE_IDENTITY_UID")]
     pub gce_identity_uid: Option<u32>,
 
-    /// gcp-sev-snp: how long the key GCE vouched for an instance is reused before it is asked
-    /// again (an instance keeps its vTPM key, but may be deleted and its name reused).
+    /// gcp-sev-snp and gcp-sev-es: how long GCE's answer for an instance (its key, its
+    /// confidential computing) is reused before it is asked again (an instance keeps its vTPM
+    /// key, but may be deleted and its name reused).
     #[arg(long, env = "ATTEST_PROXY_GCE_IDENTITY_TTL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub gce_identity_ttl: Duration,
 
-    /// gcp-sev-snp: how long a join waits for an instance's key that is not cached before it is
-    /// answered `Unavailable` (the node retries; the call goes on).
+    /// gcp-sev-snp and gcp-sev-es: how long a join waits for an instance's answer that is not
+    /// cached before it is answered `Unavailable` (the node retries; the call goes on).
     #[arg(long, env = "ATTEST_PROXY_GCE_IDENTITY_WAIT", default_value = "3s", value_parser = humantime::parse_duration)]
     pub gce_identity_wait: Duration,
 
-    /// gcp-sev-snp: after a failed call for an instance (403, 429, 5xx, timeout), how long
+    /// gcp-sev-snp and gcp-sev-es: after a failed call for an instance (403, 429, 5xx, timeout), how long
     /// its joins are answered `Unavailable` at once, unless Google's Retry-After says otherwise.
     #[arg(long, env = "ATTEST_PROXY_GCE_IDENTITY_BACKOFF", default_value = "5s", value_parser = humantime::parse_duration)]
     pub gce_identity_backoff: Duration,
 
-    /// gcp-sev-snp: at most this many instances' answers are cached.
+    /// gcp-sev-snp and gcp-sev-es: at most this many answers are cached (gcp-sev-snp keeps one
+    /// per instance, its key; gcp-sev-es two, its key and its confidential-computing config).
     #[arg(long, env = "ATTEST_PROXY_GCE_IDENTITY_MAX_INSTANCES", default_value_t = 10_000,
           value_parser = at_least_one)]
     pub gce_identity_max_instances: usize,

@@ -1,14 +1,16 @@
-//! gcp-sev-snp: which attestation key the GCE API vouches for an instance, asked of the
-//! gce-identity process (which holds the cloud credential; this process holds none) and kept in
-//! a small bounded cache shared by every join.
+//! gcp-sev-snp and gcp-sev-es: which attestation key the GCE API vouches for an instance (and,
+//! for gcp-sev-es, whether it is a confidential VM), asked of the gce-identity process (which
+//! holds the cloud credential; this process holds none) and kept in a small bounded cache shared
+//! by every join.
 //!
-//! The cache is the collateral cache ([`collateral::Cache`]) with the key
-//! `gce/{project}/{zone}/{instance}`: one call in flight per instance, a join waits at most
-//! `--gce-identity-wait` for it, an answer is kept for `--gce-identity-ttl` (an instance's vTPM
-//! key does not change while it exists, but the instance can be deleted and its name reused),
-//! "not found" for at most [`NOT_FOUND_TTL`], never served past that, and at most
-//! `--gce-identity-max-instances` instances are kept (and as many back off, and as many calls are
-//! in flight). A failed call backs off for Google's `Retry-After` (or `--gce-identity-backoff`),
+//! The cache is the collateral cache ([`collateral::Cache`]) with the keys
+//! `gce/{project}/{zone}/{instance}` (the signing key) and `gce-cc/{project}/{zone}/{instance}`
+//! (`confidentialInstanceConfig`): one call in flight per instance and question, a join waits at
+//! most `--gce-identity-wait` for it, an answer is kept for `--gce-identity-ttl` (an instance's
+//! vTPM key does not change while it exists, but the instance can be deleted and its name
+//! reused), "not found" for at most [`NOT_FOUND_TTL`], never served past that, and at most
+//! `--gce-identity-max-instances` answers are kept (and as many back off, and as many calls are
+//! in flight; a gcp-sev-es instance takes two). A failed call backs off for Google's `Retry-After` (or `--gce-identity-backoff`),
 //! during which joins of that instance are told to retry at once; a `Retry-After` also holds the
 //! calls for every other instance not cached (each key here is one a node names), so invented
 //! instance names cannot spend Google's rate limit.
@@ -16,19 +18,20 @@
 //! Its metrics ([`register_metrics`]) say how often the API was really asked:
 //! `gce_identity_lookups_total{result}` (calls to gce-identity), `gce_identity_hits_total`
 //! (answered from the cache) and `gce_identity_unavailable_total` (joins told to retry). A new
-//! instance costs one lookup, its later joins none; a storm of new nodes shows here first.
+//! instance costs one lookup (gcp-sev-es: two), its later joins none; a storm of new nodes shows
+//! here first.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
-use attestation::snp::{GceIdentity, GceKeyError, InstanceRef};
+use attestation::gce::{ConfidentialCompute, GceIdentity, GceKeyError, InstanceRef};
 use collateral::{Cache, FetchError, FetchFuture, Fetched, Source};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
-use proto::gceidentity::GetSigningKeyRequest;
 use proto::gceidentity::gce_identity_client::GceIdentityClient;
+use proto::gceidentity::{GetConfidentialComputeRequest, GetSigningKeyRequest};
 
 /// How long "the API knows no such instance" is believed.
 pub const NOT_FOUND_TTL: Duration = Duration::from_secs(10);
@@ -56,36 +59,86 @@ impl GceIdentitySource {
     }
 }
 
-fn instance_of(key: &str) -> Option<GetSigningKeyRequest> {
-    match key.split('/').collect::<Vec<_>>().as_slice() {
-        ["gce", project, zone, instance] => Some(GetSigningKeyRequest {
-            project: (*project).to_owned(),
-            zone: (*zone).to_owned(),
-            instance: (*instance).to_owned(),
-        }),
+/// What a cache key asks of gce-identity.
+#[derive(Debug, PartialEq, Eq)]
+enum Question {
+    SigningKey(GetSigningKeyRequest),
+    ConfidentialCompute(GetConfidentialComputeRequest),
+}
+
+fn question_of(key: &str) -> Option<Question> {
+    let parts = key.split('/').collect::<Vec<_>>();
+    let (kind, project, zone, instance) = match parts.as_slice() {
+        [kind, project, zone, instance] => (*kind, *project, *zone, *instance),
+        _ => return None,
+    };
+    let (project, zone, instance) = (project.to_owned(), zone.to_owned(), instance.to_owned());
+    match kind {
+        "gce" => Some(Question::SigningKey(GetSigningKeyRequest {
+            project,
+            zone,
+            instance,
+        })),
+        "gce-cc" => Some(Question::ConfidentialCompute(
+            GetConfidentialComputeRequest {
+                project,
+                zone,
+                instance,
+            },
+        )),
         _ => None,
     }
+}
+
+/// The cached form of a confidential-computing answer: `enabled` as a byte, then the type.
+fn encode_confidential(config: &ConfidentialCompute) -> Vec<u8> {
+    let mut bytes = vec![u8::from(config.enabled)];
+    bytes.extend_from_slice(config.instance_type.as_bytes());
+    bytes
+}
+
+fn decode_confidential(bytes: &[u8]) -> Option<ConfidentialCompute> {
+    let (&enabled, kind) = bytes.split_first()?;
+    Some(ConfidentialCompute {
+        enabled: enabled == 1,
+        instance_type: String::from_utf8(kind.to_vec()).ok()?,
+    })
 }
 
 impl Source for GceIdentitySource {
     fn fetch(&self, key: &str) -> FetchFuture {
         let mut client = self.client.clone();
         let (ttl, timeout) = (self.ttl, self.timeout);
-        let request = instance_of(key);
+        let question = question_of(key);
         let key = key.to_owned();
         Box::pin(async move {
-            let request =
-                request.ok_or_else(|| FetchError::new(format!("{key} names no instance")))?;
-            let answer = tokio::time::timeout(timeout, client.get_signing_key(request))
-                .await
-                .map_err(|_| {
-                    FetchError::new(format!("gce-identity did not answer within {timeout:?}"))
-                })?;
+            let question =
+                question.ok_or_else(|| FetchError::new(format!("{key} names no instance")))?;
+            let call = async {
+                match question {
+                    Question::SigningKey(request) => client
+                        .get_signing_key(request)
+                        .await
+                        .map(|a| a.into_inner().signing_key_spki),
+                    Question::ConfidentialCompute(request) => {
+                        client.get_confidential_compute(request).await.map(|a| {
+                            let a = a.into_inner();
+                            encode_confidential(&ConfidentialCompute {
+                                enabled: a.enable_confidential_compute,
+                                instance_type: a.confidential_instance_type,
+                            })
+                        })
+                    }
+                }
+            };
+            let answer = tokio::time::timeout(timeout, call).await.map_err(|_| {
+                FetchError::new(format!("gce-identity did not answer within {timeout:?}"))
+            })?;
             let now = SystemTime::now();
             let (bytes, lifetime) = match answer {
                 Ok(answer) => {
                     let mut bytes = vec![FOUND];
-                    bytes.extend_from_slice(&answer.into_inner().signing_key_spki);
+                    bytes.extend_from_slice(&answer);
                     (bytes, ttl)
                 }
                 // A definite answer about the instance: the node is refused, not told to retry.
@@ -137,10 +190,11 @@ impl CachedGceIdentity {
     }
 }
 
-impl GceIdentity for CachedGceIdentity {
-    fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError> {
+impl CachedGceIdentity {
+    /// The cached answer to `kind` about `instance`: what followed [`FOUND`].
+    fn answer(&self, kind: &str, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError> {
         let key = format!(
-            "gce/{}/{}/{}",
+            "{kind}/{}/{}/{}",
             instance.project, instance.zone, instance.instance
         );
         let answer = self
@@ -148,15 +202,31 @@ impl GceIdentity for CachedGceIdentity {
             .get(&key)
             .map_err(|e| GceKeyError::Unavailable(e.reason))?;
         match answer.split_first() {
-            Some((&FOUND, spki)) => Ok(spki.to_vec()),
+            Some((&FOUND, found)) => Ok(found.to_vec()),
             Some((&NOT_FOUND, message)) => Err(GceKeyError::NotFound(format!(
                 "{instance} ({})",
                 String::from_utf8_lossy(message)
             ))),
-            _ => Err(GceKeyError::Unavailable(format!(
-                "a cached answer for {instance} is unreadable"
-            ))),
+            _ => Err(unreadable(instance)),
         }
+    }
+}
+
+fn unreadable(instance: &InstanceRef) -> GceKeyError {
+    GceKeyError::Unavailable(format!("a cached answer for {instance} is unreadable"))
+}
+
+impl GceIdentity for CachedGceIdentity {
+    fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError> {
+        self.answer("gce", instance)
+    }
+
+    fn confidential_compute(
+        &self,
+        instance: &InstanceRef,
+    ) -> Result<ConfidentialCompute, GceKeyError> {
+        let bytes = self.answer("gce-cc", instance)?;
+        decode_confidential(&bytes).ok_or_else(|| unreadable(instance))
     }
 }
 
@@ -177,8 +247,9 @@ impl Collector for GceCacheCollector {
         labelled_counters(
             &mut encoder,
             "gce_identity_lookups",
-            "Instances' keys asked of gce-identity (and so of the GCE API), by result; \
-             an instance the API does not know is an ok lookup",
+            "Instances' keys (and, for gcp-sev-es, confidential-computing configs) asked of \
+             gce-identity (and so of the GCE API), by result; an instance the API does not know \
+             is an ok lookup",
             "result",
             &[
                 ("ok", load(&stats.fetch_ok)),
@@ -189,7 +260,7 @@ impl Collector for GceCacheCollector {
         counter(
             &mut encoder,
             "gce_identity_hits",
-            "Instances' keys answered from the cache",
+            "Instances' keys and configs answered from the cache",
             load(&stats.hits) + load(&stats.stale_hits),
         )?;
         counter(
@@ -203,13 +274,15 @@ impl Collector for GceCacheCollector {
 
 /// The cache in front of gce-identity, for `config`.
 pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedGceIdentity>>, crate::Error> {
-    if config.variant != attestation::Variant::GcpSevSnp {
+    use attestation::Variant;
+    if !matches!(config.variant, Variant::GcpSevSnp | Variant::GcpSevEs) {
         return Ok(None);
     }
     let uid = config.gce_identity_uid.ok_or_else(|| {
-        crate::Error::GceIdentity(
-            "gcp-sev-snp needs --gce-identity-uid, the uid gce-identity runs as".to_owned(),
-        )
+        crate::Error::GceIdentity(format!(
+            "{} needs --gce-identity-uid, the uid gce-identity runs as",
+            config.variant
+        ))
     })?;
     let source = GceIdentitySource::new(
         &config.gce_identity_socket,
@@ -234,7 +307,8 @@ pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedGceIdentity>>, c
     tracing::info!(
         socket = %config.gce_identity_socket.display(),
         uid,
-        "gcp-sev-snp: the GCE API is asked through gce-identity"
+        variant = %config.variant,
+        "the GCE API is asked through gce-identity"
     );
     Ok(Some(Arc::new(CachedGceIdentity::new(cache))))
 }
@@ -325,13 +399,44 @@ mod tests {
     }
 
     #[test]
-    fn keys_name_an_instance() {
-        let r = super::instance_of("gce/my-project/us-east1-b/w-1").unwrap_or_default();
+    fn keys_name_an_instance_and_a_question() {
         assert_eq!(
-            (r.project.as_str(), r.zone.as_str(), r.instance.as_str()),
-            ("my-project", "us-east1-b", "w-1")
+            question_of("gce/my-project/us-east1-b/w-1"),
+            Some(Question::SigningKey(GetSigningKeyRequest {
+                project: "my-project".to_owned(),
+                zone: "us-east1-b".to_owned(),
+                instance: "w-1".to_owned(),
+            }))
         );
-        assert!(super::instance_of("gce/a/b").is_none());
-        assert!(super::instance_of("crl/Milan").is_none());
+        assert_eq!(
+            question_of("gce-cc/my-project/us-east1-b/w-1"),
+            Some(Question::ConfidentialCompute(
+                GetConfidentialComputeRequest {
+                    project: "my-project".to_owned(),
+                    zone: "us-east1-b".to_owned(),
+                    instance: "w-1".to_owned(),
+                }
+            ))
+        );
+        assert!(question_of("gce/a/b").is_none());
+        assert!(question_of("crl/Milan").is_none());
+        assert!(question_of("vcek/Milan/a/b").is_none());
+    }
+
+    #[test]
+    fn confidential_answers_survive_the_cache() {
+        for config in [
+            ConfidentialCompute::default(),
+            ConfidentialCompute {
+                enabled: true,
+                instance_type: "SEV".to_owned(),
+            },
+        ] {
+            assert_eq!(
+                decode_confidential(&encode_confidential(&config)),
+                Some(config)
+            );
+        }
+        assert_eq!(decode_confidential(&[]), None);
     }
 }

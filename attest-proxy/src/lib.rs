@@ -123,17 +123,18 @@ impl Proxy {
         let snp = snp_collateral(&config)?;
         let tdx = tdx_collateral(&config)?;
         let gce = gce_identity::build(&config)?;
-        let hardware = match (&snp, &tdx) {
-            (Some(snp), _) => Some(policy::Hardware::Amd {
+        let hardware = match (&snp, &tdx, &gce) {
+            (Some(snp), _, _) => Some(policy::Hardware::Amd {
                 collateral: Arc::new(snp.clone()),
                 gce: gce
                     .clone()
                     .map(|g| g as Arc<dyn attestation::snp::GceIdentity>),
             }),
-            (None, Some(tdx)) => Some(policy::Hardware::Intel {
+            (None, Some(tdx), _) => Some(policy::Hardware::Intel {
                 collateral: Arc::new(tdx.clone()),
             }),
-            (None, None) => None,
+            (None, None, Some(gce)) => Some(policy::Hardware::Google { gce: gce.clone() }),
+            (None, None, None) => None,
         };
         // The one vendor cache the variant uses, for metrics and the readiness note.
         let collateral = snp

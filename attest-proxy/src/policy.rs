@@ -67,6 +67,8 @@ pub enum Hardware {
     },
     /// The TDX variants: Intel collateral.
     Intel { collateral: Arc<dyn TdxCollateral> },
+    /// gcp-sev-es: no vendor collateral, only what the GCE API says about an instance.
+    Google { gce: Arc<dyn GceIdentity> },
 }
 
 /// A validator together with the digest of the policy it enforces.
@@ -82,7 +84,7 @@ pub struct Active {
 /// Builds the validator for `variant` from attestation config bytes read from `path`. A config
 /// that trusts no attestation key or enforces no measurement is invalid, at start as on reload.
 /// The SNP variants take their collateral (and gcp-sev-snp its GCE keys) from `hardware`, the
-/// TDX variants theirs.
+/// TDX variants theirs, gcp-sev-es what the GCE API says.
 fn build(
     variant: Variant,
     path: &Path,
@@ -151,6 +153,18 @@ fn build(
                 digest,
                 trust_any_ak: false,
                 validator: Arc::new(validator),
+            })
+        }
+        Variant::GcpSevEs => {
+            let Some(Hardware::Google { gce }) = hardware else {
+                return Err(PolicyError::Unsupported(variant));
+            };
+            let (validator, digest) =
+                attestation::GcpSevEsValidator::from_attestation_config(raw).map_err(invalid)?;
+            Ok(Active {
+                digest,
+                trust_any_ak: false,
+                validator: Arc::new(validator.with_gce_identity(gce.clone())),
             })
         }
         other => Err(PolicyError::Unsupported(other)),
@@ -605,10 +619,12 @@ mod tests {
             Err(PolicyError::Invalid { .. })
         ));
         std::fs::write(&path, config(1, false)).unwrap();
-        assert!(matches!(
-            Current::load(Variant::GcpSevSnp, &path, None),
-            Err(PolicyError::Unsupported(Variant::GcpSevSnp))
-        ));
+        for gcp in [Variant::GcpSevSnp, Variant::GcpSevEs] {
+            assert!(matches!(
+                Current::load(gcp, &path, None),
+                Err(PolicyError::Unsupported(v)) if v == gcp
+            ));
+        }
         // A hardware variant without its vendor's collateral source is not served.
         for tdx in [Variant::QemuTdx, Variant::AzureTdx] {
             assert!(matches!(

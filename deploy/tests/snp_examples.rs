@@ -14,21 +14,6 @@ use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use common::*;
 use serde_json::Value;
 
-/// The example with every placeholder measurement replaced by 32 bytes of hex.
-fn measured(name: &str) -> Value {
-    let text = std::fs::read_to_string(deploy_dir().join("examples").join(name))
-        .expect("the example config");
-    let mut config: Value = serde_json::from_str(&text).expect("JSON");
-    for (_, m) in config["measurements"]
-        .as_object_mut()
-        .expect("measurements")
-        .iter_mut()
-    {
-        m["expected"] = Value::String("ab".repeat(32));
-    }
-    config
-}
-
 fn vector(path: &str) -> Vec<u8> {
     std::fs::read(
         deploy_dir()
@@ -98,7 +83,7 @@ fn the_example_configs_are_valid_snp_policies_of_their_variant_once_measured() {
         ("azure-sev-snp.attestationConfig.json", Binding::Azure),
         ("gcp-sev-snp.attestationConfig.json", Binding::Gcp),
     ] {
-        let config = measured(name);
+        let config = measured_example(name);
         let (validator, digest) = SevSnpValidator::from_attestation_config(
             binding,
             config.to_string().as_bytes(),
@@ -115,7 +100,7 @@ fn the_example_configs_are_valid_snp_policies_of_their_variant_once_measured() {
 /// name; without `firmwareSignerConfig` it is no valid azure-sev-snp policy.
 #[test]
 fn the_azure_sev_snp_example_accepts_azures_real_reports() {
-    let config = measured("azure-sev-snp.attestationConfig.json");
+    let config = measured_example("azure-sev-snp.attestationConfig.json");
     let snp = SnpConfig::for_variant(
         attestation::Variant::AzureSevSnp,
         config.to_string().as_bytes(),
@@ -148,7 +133,7 @@ fn the_azure_sev_snp_example_accepts_azures_real_reports() {
 /// Genoa minimum, refuses a Genoa report by name.
 #[test]
 fn the_aws_sev_snp_example_accepts_the_real_aws_report() {
-    let config = measured("aws-sev-snp.attestationConfig.json");
+    let config = measured_example("aws-sev-snp.attestationConfig.json");
     let snp = SnpConfig::for_variant(
         attestation::Variant::AwsSevSnp,
         config.to_string().as_bytes(),

@@ -127,7 +127,7 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 16] = [
+pub const TARGETS: [(&str, Target); 17] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
@@ -147,6 +147,7 @@ pub const TARGETS: [(&str, Target); 16] = [
     ),
     ("tdx_collateral", tdx_collateral),
     ("tdx_outblob", tdx_outblob),
+    ("gcp_sev_es", gcp_sev_es),
 ];
 
 /// A real Milan VCEK with its ASK and ARK (bare-metal vector), for targets that need a chain.
@@ -432,5 +433,89 @@ pub fn tdx_collateral(data: &[u8]) {
             &attestation::tdx::Trust::builtin(),
             TDX_TIME,
         );
+    }
+}
+
+/// A gcp-sev-es node whose key a static GCE API vouches for, and that API.
+struct GceCase {
+    node: soft_issuer::gce::GceSevEsNode,
+    validator: attestation::GcpSevEsValidator,
+}
+
+fn gce_case() -> &'static GceCase {
+    use attestation::gce::{ConfidentialCompute, InstanceRef, StaticGceIdentity};
+    static CASE: OnceLock<GceCase> = OnceLock::new();
+    CASE.get_or_init(|| {
+        let instance = InstanceRef {
+            project: "my-project-1".to_owned(),
+            zone: "us-central1-a".to_owned(),
+            instance: "worker-1".to_owned(),
+        };
+        let node = soft_issuer::gce::GceSevEsNode::new(
+            SoftIssuer::new(KeyType::EcdsaP256).expect("software key"),
+            &instance,
+            1,
+            soft_issuer::gce::technology::AMD_SEV,
+        )
+        .expect("node");
+        let gce = StaticGceIdentity::new()
+            .with_key(instance.clone(), node.ak_spki_der().expect("SPKI"))
+            .with_confidential_compute(
+                instance,
+                ConfidentialCompute {
+                    enabled: true,
+                    instance_type: String::new(),
+                },
+            );
+        let policy = Policy::new(
+            [(
+                0,
+                Measurement {
+                    expected: node.ak().pcrs()[&0].clone(),
+                    warn_only: false,
+                },
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .expect("policy");
+        let validator =
+            attestation::GcpSevEsValidator::new(policy).with_gce_identity(std::sync::Arc::new(gce));
+        GceCase { node, validator }
+    })
+}
+
+/// gcp-sev-es: the InstanceInfo (GCEInstanceInfo JSON and the instance it names), the GCE API's
+/// answers gce-identity reads (getShieldedInstanceIdentity, instances.get), the platform record
+/// of an event log, and the whole validator on a document carrying the input as its
+/// InstanceInfo (the quote binds it, so the checks behind the parser run).
+pub fn gcp_sev_es(data: &[u8]) {
+    use attestation::gce::{ConfidentialCompute, GceInstance, platform};
+    if let Ok(instance) = GceInstance::parse(data) {
+        let _ = attestation::gce::InstanceRef::from_instance_info(&instance);
+        let _ = GceInstance::parse(&instance.to_json());
+    }
+    let _ = attestation::variants::gcp_sev_es::instance_of(data);
+    if let Ok(config) = ConfidentialCompute::from_instance_json(data) {
+        let _ = config.check_sev();
+    }
+    let _ = attestation::gce::signing_key_from_identity_json(data);
+    if let Ok(log) = EventLog::parse(data) {
+        for bank in [
+            HashAlg::Sha1,
+            HashAlg::Sha256,
+            HashAlg::Sha384,
+            HashAlg::Sha512,
+        ] {
+            if let Ok(state) = platform::platform_state(&log, bank) {
+                let _ = platform::check_sev(&state);
+            }
+        }
+    }
+    let case = gce_case();
+    let node = case.node.clone().with_instance_info(data.to_vec());
+    let (user_data, nonce) = ([7u8; 32], [9u8; 32]);
+    if let Ok(document) = attestation::Issuer::issue(&node, &user_data, &nonce) {
+        let _ = case.validator.validate(&document, &nonce);
     }
 }

@@ -422,3 +422,19 @@ pub fn merge_pod_patch(mut spec: Value, patch: &Path) -> Value {
     spec["volumes"] = Value::Array(volumes);
     spec
 }
+
+/// The example attestation config `examples/<name>` with every placeholder measurement replaced
+/// by 32 bytes of hex.
+pub fn measured_example(name: &str) -> Value {
+    let text = std::fs::read_to_string(deploy_dir().join("examples").join(name))
+        .expect("the example config");
+    let mut config: Value = serde_json::from_str(&text).expect("JSON");
+    for (_, m) in config["measurements"]
+        .as_object_mut()
+        .expect("measurements")
+        .iter_mut()
+    {
+        m["expected"] = Value::String("ab".repeat(32));
+    }
+    config
+}

@@ -346,6 +346,7 @@ pub fn check_name(error: &Error) -> &'static str {
         Error::Tdx(e) => tdx_check_name(e),
         Error::TdxPolicy(e) => tdx_policy_check_name(e),
         Error::Binding(_) => "hardware_binding",
+        Error::GcePlatform(_) => "gce_platform",
         Error::CollateralUnavailable(_) => "collateral_unavailable",
         Error::AkCertificate(e) => ak_cert_check_name(e),
     }

@@ -126,6 +126,10 @@ pub enum Error {
     /// azure-trustedlaunch: Azure's AK certificate does not vouch for the attestation key.
     #[error("Azure's AK certificate refused: {0}")]
     AkCertificate(#[from] crate::variants::azure_trustedlaunch::AkCertError),
+    /// The machine is not the confidential VM the variant requires, by what Google's firmware
+    /// measured or what Google's API says about the instance (gcp-sev-es).
+    #[error("not a GCE AMD SEV confidential VM: {0}")]
+    GcePlatform(String),
 
     /// Collateral (a certificate, a CRL) the verification needs cannot be had now; the node
     /// should retry (gRPC `Unavailable`), it was not found wanting.

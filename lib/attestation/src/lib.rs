@@ -12,6 +12,7 @@ pub mod audit;
 pub mod audit_trail;
 pub mod error;
 pub mod eventlog;
+pub mod gce;
 pub mod issuer;
 pub mod policy;
 pub mod snp;
@@ -23,6 +24,7 @@ pub mod vtpm;
 
 pub use error::Error;
 pub use policy::{Measurement, Policy, PolicyError};
+pub use variants::gcp_sev_es::GcpSevEsValidator;
 pub use variants::qemu_vtpm::{AkTrust, QemuVtpmConfig, QemuVtpmValidator, ak_digest};
 
 pub use variant::Variant;

@@ -1,7 +1,8 @@
 //! A real vTPM attestation from a Google Compute Engine VM (Container-Optimized OS 85, AMD SEV),
 //! as go-tpm-tools serialises it (`attest.Attestation` protobuf), quoted with the raw qualifying
-//! data `90 09`. It checks the quote verification and the event log replay against evidence no
-//! code of this project produced.
+//! data `90 09`. It checks the quote verification, the event log replay and the GCE platform
+//! record gcp-sev-es reads (firmware v1, AMD SEV) against evidence no code of this project
+//! produced.
 
 #![allow(clippy::unwrap_used)]
 
@@ -214,4 +215,32 @@ fn the_aks_spki_is_the_one_googles_ak_certificate_carries() {
     let (_, cert) = x509_parser::parse_x509_certificate(&pb.ak_cert).unwrap();
     let public = attestation::tpm::Public::parse(&pb.ak_pub).unwrap();
     assert_eq!(public.spki_der().unwrap(), cert.public_key().raw);
+}
+
+#[test]
+fn the_real_log_records_a_gce_sev_machine() {
+    use attestation::gce::platform::{Technology, check_sev, platform_state};
+    let (_, _, event_log) = load();
+    let log = EventLog::parse(&event_log).unwrap();
+    let state = platform_state(&log, HashAlg::Sha256).unwrap();
+    assert_eq!(state.technology, Some(Technology::AmdSev), "{state:?}");
+    // The SHA-1 digests tell the same story.
+    assert_eq!(platform_state(&log, HashAlg::Sha1).unwrap(), state);
+    assert_eq!(state.gce_version, Some(1), "{state:?}");
+    assert_eq!(check_sev(&state), Ok(Technology::AmdSev));
+}
+
+#[test]
+fn an_altered_nonhost_info_is_refused() {
+    use attestation::gce::platform::{NONHOST_INFO_SIGNATURE, PlatformError, platform_state};
+    let (_, _, event_log) = load();
+    let mut log = EventLog::parse(&event_log).unwrap();
+    let event = log
+        .events
+        .iter_mut()
+        .find(|e| e.pcr == 0 && e.data.starts_with(NONHOST_INFO_SIGNATURE))
+        .unwrap();
+    event.data[16] = 2;
+    let err = platform_state(&log, HashAlg::Sha256).unwrap_err();
+    assert!(matches!(err, PlatformError::Unverified { .. }), "{err}");
 }

@@ -318,3 +318,15 @@ fn attestation_config_size() {
         })
     ));
 }
+
+#[test]
+fn gce_instance_info_size() {
+    use attestation::gce::{GceInstance, MAX_GCE_INSTANCE_INFO};
+    let mut at_limit =
+        br#"{"zone":"us-east1-b","project_id":"my-project","instance_name":"w"}"#.to_vec();
+    at_limit.resize(MAX_GCE_INSTANCE_INFO, b' ');
+    assert_eq!(GceInstance::parse(&at_limit).unwrap().instance_name, "w");
+    at_limit.push(b' ');
+    let err = GceInstance::parse(&at_limit).unwrap_err();
+    assert!(err.contains("more than the limit"), "{err}");
+}

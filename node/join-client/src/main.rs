@@ -45,7 +45,8 @@ struct Common {
     /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key), `azure-sev-snp` or
     /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
     /// report or TD quote its HCL report holds), `azure-trustedlaunch` (the vTPM, attesting with
-    /// the key Azure persisted and Azure's certificate for it) or `qemu-tdx` (a TD quote alone,
+    /// the key Azure persisted and Azure's certificate for it), `gcp-sev-es` (the vTPM, attesting
+    /// with Google's AK, and the instance the metadata server names) or `qemu-tdx` (a TD quote alone,
     /// no TPM). `--ak` applies to qemu-vtpm and aws-sev-snp only.
     #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
     variant: Variant,
@@ -56,11 +57,15 @@ struct Common {
     /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
     #[arg(long, env = "JOIN_CLIENT_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
     azure_quote_url: String,
+    /// gcp-sev-es: the GCE metadata server, which names this instance (project, zone, name).
+    #[arg(long, env = "JOIN_CLIENT_GCE_METADATA_URL", default_value = tpm_issuer::gce::METADATA_URL)]
+    gce_metadata_url: String,
     /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
     #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
     sev_guest_device: PathBuf,
     /// The firmware event log to send with the quote, e.g.
-    /// `/sys/kernel/security/tpm0/binary_bios_measurements`.
+    /// `/sys/kernel/security/tpm0/binary_bios_measurements` (gcp-sev-es: that path unless
+    /// given, as its verifier reads Google's PCR 0 record from the log).
     #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
     event_log: Option<PathBuf>,
     /// The node's service policy: an attestation config (the service's format) that the join
@@ -137,11 +142,12 @@ fn client(common: &Common) -> anyhow::Result<Client> {
         | Variant::AwsSevSnp
         | Variant::AzureSevSnp
         | Variant::AzureTrustedLaunch
+        | Variant::GcpSevEs
         | Variant::QemuTdx
         | Variant::AzureTdx => {}
         other => anyhow::bail!(
             "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, azure-trustedlaunch, \
-             qemu-tdx and azure-tdx documents only, not {other}"
+             gcp-sev-es, qemu-tdx and azure-tdx documents only, not {other}"
         ),
     }
     // Likewise a service policy that cannot be used.
@@ -218,6 +224,29 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
                 Box::new(quotes),
             ))
         });
+    }
+    // gcp-sev-es attests with Google's AK, which the GCE API vouches for.
+    if common.variant == Variant::GcpSevEs {
+        let mut config = tpm_issuer::gce::tpm_config(&common.tcti);
+        config.event_log = Some(
+            common
+                .event_log
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(tpm_issuer::gce::KERNEL_EVENT_LOG)),
+        );
+        let tpm = tpm_issuer::TpmIssuer::open(&config).with_context(|| {
+            format!(
+                "opening the TPM at {} with Google's attestation key",
+                common.tcti
+            )
+        })?;
+        let metadata = tpm_issuer::gce::MetadataClient::new(
+            &common.gce_metadata_url,
+            tpm_issuer::gce::DEFAULT_METADATA_TIMEOUT,
+        )?;
+        return Ok(Arc::new(tpm_issuer::gce::GcpSevEsIssuer::new(
+            tpm, &metadata,
+        )?));
     }
     let mut config = tpm_issuer::TpmIssuerConfig::new(&common.tcti);
     config.ak = match common.ak {
@@ -381,6 +410,13 @@ mod tests {
         let err = format!("{:#}", client(&common("aws-sev-snp")).unwrap_err());
         assert!(
             err.contains("opening the TPM at device:/nonexistent/tpm"),
+            "{err}"
+        );
+        let err = format!("{:#}", client(&common("gcp-sev-es")).unwrap_err());
+        assert!(
+            err.contains(
+                "opening the TPM at device:/nonexistent/tpm with Google's attestation key"
+            ),
             "{err}"
         );
         for azure in ["azure-sev-snp", "azure-tdx", "azure-trustedlaunch"] {

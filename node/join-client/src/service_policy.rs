@@ -40,12 +40,12 @@ pub enum ServicePolicyError {
         "join-client verifies qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx services, not {0}"
     )]
     Unsupported(Variant),
-    /// gcp-sev-snp evidence is only as good as the GCE API's word on the service's key, which a
-    /// node cannot ask.
+    /// gcp-sev-snp and gcp-sev-es evidence is only as good as the GCE API's word on the
+    /// service's key, which a node cannot ask.
     #[error(
-        "join-client cannot verify a gcp-sev-snp service: its attestation key is vouched for by the GCE API, which needs a Google credential the node does not have"
+        "join-client cannot verify a {0} service: its attestation key is vouched for by the GCE API, which needs a Google credential the node does not have"
     )]
-    GcpUnsupported,
+    GcpUnsupported(Variant),
     /// A qemu-vtpm service policy that trusts any attestation key: anyone in the network path
     /// could then present a quote of their own making and be called verified.
     #[error(
@@ -95,7 +95,9 @@ impl ServicePolicy {
             Variant::AzureSevSnp => Kind::Snp(Binding::Azure),
             Variant::QemuTdx => Kind::Tdx(TdxKind::Qemu),
             Variant::AzureTdx => Kind::Tdx(TdxKind::Azure),
-            Variant::GcpSevSnp => return Err(ServicePolicyError::GcpUnsupported),
+            Variant::GcpSevSnp | Variant::GcpSevEs => {
+                return Err(ServicePolicyError::GcpUnsupported(variant));
+            }
             other => return Err(ServicePolicyError::Unsupported(other)),
         };
         let raw = std::fs::read(path).map_err(|source| ServicePolicyError::Read {
@@ -224,6 +226,12 @@ mod tests {
         }
         let gcp = examples.join("gcp-sev-snp.attestationConfig.json");
         let err = ServicePolicy::load(Variant::GcpSevSnp, &gcp).unwrap_err();
-        assert!(matches!(err, ServicePolicyError::GcpUnsupported), "{err}");
+        assert!(
+            matches!(err, ServicePolicyError::GcpUnsupported(Variant::GcpSevSnp)),
+            "{err}"
+        );
+        let es = examples.join("gcp-sev-es.attestationConfig.json");
+        let err = ServicePolicy::load(Variant::GcpSevEs, &es).unwrap_err();
+        assert!(err.to_string().contains("gcp-sev-es service"), "{err}");
     }
 }

@@ -8,11 +8,13 @@
 //! the validator uses too). The SNP variants' documents are the same with an InstanceInfo in
 //! them ([`TpmIssuer::issue_document_with_instance_info`]); [`aws_sev_snp`] makes aws-sev-snp
 //! documents with a report from `snp-issuer`, [`azure`] azure-sev-snp and azure-tdx documents
-//! from the HCL report Azure's paravisor leaves in the vTPM, and azure-trustedlaunch documents
-//! with the AK certificate Azure leaves there.
+//! from the HCL report Azure's paravisor leaves in the vTPM, azure-trustedlaunch documents with
+//! the AK certificate Azure leaves there, and [`gce`] gcp-sev-es documents with the GCE
+//! attestation key and the instance the metadata server names.
 
 pub mod aws_sev_snp;
 pub mod azure;
+pub mod gce;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -109,6 +111,10 @@ pub struct TpmIssuerConfig {
     /// ignored): on Azure the paravisor persists its AK at [`azure::HCL_AK_HANDLE`], and only
     /// that key is named in the HCL report.
     pub persistent_ak: Option<u32>,
+    /// Attest with the primary key the template in this NV index makes under the endorsement
+    /// hierarchy instead (`ak` is then ignored): on GCE, Google's AK template
+    /// ([`gce::AK_TEMPLATE_NV_INDEX_RSA`]), whose key the GCE API vouches for.
+    pub ak_template_nv: Option<u32>,
 }
 
 impl TpmIssuerConfig {
@@ -119,6 +125,7 @@ impl TpmIssuerConfig {
             ak: AkSpec::default(),
             event_log: None,
             persistent_ak: None,
+            ak_template_nv: None,
         }
     }
 }
@@ -150,6 +157,8 @@ pub enum TpmIssuerError {
     NoPersistentAk(u32, #[source] tss_esapi::Error),
     #[error("the key persisted at {0:#010x} cannot be the attestation key: {1}")]
     UnusableAk(u32, String),
+    #[error("NV index {0:#010x} does not hold an attestation key template: {1}")]
+    UnusableTemplate(u32, String),
     #[error("NV index {0:#010x} is not defined")]
     NoNvIndex(u32, #[source] tss_esapi::Error),
     #[error("NV index {index:#010x} returned nothing after {read} of its {size} bytes")]
@@ -200,9 +209,10 @@ impl TpmIssuer {
             .map_err(|e| TpmIssuerError::Tcti(config.tcti.clone(), e))?;
         let mut context = Context::new(tcti).map_err(TpmIssuerError::Open)?;
         let banks = allocated_banks(&mut context)?;
-        let (ak, ak_pub, ak_spec) = match config.persistent_ak {
-            Some(handle) => load_persistent_ak(&mut context, handle)?,
-            None => {
+        let (ak, ak_pub, ak_spec) = match (config.persistent_ak, config.ak_template_nv) {
+            (Some(handle), _) => load_persistent_ak(&mut context, handle)?,
+            (None, Some(index)) => ak_from_nv_template(&mut context, index)?,
+            (None, None) => {
                 let template = ak_template(config.ak)
                     .map_err(|e| TpmIssuerError::Tpm("build AK template", e))?;
                 // A primary key under the owner hierarchy, as go-tpm-tools creates its AKs:
@@ -220,7 +230,7 @@ impl TpmIssuer {
                 (created.key_handle, ak_pub, config.ak)
             }
         };
-        tracing::info!(ak = ?ak_spec, persistent = ?config.persistent_ak, banks = ?banks.iter().map(|b| b.0).collect::<Vec<_>>(), "TPM attestation key ready");
+        tracing::info!(ak = ?ak_spec, persistent = ?config.persistent_ak, template_nv = ?config.ak_template_nv, banks = ?banks.iter().map(|b| b.0).collect::<Vec<_>>(), "TPM attestation key ready");
         Ok(TpmIssuer {
             state: Mutex::new(TpmState {
                 context,
@@ -501,7 +511,6 @@ fn load_persistent_ak(
     context: &mut Context,
     handle: u32,
 ) -> Result<(KeyHandle, Vec<u8>, AkSpec), TpmIssuerError> {
-    use attestation::tpm::{PublicKey, alg, curve, object_attributes};
     let tpm_handle =
         PersistentTpmHandle::new(handle).map_err(|e| TpmIssuerError::NoPersistentAk(handle, e))?;
     let object = context
@@ -514,9 +523,40 @@ fn load_persistent_ak(
     let ak_pub = public
         .marshall()
         .map_err(|e| TpmIssuerError::Tpm("marshal AK public area", e))?;
-    let unusable = |reason: &str| TpmIssuerError::UnusableAk(handle, reason.to_owned());
-    let parsed = attestation::tpm::Public::parse(&ak_pub)
-        .map_err(|e| TpmIssuerError::UnusableAk(handle, e.to_string()))?;
+    let spec = ak_spec_of(&ak_pub).map_err(|reason| TpmIssuerError::UnusableAk(handle, reason))?;
+    Ok((key, ak_pub, spec))
+}
+
+/// The attestation key the template in NV index `index` makes: a primary key under the
+/// endorsement hierarchy, as go-tpm-tools' `KeyFromNvIndex` makes GCE's AK.
+fn ak_from_nv_template(
+    context: &mut Context,
+    index: u32,
+) -> Result<(KeyHandle, Vec<u8>, AkSpec), TpmIssuerError> {
+    use tss_esapi::traits::UnMarshall;
+    // A TPMT_PUBLIC template: an RSA-2048 one with no unique value is about 300 bytes.
+    let raw = read_nv(context, index, 4096)?;
+    let unusable = |reason: String| TpmIssuerError::UnusableTemplate(index, reason);
+    ak_spec_of(&raw).map_err(unusable)?;
+    let template = Public::unmarshall(&raw).map_err(|e| unusable(e.to_string()))?;
+    let created = context
+        .execute_with_nullauth_session(|ctx| {
+            ctx.create_primary(Hierarchy::Endorsement, template, None, None, None, None)
+        })
+        .map_err(|e| TpmIssuerError::Tpm("CreatePrimary(endorsement)", e))?;
+    let ak_pub = created
+        .out_public
+        .marshall()
+        .map_err(|e| TpmIssuerError::Tpm("marshal AK public area", e))?;
+    let spec = ak_spec_of(&ak_pub).map_err(unusable)?;
+    Ok((created.key_handle, ak_pub, spec))
+}
+
+/// How a key with public area `ak_pub` signs quotes, if it can be an attestation key at all.
+fn ak_spec_of(ak_pub: &[u8]) -> Result<AkSpec, String> {
+    use attestation::tpm::{PublicKey, alg, curve, object_attributes};
+    let unusable = |reason: &str| reason.to_owned();
+    let parsed = attestation::tpm::Public::parse(ak_pub).map_err(|e| e.to_string())?;
     if !parsed.has_attributes(object_attributes::RESTRICTED | object_attributes::SIGN_ENCRYPT) {
         return Err(unusable("it is not a restricted signing key"));
     }
@@ -527,7 +567,7 @@ fn load_persistent_ak(
             .and_then(HashAlg::from_id)
             .filter(|h| *h != HashAlg::Sha1)
     };
-    let spec = match &parsed.key {
+    Ok(match &parsed.key {
         PublicKey::Rsa { scheme, .. } => {
             let rsa_scheme = match scheme.as_ref().map(|s| s.scheme) {
                 Some(alg::RSASSA) => RsaSigScheme::Pkcs1v15,
@@ -554,8 +594,7 @@ fn load_persistent_ak(
                 hash_of(scheme).ok_or_else(|| unusable("its scheme's hash is SHA-1 or unknown"))?;
             AkSpec::Ecc { curve, hash }
         }
-    };
-    Ok((key, ak_pub, spec))
+    })
 }
 
 fn read_nv(context: &mut Context, index: u32, limit: usize) -> Result<Vec<u8>, TpmIssuerError> {

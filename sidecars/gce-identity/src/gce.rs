@@ -1,5 +1,7 @@
-//! The two Google calls: a service-account token from the metadata server, and
-//! `instances.getShieldedInstanceIdentity` from the Compute Engine API with it.
+//! The Google calls: a service-account token from the metadata server, and with it two reads of
+//! the Compute Engine API: `instances.getShieldedInstanceIdentity` (the vTPM's signing key) and
+//! `instances.get` limited to `confidentialInstanceConfig` (`?fields=`, so a large instance
+//! resource is never read whole).
 //!
 //! The token is the node's own (the control-plane VM's default service account), fetched when
 //! first needed and again shortly before it expires or when the API refuses it (401); one fetch
@@ -7,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use attestation::snp::InstanceRef;
+use attestation::gce::{ConfidentialCompute, InstanceRef};
 use http_body_util::{BodyExt, Empty, Limited};
 use plumbing::https::HttpsClient;
 
@@ -32,6 +34,9 @@ pub enum GceError {
     /// The API answered, but with no signing key this service can read.
     #[error("the GCE API's identity of {instance} has no usable signing key: {reason}")]
     NoSigningKey { instance: String, reason: String },
+    /// The API answered `instances.get` with something that is not an instance.
+    #[error("the GCE API's answer for {instance} is unreadable: {reason}")]
+    Unreadable { instance: String, reason: String },
     /// The API cannot be asked now: the metadata server or the API failed, refused (403,
     /// 429, 5xx) or did not answer in time. Nothing is wrong with the node.
     ///
@@ -93,18 +98,6 @@ struct TokenAnswer {
     expires_in: u64,
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IdentityAnswer {
-    signing_key: Option<KeyAnswer>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct KeyAnswer {
-    ek_pub: Option<String>,
-}
-
 impl GceClient {
     /// A client of the metadata server at `metadata` and the API at `compute`, trusting the
     /// system's roots plus the PEM certificates in `extra_ca` for HTTPS.
@@ -139,13 +132,42 @@ impl GceClient {
             "{}/compute/v1/projects/{}/zones/{}/instances/{}/getShieldedInstanceIdentity",
             self.compute, instance.project, instance.zone, instance.instance
         );
+        let body = self
+            .compute_get(&url, instance, "getShieldedInstanceIdentity")
+            .await?;
+        parse_identity(instance, &body)
+    }
+
+    /// The instance's `confidentialInstanceConfig`, from `instances.get`.
+    pub async fn confidential_compute(
+        &self,
+        instance: &InstanceRef,
+    ) -> Result<ConfidentialCompute, GceError> {
+        let url = format!(
+            "{}/compute/v1/projects/{}/zones/{}/instances/{}?fields=confidentialInstanceConfig",
+            self.compute, instance.project, instance.zone, instance.instance
+        );
+        let body = self.compute_get(&url, instance, "instances.get").await?;
+        ConfidentialCompute::from_instance_json(&body).map_err(|reason| GceError::Unreadable {
+            instance: instance.to_string(),
+            reason,
+        })
+    }
+
+    /// One authorized GET of the Compute API, returning the body of a 200.
+    async fn compute_get(
+        &self,
+        url: &str,
+        instance: &InstanceRef,
+        call: &str,
+    ) -> Result<bytes::Bytes, GceError> {
         let mut refreshed = false;
         loop {
             let token = self.token(refreshed).await?;
             let auth = format!("Bearer {token}");
-            let (status, headers, body) = self.get(&url, &[("authorization", &auth)]).await?;
+            let (status, headers, body) = self.get(url, &[("authorization", &auth)]).await?;
             match status {
-                http::StatusCode::OK => return parse_identity(instance, &body),
+                http::StatusCode::OK => return Ok(body),
                 // The token was revoked or expired early: once with a fresh one.
                 http::StatusCode::UNAUTHORIZED if !refreshed => refreshed = true,
                 http::StatusCode::NOT_FOUND => {
@@ -158,7 +180,7 @@ impl GceClient {
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
                     return Err(GceError::Unavailable {
-                        reason: format!("getShieldedInstanceIdentity of {instance}: HTTP {status}"),
+                        reason: format!("{call} of {instance}: HTTP {status}"),
                         google: google_message(&body),
                         retry_after,
                     });
@@ -230,17 +252,12 @@ impl GceClient {
 }
 
 fn parse_identity(instance: &InstanceRef, body: &[u8]) -> Result<Vec<u8>, GceError> {
-    let no_key = |reason: String| GceError::NoSigningKey {
-        instance: instance.to_string(),
-        reason,
-    };
-    let answer: IdentityAnswer = serde_json::from_slice(body)
-        .map_err(|e| no_key(format!("the answer is not a shieldedInstanceIdentity: {e}")))?;
-    let pem = answer
-        .signing_key
-        .and_then(|k| k.ek_pub)
-        .ok_or_else(|| no_key("no signingKey.ekPub".to_owned()))?;
-    attestation::snp::gce::spki_from_pem(&pem).map_err(no_key)
+    attestation::gce::signing_key_from_identity_json(body).map_err(|reason| {
+        GceError::NoSigningKey {
+            instance: instance.to_string(),
+            reason,
+        }
+    })
 }
 
 /// The message of Google's error JSON, if the body is one (at most 200 characters).

@@ -1,17 +1,21 @@
-//! gce-identity: for gcp-sev-snp only, the one process of the pod with a cloud credential.
+//! gce-identity: for gcp-sev-snp and gcp-sev-es, the one process of the pod with a cloud
+//! credential.
 //!
 //! ```text
 //! attest-proxy ──gRPC over a Unix socket──▶ gce-identity ──HTTP──▶ metadata server (token)
 //!                                                        ──HTTPS─▶ compute.googleapis.com
 //! ```
 //!
-//! A GCE node's SEV-SNP report does not name its vTPM attestation key; the GCE API vouches for
-//! it (`instances.getShieldedInstanceIdentity`). Asking needs a credential: the control-plane
-//! VM's own service account, whose token the metadata server hands to any process on the VM.
+//! A GCE node's evidence does not name its vTPM attestation key (an SEV-SNP report carries only
+//! the connection's binding, an SEV-ES machine has no report); the GCE API vouches for it
+//! (`instances.getShieldedInstanceIdentity`), and for gcp-sev-es also says whether the instance
+//! is a confidential VM (`instances.get`). Asking needs a credential: the control-plane VM's own
+//! service account, whose token the metadata server hands to any process on the VM.
 //! attest-proxy parses untrusted input and must hold no credential, so it asks this process,
-//! over a Unix socket that admits attest-proxy's uid only ([`plumbing::unix`]), one question:
-//! which key does GCE vouch for this instance ([`service`])? The token never leaves this
-//! process, and nothing else can be asked of Google through it ([`gce`]).
+//! over a Unix socket that admits attest-proxy's uid only ([`plumbing::unix`]), two questions:
+//! which key does GCE vouch for this instance, and is it a confidential VM ([`service`])? The
+//! token never leaves this process, and nothing else can be asked of Google through it
+//! ([`gce`]).
 
 #![forbid(unsafe_code)]
 
@@ -60,7 +64,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
             let mut admin = plumbing::admin::Admin::new("gce_identity");
             admin.registry().register(
                 "lookups",
-                "getShieldedInstanceIdentity lookups, by result",
+                "GCE API calls (getShieldedInstanceIdentity, instances.get), by call and result",
                 lookups.clone(),
             );
             let server = admin

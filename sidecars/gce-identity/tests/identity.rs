@@ -1,6 +1,6 @@
 //! gce-identity against the GCE stand-in, over its real Unix socket: the key the API vouches
-//! for, the token fetched once and renewed when refused, and each way Google fails mapped to
-//! the status attest-proxy acts on.
+//! for and the instance's confidential computing, the token fetched once and renewed when
+//! refused, and each way Google fails mapped to the status attest-proxy acts on.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,9 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use gce_identity::Config;
-use gce_standin::{Fault, GceStandin, Instance};
-use proto::gceidentity::GetSigningKeyRequest;
+use gce_standin::{Confidential, Fault, GceStandin, Instance};
 use proto::gceidentity::gce_identity_client::GceIdentityClient;
+use proto::gceidentity::{GetConfidentialComputeRequest, GetSigningKeyRequest};
 use tonic::Code;
 
 const SIGNING: &[u8] = &[
@@ -191,4 +191,90 @@ async fn a_caller_of_another_uid_gets_nothing() {
     .unwrap();
     assert!(result.is_err(), "a refused peer got an answer");
     assert_eq!(r.standin.compute_requests(), 0);
+}
+
+fn confidential_request(i: &Instance) -> GetConfidentialComputeRequest {
+    GetConfidentialComputeRequest {
+        project: i.project.clone(),
+        zone: i.zone.clone(),
+        instance: i.name.clone(),
+    }
+}
+
+#[tokio::test]
+async fn the_confidential_config_comes_from_instances_get() {
+    let r = start(own_uid()).await;
+    r.standin.put_instance(instance(), SIGNING, None);
+    let mut client = r.client();
+
+    let answer = client
+        .get_confidential_compute(confidential_request(&instance()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.enable_confidential_compute);
+    assert_eq!(answer.confidential_instance_type, "");
+
+    r.standin.set_confidential(&instance(), None);
+    let answer = client
+        .get_confidential_compute(confidential_request(&instance()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.enable_confidential_compute);
+
+    r.standin.set_confidential(
+        &instance(),
+        Some(Confidential {
+            enable_confidential_compute: true,
+            confidential_instance_type: Some("SEV".to_owned()),
+        }),
+    );
+    let answer = client
+        .get_confidential_compute(confidential_request(&instance()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            answer.enable_confidential_compute,
+            answer.confidential_instance_type.as_str()
+        ),
+        (true, "SEV")
+    );
+    assert_eq!(r.standin.token_requests(), 1, "one token for both calls");
+
+    let unknown = Instance {
+        name: "worker-9".into(),
+        ..instance()
+    };
+    let status = client
+        .get_confidential_compute(confidential_request(&unknown))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    let bad = Instance {
+        project: "x".into(),
+        ..instance()
+    };
+    let status = client
+        .get_confidential_compute(confidential_request(&bad))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    r.standin.set_compute_fault(Fault::Forbidden);
+    let status = client
+        .get_confidential_compute(confidential_request(&instance()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("instances.get") && status.message().contains("403"),
+        "{status:?}"
+    );
+    assert!(
+        !status.message().contains("permission"),
+        "Google's message stays in gce-identity's log: {status:?}"
+    );
 }

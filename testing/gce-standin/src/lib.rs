@@ -1,17 +1,26 @@
-//! A stand-in for the two Google endpoints gcp-sev-snp's `gce-identity` calls.
+//! A stand-in for the two Google endpoints `gce-identity` calls (gcp-sev-snp, gcp-sev-es).
 //!
 //! - **The metadata server** (plain HTTP, as `http://metadata.google.internal` is):
 //!   `GET /computeMetadata/v1/instance/service-accounts/default/token` answers
 //!   `{"access_token", "expires_in", "token_type": "Bearer"}` only with the header
 //!   `Metadata-Flavor: Google` (403 without it, as the real server) and sets that header on
 //!   its answers; a request carrying `X-Forwarded-For` is refused, as the real one refuses
-//!   proxied requests.
+//!   proxied requests. With a VM set ([`GceStandin::set_vm`]) it also answers, as the metadata
+//!   server of that VM, `project/project-id`, `instance/zone` (`projects/<number>/zones/<zone>`)
+//!   and `instance/name` under `/computeMetadata/v1/`, as a node's issuer asks them.
 //! - **The Compute Engine API** (HTTPS with a CA of its own):
 //!   `GET /compute/v1/projects/{project}/zones/{zone}/instances/{instance}/getShieldedInstanceIdentity`
 //!   answers `{"kind": "compute#shieldedInstanceIdentity", "signingKey": {"ekPub": <PEM>},
 //!   "encryptionKey": {"ekPub": <PEM>}}` for the instances a test registered, only with
 //!   `Authorization: Bearer <a token the metadata server issued and that has not expired>`
 //!   (401 otherwise), and Google's error JSON with 404 for any other instance.
+//!   `GET /compute/v1/projects/{project}/zones/{zone}/instances/{instance}` (`instances.get`)
+//!   answers the instance resource (`kind`, `id`, `name`, `zone`, `status`,
+//!   `shieldedInstanceConfig`, and `confidentialInstanceConfig` unless the instance is not
+//!   confidential, as the real API leaves it out), cut to the top-level fields a `fields=` query
+//!   names, as Google's partial responses are. An instance is registered as an AMD SEV
+//!   confidential VM (`{"enableConfidentialCompute": true}`) unless a test says otherwise
+//!   ([`GceStandin::set_confidential`]).
 //!
 //! - **A control endpoint** (plain HTTP, no Google counterpart) through which another process
 //!   registers instances: `PUT /standin/instances/{project}/{zone}/{instance}` with the signing
@@ -80,10 +89,33 @@ pub struct Instance {
 struct Identity {
     signing_pem: String,
     encryption_pem: Option<String>,
+    /// `confidentialInstanceConfig`, or `None` for an instance that is not confidential.
+    confidential: Option<Confidential>,
+}
+
+/// An instance's `confidentialInstanceConfig`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confidential {
+    /// `enableConfidentialCompute`.
+    pub enable_confidential_compute: bool,
+    /// `confidentialInstanceType` (`SEV`, `SEV_SNP`, `TDX`), if set.
+    pub confidential_instance_type: Option<String>,
+}
+
+impl Confidential {
+    /// An AMD SEV confidential VM as created with `--confidential-compute`.
+    pub fn sev() -> Confidential {
+        Confidential {
+            enable_confidential_compute: true,
+            confidential_instance_type: None,
+        }
+    }
 }
 
 struct State {
     instances: Mutex<HashMap<Instance, Identity>>,
+    /// The VM whose metadata server this is, for a node's questions.
+    vm: Mutex<Option<Instance>>,
     tokens: Mutex<HashMap<String, Instant>>,
     token_lifetime: Mutex<Duration>,
     compute_fault: Mutex<Fault>,
@@ -142,6 +174,7 @@ impl GceStandin {
         let (ca_pem, tls) = kube_standin::tls::generate(compute_addr.ip()).map_err(Error::Tls)?;
         let state = Arc::new(State {
             instances: Mutex::default(),
+            vm: Mutex::default(),
             tokens: Mutex::default(),
             token_lifetime: Mutex::new(Duration::from_secs(3599)),
             compute_fault: Mutex::new(Fault::None),
@@ -202,13 +235,35 @@ impl GceStandin {
             Identity {
                 signing_pem: public_key_pem(signing_spki),
                 encryption_pem: encryption_spki.map(public_key_pem),
+                confidential: Some(Confidential::sev()),
             },
         );
+    }
+
+    /// Sets a registered instance's `confidentialInstanceConfig` (`None`: not a confidential
+    /// VM, the field absent); returns whether the instance is registered.
+    pub fn set_confidential(
+        &self,
+        instance: &Instance,
+        confidential: Option<Confidential>,
+    ) -> bool {
+        match lock(&self.state.instances).get_mut(instance) {
+            Some(identity) => {
+                identity.confidential = confidential;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Removes an instance (it was deleted): the API answers 404 for it.
     pub fn remove_instance(&self, instance: &Instance) {
         lock(&self.state.instances).remove(instance);
+    }
+
+    /// Makes the metadata server that of `vm`: it names its project, zone and name.
+    pub fn set_vm(&self, vm: Instance) {
+        *lock(&self.state.vm) = Some(vm);
     }
 
     pub fn set_compute_fault(&self, fault: Fault) {
@@ -390,6 +445,18 @@ async fn metadata_answer(state: &State, req: Request<hyper::body::Incoming>) -> 
     if req.method() != http::Method::GET {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
     }
+    let vm_field = |vm: &Instance| match req.uri().path() {
+        "/computeMetadata/v1/project/project-id" => Some(vm.project.clone()),
+        // The real server names the project by number here.
+        "/computeMetadata/v1/instance/zone" => {
+            Some(format!("projects/1234567890/zones/{}", vm.zone))
+        }
+        "/computeMetadata/v1/instance/name" => Some(vm.name.clone()),
+        _ => None,
+    };
+    if let Some(answer) = lock(&state.vm).as_ref().and_then(vm_field) {
+        return text(StatusCode::OK, answer, "application/text");
+    }
     if req.uri().path() != TOKEN_PATH {
         return plain(StatusCode::NOT_FOUND, "Not Found");
     }
@@ -430,8 +497,9 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
         return answer;
     }
     let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or_default().to_owned();
     let segments: Vec<&str> = path.split('/').collect();
-    let instance = match segments.as_slice() {
+    let (instance, call) = match segments.as_slice() {
         [
             "",
             "compute",
@@ -442,12 +510,22 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
             zone,
             "instances",
             name,
-            "getShieldedInstanceIdentity",
-        ] => Instance {
-            project: (*project).to_owned(),
-            zone: (*zone).to_owned(),
-            name: (*name).to_owned(),
-        },
+            rest @ ..,
+        ] if matches!(rest, [] | ["getShieldedInstanceIdentity"]) => {
+            let instance = Instance {
+                project: (*project).to_owned(),
+                zone: (*zone).to_owned(),
+                name: (*name).to_owned(),
+            };
+            (
+                instance,
+                if rest.is_empty() {
+                    Call::Get
+                } else {
+                    Call::Identity
+                },
+            )
+        }
         _ => {
             return google_error(
                 StatusCode::NOT_FOUND,
@@ -466,22 +544,8 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
         );
     }
     let identity = lock(&state.instances).get(&instance).cloned();
-    match identity {
-        Some(identity) => {
-            let mut body = serde_json::json!({
-                "kind": "compute#shieldedInstanceIdentity",
-                "signingKey": {"ekPub": identity.signing_pem},
-            });
-            if let Some(pem) = identity.encryption_pem {
-                body["encryptionKey"] = serde_json::json!({"ekPub": pem});
-            }
-            text(
-                StatusCode::OK,
-                body.to_string(),
-                "application/json; charset=UTF-8",
-            )
-        }
-        None => google_error(
+    let Some(identity) = identity else {
+        return google_error(
             StatusCode::NOT_FOUND,
             &format!(
                 "The resource 'projects/{}/zones/{}/instances/{}' was not found",
@@ -489,7 +553,89 @@ async fn compute(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
             ),
             "notFound",
             "NOT_FOUND",
+        );
+    };
+    let body = match call {
+        Call::Identity => {
+            let mut body = serde_json::json!({
+                "kind": "compute#shieldedInstanceIdentity",
+                "signingKey": {"ekPub": identity.signing_pem},
+            });
+            if let Some(pem) = identity.encryption_pem {
+                body["encryptionKey"] = serde_json::json!({"ekPub": pem});
+            }
+            body
+        }
+        Call::Get => partial(instance_resource(&instance, &identity), &query),
+    };
+    text(
+        StatusCode::OK,
+        body.to_string(),
+        "application/json; charset=UTF-8",
+    )
+}
+
+/// Which Compute API read a path names.
+enum Call {
+    /// `instances.getShieldedInstanceIdentity`.
+    Identity,
+    /// `instances.get`.
+    Get,
+}
+
+/// The instance resource `instances.get` answers (the fields a confidential-computing check
+/// reads, and the ones around them every answer has).
+fn instance_resource(instance: &Instance, identity: &Identity) -> serde_json::Value {
+    // A stable number per instance, as Google's ids are.
+    let id = {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut hasher = std::hash::DefaultHasher::new();
+        instance.hash(&mut hasher);
+        hasher.finish() >> 1
+    };
+    let mut body = serde_json::json!({
+        "kind": "compute#instance",
+        "id": id.to_string(),
+        "name": instance.name,
+        "zone": format!(
+            "https://www.googleapis.com/compute/v1/projects/{}/zones/{}",
+            instance.project, instance.zone
         ),
+        "status": "RUNNING",
+        "shieldedInstanceConfig": {
+            "enableSecureBoot": true,
+            "enableVtpm": true,
+            "enableIntegrityMonitoring": true,
+        },
+    });
+    if let Some(confidential) = &identity.confidential {
+        let mut config = serde_json::json!({
+            "enableConfidentialCompute": confidential.enable_confidential_compute,
+        });
+        if let Some(kind) = &confidential.confidential_instance_type {
+            config["confidentialInstanceType"] = serde_json::Value::String(kind.clone());
+        }
+        body["confidentialInstanceConfig"] = config;
+    }
+    body
+}
+
+/// `resource` cut to the top-level fields a `fields=a,b` query names (all without one).
+fn partial(resource: serde_json::Value, query: &str) -> serde_json::Value {
+    let Some(fields) = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("fields="))
+    else {
+        return resource;
+    };
+    let wanted: Vec<&str> = fields.split(',').map(str::trim).collect();
+    match resource {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.into_iter()
+                .filter(|(k, _)| wanted.contains(&k.as_str()))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
@@ -535,6 +681,7 @@ async fn control(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
         Identity {
             signing_pem: public_key_pem(&spki),
             encryption_pem: None,
+            confidential: Some(Confidential::sev()),
         },
     );
     text(

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gce_standin::{Fault, GceStandin, Instance, TOKEN_PATH};
+use gce_standin::{Confidential, Fault, GceStandin, Instance, TOKEN_PATH};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -188,6 +188,79 @@ async fn identities_need_an_issued_token_and_unknown_instances_are_404() {
             .0,
         401
     );
+}
+
+#[tokio::test]
+async fn instances_get_answers_the_confidential_config_as_google_does() {
+    let standin = GceStandin::start().await.unwrap();
+    let client = client(&standin);
+    standin.put_instance(instance(), b"\x30\x03\x02\x01\x01", None);
+    let i = instance();
+    let url = format!(
+        "{}/compute/v1/projects/{}/zones/{}/instances/{}",
+        standin.compute_url(),
+        i.project,
+        i.zone,
+        i.name
+    );
+    assert_eq!(get(&client, &url, &[]).await.0, 401);
+    let bearer = format!("Bearer {}", token(&standin, &client).await);
+    let auth = [("Authorization", bearer.as_str())];
+
+    let (status, _, json, _) = get(&client, &url, &auth).await;
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(json["kind"], "compute#instance");
+    assert_eq!(json["name"], "worker-1");
+    assert_eq!(
+        json["confidentialInstanceConfig"],
+        serde_json::json!({"enableConfidentialCompute": true})
+    );
+    assert!(
+        json["id"].as_str().unwrap().parse::<u64>().is_ok(),
+        "{json}"
+    );
+
+    // A partial response holds the named fields only.
+    let partial = format!("{url}?fields=confidentialInstanceConfig");
+    let (_, _, json, _) = get(&client, &partial, &auth).await;
+    assert_eq!(
+        json,
+        serde_json::json!({"confidentialInstanceConfig": {"enableConfidentialCompute": true}})
+    );
+
+    // Not confidential: the field is absent. An SEV-SNP instance names its type.
+    assert!(standin.set_confidential(&i, None));
+    let (_, _, json, _) = get(&client, &partial, &auth).await;
+    assert_eq!(json, serde_json::json!({}));
+    assert!(standin.set_confidential(
+        &i,
+        Some(Confidential {
+            enable_confidential_compute: true,
+            confidential_instance_type: Some("SEV_SNP".to_owned()),
+        })
+    ));
+    let (_, _, json, _) = get(&client, &partial, &auth).await;
+    assert_eq!(
+        json["confidentialInstanceConfig"]["confidentialInstanceType"],
+        "SEV_SNP"
+    );
+
+    let other = Instance {
+        name: "worker-2".into(),
+        ..instance()
+    };
+    assert!(!standin.set_confidential(&other, None));
+    let other_url = url.replace("worker-1", "worker-2");
+    let (status, _, json, _) = get(&client, &other_url, &auth).await;
+    assert_eq!(status, 404);
+    assert_eq!(json["error"]["errors"][0]["reason"], "notFound");
+    let (status, _, _, _) = get(&client, &format!("{url}/start"), &auth).await;
+    assert_eq!(status, 404);
+
+    standin.set_compute_fault(Fault::RateLimited { retry_after: 3 });
+    let (status, headers, _, _) = get(&client, &partial, &auth).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers.get("retry-after").unwrap(), "3");
 }
 
 #[tokio::test]

@@ -8,10 +8,11 @@
 //! simulated node can match (or deliberately miss) a measurement policy. Issuing costs one
 //! signature, so thousands of simulated nodes fit on one machine without a TPM.
 //!
-//! [`snp`] and [`tdx`] simulate the hardware of the SEV-SNP and TDX variants (AMD's and
-//! Intel's certificate chains, signed reports and quotes, the variants' documents), and
-//! [`azure_vtpm`] Azure's vTPM CA that certifies a Trusted Launch VM's attestation key, each
-//! trusted only where a test's attestation config names the simulated root.
+//! [`gce`] simulates a GCE confidential VM's boot record for gcp-sev-es; [`snp`] and [`tdx`]
+//! simulate the hardware of the SEV-SNP and TDX variants (AMD's and Intel's certificate chains,
+//! signed reports and quotes, the variants' documents), and [`azure_vtpm`] Azure's vTPM CA that
+//! certifies a Trusted Launch VM's attestation key, each trusted only where a test's attestation
+//! config names the simulated root.
 //!
 //! **Not part of the service.** Such a document proves nothing: whoever holds the key can quote
 //! any PCR values. The qemu-vtpm variant trusts the attestation key as presented, so the
@@ -23,6 +24,7 @@
 
 pub mod azure;
 pub mod azure_vtpm;
+pub mod gce;
 mod marshal;
 pub mod snp;
 pub mod tdx;

@@ -425,7 +425,7 @@ fn gcp_binding_refusals_name_what_is_wrong() {
                 GcpReportData::Bound,
             ),
             vouching_for(&good),
-            "GCP.instance_name",
+            "GCE instance instance_name",
         ),
         (
             gcp.node(
@@ -488,6 +488,14 @@ impl GceIdentity for Counting {
     fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError> {
         self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.signing_key(instance)
+    }
+
+    fn confidential_compute(
+        &self,
+        instance: &InstanceRef,
+    ) -> Result<attestation::gce::ConfidentialCompute, GceKeyError> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.confidential_compute(instance)
     }
 }
 
@@ -590,7 +598,7 @@ fn allowed_gcp_projects_are_read_from_the_config_and_bound_into_its_digest() {
         (
             Binding::Aws,
             serde_json::json!({"allowedGcpProjects": ["constellation-331613"]}),
-            "applies to gcp-sev-snp only; aws-sev-snp",
+            "applies to gcp-sev-snp and gcp-sev-es only; aws-sev-snp",
         ),
     ] {
         let error = load(binding, &config(extra)).unwrap_err();

@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use attestation::AkTrust;
@@ -988,6 +988,28 @@ impl System {
             .await
             .unwrap_or_else(|e| panic!("{node_name} rejoin: {e}\n{}", self.logs()));
         Ok(())
+    }
+
+    /// `client` joins as `node_name` for `disk_uuid`, retrying every 300 ms (as a node told to
+    /// retry does) until it succeeds; after 20 s the test fails with the last error and the
+    /// system's logs.
+    pub async fn joins_eventually(&self, client: &Client, node_name: &str, disk_uuid: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let request = join_request(node_name, disk_uuid)
+                .unwrap_or_else(|e| panic!("{node_name}'s join request: {e}"));
+            match client.join(request).await {
+                Ok(_) => return,
+                Err(error) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{node_name} never joined: {error}\n{}",
+                        self.logs()
+                    );
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
     }
 
     /// Each node in `refused` asks to join as `node_name` and must be refused `Unauthenticated`

@@ -1,10 +1,12 @@
 //! Test and local-run support: a real swtpm per test, a harness that starts the whole system
 //! as real processes over real Unix sockets, simulated SEV-SNP machines with AMD's KDS
 //! stand-in for the SNP variants, and simulated TDX machines with Intel's PCS stand-in for the
-//! TDX variants, Azure's paravisor played on a swtpm for the Azure variants, and simulated
-//! Azure Trusted Launch VMs with their AK certificates for azure-trustedlaunch.
+//! TDX variants, Azure's paravisor played on a swtpm for the Azure variants, simulated Azure
+//! Trusted Launch VMs with their AK certificates for azure-trustedlaunch, and Google's part of a
+//! GCE confidential VM (AK template, firmware record) for gcp-sev-es.
 
 pub mod azure;
+pub mod gce;
 pub mod harness;
 pub mod process;
 pub mod snp;

@@ -92,6 +92,43 @@ impl Swtpm {
         Err(SwtpmError::NotStarted(last_failure))
     }
 
+    /// Defines NV index `index` with owner read and write and writes `blob` into it, in chunks the
+    /// TPM accepts.
+    pub fn write_owner_nv(&self, index: u32, blob: &[u8]) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        use tss_esapi::attributes::NvIndexAttributesBuilder;
+        use tss_esapi::constants::nv_index_type::NvIndexType;
+        use tss_esapi::handles::{NvIndexHandle, NvIndexTpmHandle};
+        use tss_esapi::interface_types::algorithm::HashingAlgorithm;
+        use tss_esapi::interface_types::resource_handles::{NvAuth, Provision};
+        use tss_esapi::structures::{MaxNvBuffer, NvPublicBuilder};
+        let tcti: tss_esapi::tcti_ldr::TctiNameConf = self.tcti().parse().context("swtpm TCTI")?;
+        let mut ctx = tss_esapi::Context::new(tcti).context("opening the swtpm")?;
+        let attributes = NvIndexAttributesBuilder::new()
+            .with_owner_read(true)
+            .with_owner_write(true)
+            .with_nv_index_type(NvIndexType::Ordinary)
+            .build()?;
+        let public = NvPublicBuilder::new()
+            .with_nv_index(NvIndexTpmHandle::new(index)?)
+            .with_index_name_algorithm(HashingAlgorithm::Sha256)
+            .with_index_attributes(attributes)
+            .with_data_area_size(blob.len())
+            .build()?;
+        let nv: NvIndexHandle = ctx
+            .execute_with_nullauth_session(|ctx| {
+                ctx.nv_define_space(Provision::Owner, None, public)
+            })
+            .with_context(|| format!("defining NV index {index:#010x}"))?;
+        for (i, chunk) in blob.chunks(1024).enumerate() {
+            let offset = u16::try_from(i * 1024)?;
+            let data = MaxNvBuffer::try_from(chunk.to_vec())?;
+            ctx.execute_with_nullauth_session(|ctx| ctx.nv_write(NvAuth::Owner, nv, data, offset))
+                .with_context(|| format!("writing NV index {index:#010x}"))?;
+        }
+        Ok(())
+    }
+
     /// The TCTI configuration string for tss-esapi and tpm2-tools.
     pub fn tcti(&self) -> String {
         format!("swtpm:host=127.0.0.1,port={}", self.port)

@@ -399,3 +399,31 @@ fn an_azure_trustedlaunch_cluster_joins_and_rejoins_its_demo_node() {
         "{text}"
     );
 }
+
+/// `local-cluster --variant gcp-sev-es`: the demo node, a simulated GCE confidential VM whose key
+/// the GCE stand-in vouches for, joins and rejoins through gce-identity and attest-proxy.
+#[test]
+fn a_gcp_sev_es_cluster_joins_its_demo_node() {
+    let site = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let mut process = Process::spawn(
+        "local-cluster",
+        Command::new(bin("local-cluster").unwrap())
+            .env("RUST_LOG", "info")
+            .args(["--variant", "gcp-sev-es", "--gce-dir"])
+            .arg(site.path()),
+        logs.path(),
+    )
+    .unwrap();
+    let status = process.wait_exit(Duration::from_secs(120)).unwrap();
+    let log = process.log();
+    assert!(status.success(), "{status:?}\n{log}");
+    for needle in [
+        "node worker-local joined (attested with simulated GCE confidential VM (AMD SEV), gcp-sev-es)",
+        "node worker-local rejoined: same state disk key",
+    ] {
+        assert!(log.contains(needle), "{needle}:\n{log}");
+    }
+    let config = std::fs::read_to_string(site.path().join("attestationConfig")).unwrap();
+    assert!(config.contains("allowedGcpProjects"), "{config}");
+}

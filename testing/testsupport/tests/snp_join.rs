@@ -572,24 +572,6 @@ async fn gcp_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
     );
 }
 
-/// Joins `client` until it succeeds within 20 s.
-async fn joins_eventually(system: &System, client: &node_client::Client, name: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        match client.join(join_request(name, DISK).unwrap()).await {
-            Ok(_) => return,
-            Err(error) => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "never joined: {error}\n{}",
-                    system.logs()
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_gce_api_rate_limits_or_fails_gcp_nodes_are_told_to_retry_and_then_join() {
     let s = setup().await;
@@ -641,7 +623,7 @@ async fn while_the_gce_api_rate_limits_or_fails_gcp_nodes_are_told_to_retry_and_
             );
         }
         s.gce.set_compute_fault(GceFault::None);
-        joins_eventually(&system, &client, &name).await;
+        system.joins_eventually(&client, &name, DISK).await;
     }
 }
 
@@ -919,7 +901,9 @@ async fn a_peer_streaming_invented_chips_spends_its_share_and_a_genuine_node_joi
 
     s.kds.set_fault(Fault::None);
     let answered = std::time::Instant::now();
-    joins_eventually(&system, &genuine, "worker-genuine").await;
+    system
+        .joins_eventually(&genuine, "worker-genuine", DISK)
+        .await;
     let took = answered.elapsed();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let answers = attacker.await.unwrap();

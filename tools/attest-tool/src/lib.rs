@@ -40,6 +40,7 @@ use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
 
 pub mod audit;
+pub mod gce;
 pub mod snp;
 pub mod tdx;
 
@@ -101,6 +102,17 @@ pub enum Command {
         /// is unavailable.
         #[arg(long)]
         collateral_dir: Option<PathBuf>,
+        /// gcp-sev-es: the GCE API's `instances.getShieldedInstanceIdentity` answer (its JSON)
+        /// for the instance the document names, in place of gce-identity: its
+        /// `signingKey.ekPub` must be the document's AK. Without it, the decision says the API
+        /// could not be asked.
+        #[arg(long)]
+        gce_identity: Option<PathBuf>,
+        /// gcp-sev-es: the GCE API's `instances.get` answer (its JSON, whole or
+        /// `?fields=confidentialInstanceConfig`) for that instance: it must call the instance an
+        /// AMD SEV confidential VM.
+        #[arg(long)]
+        gce_instance: Option<PathBuf>,
         /// The attestation document (the bytes of the certificate extension).
         document: PathBuf,
     },
@@ -179,6 +191,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             json,
             at,
             collateral_dir,
+            gce_identity,
+            gce_instance,
             document,
         } => {
             let nonce = hex::decode(&nonce).context("--nonce is not hex")?;
@@ -233,12 +247,38 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                         &name,
                     )
                 }
+                Variant::GcpSevEs => {
+                    if at.is_some() || collateral_dir.is_some() {
+                        bail!("--at and --collateral-dir are for the SEV-SNP variants");
+                    }
+                    let (validator, digest) = gce::document_validator(
+                        &read(&config)?,
+                        &doc,
+                        gce_identity.as_deref(),
+                        gce_instance.as_deref(),
+                    )
+                    .with_context(|| {
+                        format!("{} is not a valid attestation config", config.display())
+                    })?;
+                    decide(
+                        &validator,
+                        &digest,
+                        variant,
+                        &doc,
+                        &nonce,
+                        user_data.as_deref(),
+                        &name,
+                    )
+                }
                 _ => {
                     if at.is_some() || collateral_dir.is_some() {
                         bail!(
                             "--at is for the SEV-SNP variants and azure-trustedlaunch, \
                              --collateral-dir for the SEV-SNP variants"
                         );
+                    }
+                    if gce_identity.is_some() || gce_instance.is_some() {
+                        bail!("--gce-identity and --gce-instance are for gcp-sev-es");
                     }
                     let config = load_config(&config, variant)?;
                     verify(&config, variant, &doc, &nonce, user_data.as_deref(), &name)?

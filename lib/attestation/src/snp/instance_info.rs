@@ -41,20 +41,7 @@ struct RawAzure {
     _maa_token: Option<String>,
 }
 
-/// go-tpm-tools' `attest.GCEInstanceInfo`, as `encoding/json` writes the protobuf struct.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-pub struct GceInstance {
-    #[serde(default)]
-    pub zone: String,
-    #[serde(default)]
-    pub project_id: String,
-    #[serde(default)]
-    pub project_number: u64,
-    #[serde(default)]
-    pub instance_name: String,
-    #[serde(default)]
-    pub instance_id: u64,
-}
+pub use crate::gce::GceInstance;
 
 /// The parsed InstanceInfo.
 #[derive(Clone, Debug)]

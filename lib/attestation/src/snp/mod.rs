@@ -22,10 +22,14 @@ pub mod certs;
 pub mod collateral;
 pub mod config;
 pub mod crl;
-pub mod gce;
 pub mod instance_info;
 pub mod report;
 
+/// The GCE identity gcp-sev-snp shares with gcp-sev-es, at its old path.
+pub use crate::gce;
+pub use crate::gce::{
+    GceIdentity, GceKeyError, GcpProjects, GcpProjectsError, InstanceRef, StaticGceIdentity,
+};
 pub use certs::{Cert, LeafFacts, certs_from_pem};
 pub use collateral::{CollateralError, SnpCollateral, StaticCollateral};
 pub use config::{
@@ -33,9 +37,6 @@ pub use config::{
     SnpPolicyError,
 };
 pub use crl::Crl;
-pub use gce::{
-    GceIdentity, GceKeyError, GcpProjects, GcpProjectsError, InstanceRef, StaticGceIdentity,
-};
 pub use instance_info::InstanceInfo;
 pub use report::{Report, SigningKey, Tcb};
 

@@ -12,6 +12,7 @@
 //! re-exported from the crate root.
 
 pub mod azure_trustedlaunch;
+pub mod gcp_sev_es;
 pub mod qemu_vtpm;
 pub mod sev_snp;
 pub mod tdx;

@@ -19,6 +19,12 @@
 //! gcp-sev-snp --gce-standin <address>` registers its nodes' through the stand-in's control
 //! endpoint, whose address local-cluster prints and writes to `<snp-dir>/gce-standin-control`.
 //!
+//! With `--variant gcp-sev-es` it stands in for Google alone (there is no hardware report): the
+//! GCE stand-in vouches for the demo node's key and calls its instance an AMD SEV confidential
+//! VM, and the demo node is a software key on a simulated GCE confidential VM (the boot record
+//! Google's firmware measures). The attestation config enforces that record's PCR 0 and admits
+//! the simulated project only (`allowedGcpProjects`); files go to `--gce-dir`.
+//!
 //! With `--variant qemu-tdx` or `azure-tdx` it simulates Intel: a simulated Intel SGX root the
 //! attestation config trusts as `intelRootKey`, and a PCS stand-in (in this process) that
 //! attest-proxy fetches TCB info, QE identity and CRLs from into a collateral directory. The
@@ -81,10 +87,15 @@ struct Args {
     /// The attestation variant attest-proxy serves: qemu-vtpm, aws-sev-snp / azure-sev-snp /
     /// gcp-sev-snp on simulated AMD hardware (a KDS stand-in in this process; for gcp-sev-snp
     /// also a GCE stand-in, and the gce-identity process asking it), or qemu-tdx / azure-tdx on
-    /// simulated Intel hardware (a PCS stand-in in this process), or azure-trustedlaunch with a
-    /// simulated Azure vTPM CA (the CA published by a stand-in in this process).
+    /// simulated Intel hardware (a PCS stand-in in this process), azure-trustedlaunch with a
+    /// simulated Azure vTPM CA (the CA published by a stand-in in this process), or gcp-sev-es on
+    /// a simulated GCE confidential VM (a GCE stand-in in this process, and gce-identity asking it).
     #[arg(long, default_value = "qemu-vtpm")]
     variant: Variant,
+    /// With gcp-sev-es: where the GCE stand-in's CA and control address and the attestation
+    /// config go; a new temporary directory if unset (kept with --serve).
+    #[arg(long)]
+    gce_dir: Option<PathBuf>,
     /// With an SNP variant: where the KDS stand-in's CA, the simulated AMD's certificates
     /// (`simulated-amd.pem`), the attestation config and the collateral directory go (and for
     /// gcp-sev-snp the GCE stand-in's CA and control address, `gce-standin-control`); a new
@@ -145,6 +156,12 @@ enum Hardware {
         /// The demo node's vTPM.
         vm: testsupport::swtpm::Swtpm,
     },
+    /// gcp-sev-es: Google's word only.
+    Google {
+        gce: GceSite,
+        attestation_config: PathBuf,
+        node: soft_issuer::gce::GceSevEsNode,
+    },
 }
 
 struct Simulated {
@@ -159,6 +176,9 @@ impl Simulated {
             Hardware::Snp { site, .. } => site.attestation_config_path(),
             Hardware::Tdx { site, .. } => site.attestation_config_path(),
             Hardware::TrustedLaunch { site, .. } => site.attestation_config_path(),
+            Hardware::Google {
+                attestation_config, ..
+            } => attestation_config.clone(),
         }
     }
 
@@ -174,6 +194,7 @@ impl Simulated {
                 own_service("--pcs", args.pcs_url.as_ref(), args.pcs_ca_file.as_ref()),
             ),
             Hardware::TrustedLaunch { .. } => return Vec::new(),
+            Hardware::Google { .. } => (Vec::new(), None),
         };
         let Some(own) = own else {
             return site_args;
@@ -197,10 +218,12 @@ impl Simulated {
         kept
     }
 
-    /// gcp-sev-snp: where gce-identity finds Google (the GCE stand-in).
+    /// gcp-sev-snp and gcp-sev-es: where gce-identity finds Google (the GCE stand-in).
     fn gce(&self) -> Option<testsupport::harness::GceEndpoints> {
         match &self.hardware {
-            Hardware::Snp { gce: Some(gce), .. } => Some(gce.endpoints(Vec::new())),
+            Hardware::Snp { gce: Some(gce), .. } | Hardware::Google { gce, .. } => {
+                Some(gce.endpoints(Vec::new()))
+            }
             _ => None,
         }
     }
@@ -214,6 +237,10 @@ impl Simulated {
             Hardware::TrustedLaunch { vm, .. } => (
                 testsupport::trustedlaunch::issuer(vm)?,
                 "swtpm as an Azure Trusted Launch vTPM",
+            ),
+            Hardware::Google { node, .. } => (
+                Arc::new(node.clone()),
+                "simulated GCE confidential VM (AMD SEV)",
             ),
         })
     }
@@ -259,6 +286,7 @@ async fn simulate_hardware(args: &Args) -> anyhow::Result<Option<Simulated>> {
         Variant::QemuVtpm => Ok(None),
         Variant::QemuTdx | Variant::AzureTdx => simulate_intel(args).await.map(Some),
         Variant::AzureTrustedLaunch => simulate_azure_vtpm(args).map(Some),
+        Variant::GcpSevEs => simulate_google(args).await.map(Some),
         _ => simulate_amd(args).await.map(Some),
     }
 }
@@ -276,6 +304,67 @@ fn simulate_azure_vtpm(args: &Args) -> anyhow::Result<Simulated> {
         hardware: Hardware::TrustedLaunch {
             site: Box::new(site),
             vm,
+        },
+        _dir: temp,
+    })
+}
+
+/// gcp-sev-es: the GCE stand-in, a simulated GCE confidential VM registered with it, and the
+/// attestation config its boot record satisfies.
+async fn simulate_google(args: &Args) -> anyhow::Result<Simulated> {
+    use soft_issuer::gce::{GceSevEsNode, technology};
+    const PROJECT: &str = "constellation-local";
+    let (dir, temp) = site_dir(args.gce_dir.as_ref(), "joinservice-gce-", args.serve)?;
+    let gce = GceSite::start(&dir).await?;
+    let instance = attestation::gce::InstanceRef {
+        project: PROJECT.to_owned(),
+        zone: "europe-west3-b".to_owned(),
+        instance: "worker-local".to_owned(),
+    };
+    let node = GceSevEsNode::new(
+        soft_issuer::SoftIssuer::ecdsa_p256()?,
+        &instance,
+        1,
+        technology::AMD_SEV,
+    )?;
+    gce.standin.put_instance(
+        gce_standin::Instance {
+            project: instance.project.clone(),
+            zone: instance.zone.clone(),
+            name: instance.instance.clone(),
+        },
+        &node.ak_spki_der().map_err(anyhow::Error::msg)?,
+        None,
+    );
+    let pcr0 = node
+        .ak()
+        .pcrs()
+        .get(&0)
+        .map(hex::encode)
+        .context("the simulated VM's PCR 0")?;
+    let config = serde_json::json!({
+        "measurements": {"0": {"expected": pcr0, "warnOnly": false}},
+        "allowedGcpProjects": [PROJECT],
+    });
+    let attestation_config = dir.join("attestationConfig");
+    std::fs::write(&attestation_config, config.to_string())?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&attestation_config, std::fs::Permissions::from_mode(0o644))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    println!(
+        "GCE stand-in (gcp-sev-es): metadata server at {}, Compute API at {}, instances registered at {}, files in {}",
+        gce.standin.metadata_url(),
+        gce.standin.compute_url(),
+        gce.standin.control_addr(),
+        dir.display()
+    );
+    Ok(Simulated {
+        hardware: Hardware::Google {
+            gce,
+            attestation_config,
+            node,
         },
         _dir: temp,
     })

@@ -1,24 +1,145 @@
-//! gcp-sev-snp's second root of trust: the GCE API's shielded-instance identity.
+//! The GCE API as a root of trust, shared by gcp-sev-snp and gcp-sev-es.
 //!
-//! A GCE SEV-SNP report does not name the vTPM's attestation key: its REPORT_DATA carries only
-//! the connection's extraData. The key is trusted because Google's Compute Engine API, asked
+//! Neither variant's evidence names the vTPM's attestation key in anything a vendor signed: a
+//! GCE SEV-SNP report carries only the connection's extraData, and an SEV-ES machine has no
+//! report at all. The key is trusted because Google's Compute Engine API, asked
 //! `instances.getShieldedInstanceIdentity` for the instance the document's InstanceInfo names
-//! (`GCP`: `project_id`, `zone`, `instance_name`, as Constellation asks), answers with that very
-//! key as `signingKey.ekPub` (a PEM `PUBLIC KEY`, SubjectPublicKeyInfo).
+//! (`project_id`, `zone`, `instance_name`, as Constellation asks), answers with that very key as
+//! `signingKey.ekPub` (a PEM `PUBLIC KEY`, SubjectPublicKeyInfo). gcp-sev-es also asks
+//! `instances.get` whether the instance is a confidential VM ([`ConfidentialCompute`]), and
+//! reads the platform Google's firmware measured from the event log ([`platform`]).
 //!
 //! The verifier holds no cloud credential, so it asks through a [`GceIdentity`]: in the
 //! service, attest-proxy's cache in front of the `gce-identity` process. What that source
 //! cannot answer now is [`GceKeyError::Unavailable`] (the node retries); an instance the API
 //! does not know is [`GceKeyError::NotFound`] (the node is refused).
 
+pub mod platform;
+
 use std::collections::HashMap;
 use std::fmt;
 
+use serde::Deserialize;
 use x509_parser::prelude::FromDer as _;
 use x509_parser::public_key::PublicKey as ParsedKey;
 use x509_parser::x509::SubjectPublicKeyInfo;
 
-use super::instance_info::GceInstance;
+/// go-tpm-tools' `attest.GCEInstanceInfo`, as `encoding/json` writes the protobuf struct
+/// (snake_case names, `omitempty`): gcp-sev-es's whole InstanceInfo, and the `GCP` field of
+/// gcp-sev-snp's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct GceInstance {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub zone: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub project_id: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub project_number: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance_name: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub instance_id: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The largest gcp-sev-es InstanceInfo accepted: three names of at most 63 characters (a
+/// domain-scoped project ID somewhat more) and two numbers.
+pub const MAX_GCE_INSTANCE_INFO: usize = 1024;
+
+impl GceInstance {
+    /// gcp-sev-es's InstanceInfo: `{"zone", "project_id", "instance_name"}` as Constellation's
+    /// issuer writes it (the numbers, when present, are read and not used).
+    pub fn parse(bytes: &[u8]) -> Result<GceInstance, String> {
+        if bytes.len() > MAX_GCE_INSTANCE_INFO {
+            return Err(format!(
+                "InstanceInfo of {} bytes, more than the limit of {MAX_GCE_INSTANCE_INFO}",
+                bytes.len()
+            ));
+        }
+        serde_json::from_slice(bytes).map_err(|e| {
+            format!(
+                "InstanceInfo is not GCEInstanceInfo JSON (zone, project_id, instance_name): {e}"
+            )
+        })
+    }
+
+    /// The JSON Constellation's issuer writes (Go's `encoding/json` on go-tpm-tools' struct:
+    /// fields in proto order, empty ones left out).
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// What `instances.get` says about an instance's confidential computing:
+/// `confidentialInstanceConfig.enableConfidentialCompute` and
+/// `confidentialInstanceConfig.confidentialInstanceType`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfidentialCompute {
+    /// `enableConfidentialCompute`; false when the field or the whole config is absent.
+    pub enabled: bool,
+    /// `confidentialInstanceType` (`SEV`, `SEV_SNP`, `TDX`, ...); empty when absent.
+    pub instance_type: String,
+}
+
+impl ConfidentialCompute {
+    /// Reads an `instances.get` answer (the whole instance resource, or the part
+    /// `?fields=confidentialInstanceConfig` leaves). Only its JSON shape is checked here.
+    pub fn from_instance_json(body: &[u8]) -> Result<ConfidentialCompute, String> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Instance {
+            #[serde(default)]
+            confidential_instance_config: Option<Config>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Config {
+            #[serde(default)]
+            enable_confidential_compute: bool,
+            #[serde(default)]
+            confidential_instance_type: String,
+        }
+        let instance: Instance = serde_json::from_slice(body)
+            .map_err(|e| format!("the answer is not a compute#instance: {e}"))?;
+        Ok(instance
+            .confidential_instance_config
+            .map(|c| ConfidentialCompute {
+                enabled: c.enable_confidential_compute,
+                instance_type: c.confidential_instance_type.chars().take(40).collect(),
+            })
+            .unwrap_or_default())
+    }
+
+    /// Whether this is an AMD SEV confidential VM, which gcp-sev-es attests: confidential
+    /// compute enabled with no type named or `SEV` (Google's API has no type of its own for
+    /// SEV-ES machines; an SEV-SNP or TDX instance attests as its own variant). `Err` says why
+    /// not.
+    pub fn check_sev(&self) -> Result<(), String> {
+        match (self.enabled, self.instance_type.as_str()) {
+            (true, "" | "SEV" | "CONFIDENTIAL_INSTANCE_TYPE_UNSPECIFIED") => Ok(()),
+            (false, "" | "CONFIDENTIAL_INSTANCE_TYPE_UNSPECIFIED") => Err(
+                "the GCE API says the instance is not a confidential VM (confidentialInstanceConfig.enableConfidentialCompute is not true)".to_owned(),
+            ),
+            (_, other) => Err(format!(
+                "the GCE API says the instance is a {other} confidential VM, not an AMD SEV one"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ConfidentialCompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.instance_type.is_empty() {
+            "no type"
+        } else {
+            &self.instance_type
+        };
+        write!(f, "enableConfidentialCompute {}, {kind}", self.enabled)
+    }
+}
 
 /// Why no trusted key could be had for an instance.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -39,6 +160,12 @@ pub trait GceIdentity: Send + Sync + fmt::Debug {
     /// The DER SubjectPublicKeyInfo of the instance's vTPM signing key (the AK), as
     /// `getShieldedInstanceIdentity` returns it in `signingKey.ekPub`.
     fn signing_key(&self, instance: &InstanceRef) -> Result<Vec<u8>, GceKeyError>;
+
+    /// The instance's confidential-computing configuration, as `instances.get` returns it.
+    fn confidential_compute(
+        &self,
+        instance: &InstanceRef,
+    ) -> Result<ConfidentialCompute, GceKeyError>;
 }
 
 /// The instance a document names, checked to be a well-formed GCE resource name, so it can be
@@ -60,9 +187,10 @@ impl fmt::Display for InstanceRef {
     }
 }
 
-/// Why the `GCP` field does not name an instance.
+/// Why a GCEInstanceInfo (gcp-sev-snp's `GCP` field, gcp-sev-es's whole InstanceInfo) does not
+/// name an instance.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-#[error("InstanceInfo GCP.{field} {value:?} is not a GCE {what}")]
+#[error("the InstanceInfo's GCE instance {field} {value:?} is not a GCE {what}")]
 pub struct InstanceRefError {
     pub field: &'static str,
     pub value: String,
@@ -70,8 +198,8 @@ pub struct InstanceRefError {
 }
 
 impl InstanceRef {
-    /// The instance `GCP` names (`project_id`, `zone`, `instance_name`; the numbers are not
-    /// used, as by Constellation), each checked against GCE's naming rules: project IDs are
+    /// The instance a GCEInstanceInfo names (`project_id`, `zone`, `instance_name`; the numbers
+    /// are not used, as by Constellation), each checked against GCE's naming rules: project IDs are
     /// 6–30 of `[a-z0-9-]` (with an optional `domain.example:` prefix for domain-scoped
     /// projects), zones and instance names RFC 1035 labels of at most 63 characters.
     pub fn from_instance_info(gce: &GceInstance) -> Result<InstanceRef, InstanceRefError> {
@@ -132,7 +260,7 @@ fn check_project_id(id: &str) -> Result<String, ()> {
     }
 }
 
-/// gcp-sev-snp's setting beyond Constellation: `allowedGcpProjects`, the GCP projects whose
+/// The GCP variants' setting beyond Constellation: `allowedGcpProjects`, the GCP projects whose
 /// instances may join. Without it any project's instance may (as with Constellation): the GCE
 /// API vouches for an attestation key of an instance in whatever project the document names,
 /// including one of the attacker's own.
@@ -151,7 +279,7 @@ pub enum GcpProjectsError {
     )]
     Empty,
     #[error(
-        "attestation config: allowedGcpProjects applies to gcp-sev-snp only; {0} names no GCP project"
+        "attestation config: allowedGcpProjects applies to gcp-sev-snp and gcp-sev-es only; {0} names no GCP project"
     )]
     NotGcp(&'static str),
 }
@@ -275,10 +403,34 @@ pub fn spki_from_pem(pem: &str) -> Result<Vec<u8>, String> {
     Ok(der.to_vec())
 }
 
-/// Keys given up front (tests, offline verification): instance → SPKI DER.
+/// The DER SubjectPublicKeyInfo of `signingKey.ekPub` in a `getShieldedInstanceIdentity`
+/// answer (its JSON body).
+pub fn signing_key_from_identity_json(body: &[u8]) -> Result<Vec<u8>, String> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Identity {
+        signing_key: Option<Entry>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Entry {
+        ek_pub: Option<String>,
+    }
+    let answer: Identity = serde_json::from_slice(body)
+        .map_err(|e| format!("the answer is not a shieldedInstanceIdentity: {e}"))?;
+    let pem = answer
+        .signing_key
+        .and_then(|k| k.ek_pub)
+        .ok_or_else(|| "no signingKey.ekPub".to_owned())?;
+    spki_from_pem(&pem)
+}
+
+/// Answers given up front (tests, offline verification): instance → SPKI DER, and instance →
+/// confidential-computing configuration.
 #[derive(Clone, Debug, Default)]
 pub struct StaticGceIdentity {
     keys: HashMap<InstanceRef, Vec<u8>>,
+    confidential: HashMap<InstanceRef, ConfidentialCompute>,
     unavailable: Option<String>,
 }
 
@@ -289,6 +441,16 @@ impl StaticGceIdentity {
 
     pub fn with_key(mut self, instance: InstanceRef, spki_der: Vec<u8>) -> Self {
         self.keys.insert(instance, spki_der);
+        self
+    }
+
+    /// What `instances.get` answers for `instance`.
+    pub fn with_confidential_compute(
+        mut self,
+        instance: InstanceRef,
+        config: ConfidentialCompute,
+    ) -> Self {
+        self.confidential.insert(instance, config);
         self
     }
 
@@ -305,6 +467,19 @@ impl GceIdentity for StaticGceIdentity {
             return Err(GceKeyError::Unavailable(reason.clone()));
         }
         self.keys
+            .get(instance)
+            .cloned()
+            .ok_or_else(|| GceKeyError::NotFound(instance.to_string()))
+    }
+
+    fn confidential_compute(
+        &self,
+        instance: &InstanceRef,
+    ) -> Result<ConfidentialCompute, GceKeyError> {
+        if let Some(reason) = &self.unavailable {
+            return Err(GceKeyError::Unavailable(reason.clone()));
+        }
+        self.confidential
             .get(instance)
             .cloned()
             .ok_or_else(|| GceKeyError::NotFound(instance.to_string()))
@@ -356,6 +531,42 @@ mod tests {
             let err = InstanceRef::from_instance_info(&gce(project, zone, name)).unwrap_err();
             assert_eq!(err.field, field, "{project} {zone} {name}: {err}");
         }
+    }
+
+    #[test]
+    fn confidential_config_reads_as_instances_get_writes_it() {
+        let read = |json: &str| ConfidentialCompute::from_instance_json(json.as_bytes());
+        let sev =
+            read(r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":true}}"#).unwrap();
+        assert_eq!(sev.check_sev(), Ok(()));
+        let typed = read(
+            r#"{"kind":"compute#instance","confidentialInstanceConfig":{"enableConfidentialCompute":true,"confidentialInstanceType":"SEV"}}"#,
+        )
+        .unwrap();
+        assert_eq!(typed.instance_type, "SEV");
+        assert_eq!(typed.check_sev(), Ok(()));
+        for (json, needle) in [
+            ("{}", "not a confidential VM"),
+            (
+                r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":false}}"#,
+                "not a confidential VM",
+            ),
+            (
+                r#"{"confidentialInstanceConfig":{"confidentialInstanceType":"SEV_SNP"}}"#,
+                "SEV_SNP confidential VM",
+            ),
+            (
+                r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":true,"confidentialInstanceType":"TDX"}}"#,
+                "TDX confidential VM",
+            ),
+        ] {
+            let err = read(json).unwrap().check_sev().unwrap_err();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+        assert!(read("42").is_err());
+        assert!(
+            read(r#"{"confidentialInstanceConfig":{"enableConfidentialCompute":"yes"}}"#).is_err()
+        );
     }
 
     #[test]
