@@ -14,6 +14,7 @@ pub mod error;
 pub mod eventlog;
 pub mod issuer;
 pub mod policy;
+pub mod saved;
 pub mod snp;
 pub mod tdx;
 pub mod tpm;

@@ -28,6 +28,32 @@ enum Command {
     Join(JoinArgs),
     /// Attest and fetch the state disk key again after a reboot.
     Rejoin(Common),
+    /// Make this node's attestation document and save it, with the nonce and user data it was
+    /// issued for, for `attest-tool policy --document` (derive a policy from it) and
+    /// `attest-tool verify` (check one against it). Nothing is sent anywhere.
+    ///
+    /// The file is JSON: `{"variant", "nonce" (hex), "userData" (hex), "document" (base64 of
+    /// the document's bytes, as the aTLS certificate extension carries them)}`. On a
+    /// control-plane node it is what `attest-tool policy --service-policy` derives the nodes'
+    /// service policy from.
+    Attest(AttestArgs),
+}
+
+#[derive(Debug, Args)]
+struct AttestArgs {
+    #[command(flatten)]
+    issuer: IssuerArgs,
+    /// Where to write the saved attestation (JSON; an existing file is replaced).
+    #[arg(long)]
+    out: PathBuf,
+    /// The nonce to issue the document for (hex, not empty); 32 random bytes if omitted,
+    /// as attest-proxy draws for each connection. Either way it is saved in the file.
+    #[arg(long)]
+    nonce: Option<String>,
+    /// The user data the document binds (hex); empty if omitted. In a join,
+    /// aTLS binds the SHA-256 of the certificate's public key here.
+    #[arg(long, default_value = "")]
+    user_data: String,
 }
 
 #[derive(Debug, Args)]
@@ -35,33 +61,8 @@ struct Common {
     /// The join service (attest-proxy), host:port.
     #[arg(long, env = "JOIN_CLIENT_ENDPOINT")]
     endpoint: SocketAddr,
-    /// The TPM, as a TSS TCTI string: `device:/dev/tpmrm0`, or `swtpm:host=127.0.0.1,port=2321`.
-    #[arg(long, env = "JOIN_CLIENT_TCTI", default_value = "device:/dev/tpmrm0")]
-    tcti: String,
-    /// The attestation key type.
-    #[arg(long, env = "JOIN_CLIENT_AK", value_enum, default_value_t = AkType::Rsa)]
-    ak: AkType,
-    /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone),
-    /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key), `azure-sev-snp` or
-    /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
-    /// report or TD quote its HCL report holds) or `qemu-tdx` (a TD quote alone, no TPM).
-    /// `--ak` applies to qemu-vtpm and aws-sev-snp only.
-    #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
-    variant: Variant,
-    /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
-    /// SEV guest device instead when it does not exist; qemu-tdx needs it.
-    #[arg(long, env = "JOIN_CLIENT_TSM_REPORT_DIR", default_value = snp_issuer::configfs::DEFAULT_ROOT)]
-    tsm_report_dir: PathBuf,
-    /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
-    #[arg(long, env = "JOIN_CLIENT_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
-    azure_quote_url: String,
-    /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
-    #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
-    sev_guest_device: PathBuf,
-    /// The firmware event log to send with the quote, e.g.
-    /// `/sys/kernel/security/tpm0/binary_bios_measurements`.
-    #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
-    event_log: Option<PathBuf>,
+    #[command(flatten)]
+    issuer: IssuerArgs,
     /// The node's service policy: an attestation config (the service's format) that the join
     /// service's own evidence must satisfy before anything is sent to it. Without it the server
     /// is not verified, as with a Constellation node, and join-client says so.
@@ -89,6 +90,38 @@ struct Common {
     /// `Aborted`), with jittered exponential backoff. `0s` tries once.
     #[arg(long, env = "JOIN_CLIENT_RETRY_FOR", default_value = "5m", value_parser = humantime::parse_duration)]
     retry_for: Duration,
+}
+
+/// How the node makes its attestation document.
+#[derive(Debug, Args)]
+struct IssuerArgs {
+    /// The TPM, as a TSS TCTI string: `device:/dev/tpmrm0`, or `swtpm:host=127.0.0.1,port=2321`.
+    #[arg(long, env = "JOIN_CLIENT_TCTI", default_value = "device:/dev/tpmrm0")]
+    tcti: String,
+    /// The attestation key type.
+    #[arg(long, env = "JOIN_CLIENT_AK", value_enum, default_value_t = AkType::Rsa)]
+    ak: AkType,
+    /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone),
+    /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key), `azure-sev-snp` or
+    /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
+    /// report or TD quote its HCL report holds) or `qemu-tdx` (a TD quote alone, no TPM).
+    /// `--ak` applies to qemu-vtpm and aws-sev-snp only.
+    #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
+    variant: Variant,
+    /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
+    /// SEV guest device instead when it does not exist; qemu-tdx needs it.
+    #[arg(long, env = "JOIN_CLIENT_TSM_REPORT_DIR", default_value = snp_issuer::configfs::DEFAULT_ROOT)]
+    tsm_report_dir: PathBuf,
+    /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
+    #[arg(long, env = "JOIN_CLIENT_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
+    azure_quote_url: String,
+    /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
+    #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
+    sev_guest_device: PathBuf,
+    /// The firmware event log to send with the quote, e.g.
+    /// `/sys/kernel/security/tpm0/binary_bios_measurements`.
+    #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
+    event_log: Option<PathBuf>,
 }
 
 impl Common {
@@ -129,19 +162,24 @@ enum AkType {
     Ecc,
 }
 
-fn client(common: &Common) -> anyhow::Result<Client> {
-    // Refuse what cannot be issued before touching the TPM.
-    match common.variant {
+/// Refuses a variant join-client cannot issue, before anything is opened.
+fn check_issuable(variant: Variant) -> anyhow::Result<()> {
+    match variant {
         Variant::QemuVtpm
         | Variant::AwsSevSnp
         | Variant::AzureSevSnp
         | Variant::QemuTdx
-        | Variant::AzureTdx => {}
+        | Variant::AzureTdx => Ok(()),
         other => anyhow::bail!(
             "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx \
              documents only, not {other}"
         ),
     }
+}
+
+fn client(common: &Common) -> anyhow::Result<Client> {
+    // Refuse what cannot be issued before touching the TPM.
+    check_issuable(common.issuer.variant)?;
     // Likewise a service policy that cannot be used.
     let service_policy = common
         .service_policy
@@ -154,7 +192,7 @@ fn client(common: &Common) -> anyhow::Result<Client> {
             )
         })
         .transpose()?;
-    let issuer = issuer(common)?;
+    let issuer = issuer(&common.issuer)?;
     let client = Client::new(common.endpoint, issuer, common.timeout)?;
     Ok(match service_policy {
         Some(policy) => {
@@ -174,7 +212,7 @@ fn client(common: &Common) -> anyhow::Result<Client> {
 }
 
 /// The node's issuer for its variant (one join-client can issue).
-fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
+fn issuer(common: &IssuerArgs) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
     // qemu-tdx attests with the TD's quote alone: no TPM.
     if common.variant == Variant::QemuTdx {
         let tdx = tdx_issuer::QemuTdxIssuer::open(&common.tsm_report_dir)
@@ -221,6 +259,40 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
     } else {
         Arc::new(tpm)
     })
+}
+
+/// The nonce `attest` issues for: `--nonce`, or 32 random bytes.
+fn attest_nonce(nonce: Option<&str>) -> anyhow::Result<Vec<u8>> {
+    let Some(nonce) = nonce else {
+        let mut nonce = vec![0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+            .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
+        return Ok(nonce);
+    };
+    let bytes = hex::decode(nonce).with_context(|| format!("--nonce {nonce:?} is not hex"))?;
+    if bytes.is_empty() {
+        anyhow::bail!("--nonce is empty; attest-proxy's nonces are 32 bytes");
+    }
+    Ok(bytes)
+}
+
+/// Issues a document as the node would in a join and writes it with its nonce and user data.
+fn attest(args: &AttestArgs) -> anyhow::Result<attestation::saved::SavedAttestation> {
+    check_issuable(args.issuer.variant)?;
+    let nonce = attest_nonce(args.nonce.as_deref())?;
+    let user_data = hex::decode(&args.user_data)
+        .with_context(|| format!("--user-data {:?} is not hex", args.user_data))?;
+    let issuer = issuer(&args.issuer)?;
+    let document = issuer.issue(&user_data, &nonce)?;
+    let saved = attestation::saved::SavedAttestation {
+        variant: args.issuer.variant,
+        nonce,
+        user_data,
+        document,
+    };
+    std::fs::write(&args.out, saved.to_json())
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    Ok(saved)
 }
 
 /// What join-client says when it will not check the server: the secrets it receives could come
@@ -308,6 +380,20 @@ async fn main() -> anyhow::Result<()> {
             );
             println!("{}", ticket::summary(&ticket));
             println!("  written to          {}", args.common.out.display());
+        }
+        Command::Attest(args) => {
+            let saved = attest(&args)?;
+            println!(
+                "attested: {} document of {} bytes, nonce {}",
+                saved.variant,
+                saved.document.len(),
+                hex::encode(&saved.nonce)
+            );
+            println!("  written to          {}", args.out.display());
+            println!(
+                "  derive a policy:    attest-tool policy --document {}",
+                args.out.display()
+            );
         }
         Command::Rejoin(common) => {
             let client = client(&common)?;
