@@ -1,0 +1,515 @@
+//! `attest-tool policy --document`: a complete attestation config derived from a document a node
+//! made (`join-client attest`), in the format attest-proxy reads, so that no value is copied by
+//! hand.
+//!
+//! What the document shows becomes a pin: every PCR of the quote of the strongest bank (SHA-256
+//! before SHA-384 and SHA-512; SHA-1 is never compared), enforced; qemu-vtpm's attestation key;
+//! on SEV-SNP the node's TCB as the minimum for its product, the launch MEASUREMENT, the ID and
+//! author key digests, HOST_DATA and whether SMT is on; on TDX the MRTD and RTMRs, MRSEAM, XFAM,
+//! the QE vendor and the SVNs as minimums. What a document cannot show (the TCB status Intel
+//! will give the platform, the GCP projects of the fleet, other machines' keys and chips) is
+//! taken from options or left to the operator, and each [`Derived::notes`] entry says which.
+//! Chip IDs are pinned only on request: a policy is for a fleet, not one machine.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use attestation::snp::config::policy_bits;
+use attestation::snp::{InstanceInfo, Product, Report, SnpConfig, Tcb};
+use attestation::tdx::TdQuote;
+use attestation::tpm::HashAlg;
+use attestation::variants::sev_snp::{Binding, SevSnpValidator};
+use attestation::variants::tdx::{TdxKind, TdxValidator, parse_azure_instance_info};
+use attestation::vtpm::document::AttestationDocument;
+use attestation::{QemuVtpmConfig, Variant};
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::{Value, json};
+
+/// What the operator decides that a document cannot show.
+#[derive(Clone, Debug, Default)]
+pub struct DeriveOptions {
+    /// SEV-SNP: pin this machine's CHIP_ID (`allowedChipIds`).
+    pub pin_chip_id: bool,
+    /// gcp-sev-snp: `allowedGcpProjects`.
+    pub gcp_projects: Vec<String>,
+    /// TDX: `acceptedTcbStatuses`; `["UpToDate"]` when empty.
+    pub tcb_statuses: Vec<String>,
+    /// SEV-SNP: `amdRootKey` (PEM), for an AMD root other than AMD's built-in ones.
+    pub amd_root_key: Option<String>,
+    /// TDX: `intelRootKey` (PEM), for an Intel root other than the built-in one.
+    pub intel_root_key: Option<String>,
+    /// The nodes' service policy (join-client `--service-policy`) from a control-plane node's
+    /// document, rather than the join service's policy for nodes.
+    pub service_policy: bool,
+}
+
+/// A derived attestation config and what the operator must still decide.
+#[derive(Debug)]
+pub struct Derived {
+    /// The config, as attest-proxy (or join-client, for a service policy) reads it.
+    pub json: String,
+    /// The digest the config's audit lines name.
+    pub digest: String,
+    /// What could not come from the document, and what was chosen for it.
+    pub notes: Vec<String>,
+}
+
+/// The config being built: measurements first (in register order), then the variant's fields.
+struct Config {
+    measurements: BTreeMap<u32, (Vec<u8>, bool)>,
+    fields: serde_json::Map<String, Value>,
+}
+
+impl serde::Serialize for Config {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1 + self.fields.len()))?;
+        map.serialize_entry("measurements", &Ordered(&self.measurements))?;
+        for (key, value) in &self.fields {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Measurements in register order (a JSON map keyed by strings would put "10" before "2").
+struct Ordered<'a>(&'a BTreeMap<u32, (Vec<u8>, bool)>);
+
+impl serde::Serialize for Ordered<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (index, (value, warn_only)) in self.0 {
+            map.serialize_entry(
+                &index.to_string(),
+                &json!({"expected": hex::encode(value), "warnOnly": warn_only}),
+            )?;
+        }
+        map.end()
+    }
+}
+
+impl Config {
+    fn new() -> Config {
+        Config {
+            measurements: BTreeMap::new(),
+            fields: serde_json::Map::new(),
+        }
+    }
+
+    fn set(&mut self, key: &str, value: Value) {
+        self.fields.insert(key.to_owned(), value);
+    }
+
+    fn to_json(&self) -> anyhow::Result<String> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+}
+
+/// Derives `variant`'s attestation config from `document`.
+pub fn derive(
+    variant: Variant,
+    document: &[u8],
+    options: &DeriveOptions,
+) -> anyhow::Result<Derived> {
+    if options.service_policy {
+        match variant {
+            Variant::QemuVtpm
+            | Variant::AwsSevSnp
+            | Variant::AzureSevSnp
+            | Variant::QemuTdx
+            | Variant::AzureTdx => {}
+            Variant::GcpSevSnp => bail!(
+                "a gcp-sev-snp service cannot be verified by nodes: its attestation key is vouched for by the GCE API, which needs a Google credential a node does not have"
+            ),
+            other => bail!(
+                "join-client verifies qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx services, not {other}"
+            ),
+        }
+    }
+    if !options.gcp_projects.is_empty() && variant != Variant::GcpSevSnp {
+        bail!("--gcp-project is for gcp-sev-snp, not {variant}");
+    }
+    let snp = matches!(
+        variant,
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp
+    );
+    let tdx = matches!(variant, Variant::QemuTdx | Variant::AzureTdx);
+    if options.pin_chip_id && !snp {
+        bail!("--pin-chip-id is for the SEV-SNP variants, not {variant}");
+    }
+    if options.amd_root_key.is_some() && !snp {
+        bail!("--amd-root-key is for the SEV-SNP variants, not {variant}");
+    }
+    if (options.intel_root_key.is_some() || !options.tcb_statuses.is_empty()) && !tdx {
+        bail!("--intel-root-key and --accept-tcb-status are for the TDX variants, not {variant}");
+    }
+    let mut notes = Vec::new();
+    let mut config = Config::new();
+    match variant {
+        Variant::QemuVtpm => {
+            let doc = vtpm_document(document)?;
+            config.measurements = pcr_measurements(&doc, &mut notes)?;
+            let digest = crate::ak_digest_of_document(document)?;
+            config.set("trustedAkDigests", json!([digest]));
+            notes.push(if options.service_policy {
+                format!(
+                    "trustedAkDigests lists this control-plane node's attestation key ({digest}) only: add every control-plane node's that may serve joins (attest-tool ak-digest --document on each one's saved attestation)"
+                )
+            } else {
+                format!(
+                    "trustedAkDigests lists this machine's attestation key ({digest}) only: add every node's (attest-tool ak-digest --document on each one's saved attestation)"
+                )
+            });
+        }
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp => {
+            let doc = vtpm_document(document)?;
+            config.measurements = pcr_measurements(&doc, &mut notes)?;
+            let info = InstanceInfo::parse(
+                doc.hardware_evidence("the document has no InstanceInfo (SNP evidence)")?,
+            )
+            .context("the document's InstanceInfo is not SNP evidence")?;
+            snp_fields(variant, &info, options, &mut config, &mut notes)?;
+        }
+        Variant::QemuTdx => {
+            let (quote, _) = attestation::variants::tdx::parse_qemu_document(document)
+                .context("not a qemu-tdx document")?;
+            let td = quote.td();
+            for (index, value) in td.measurements() {
+                config.measurements.insert(index, (value, index == 4));
+            }
+            notes.push(
+                "measurement 4 (RTMR3) is warnOnly: the running system extends it, so it differs between boots; set warnOnly to false if your nodes' RTMR3 is fixed at join time".to_owned(),
+            );
+            tdx_fields(variant, &quote, options, &mut config, &mut notes)?;
+        }
+        Variant::AzureTdx => {
+            let doc = vtpm_document(document)?;
+            config.measurements = pcr_measurements(&doc, &mut notes)?;
+            let (quote, _) = parse_azure_instance_info(
+                doc.hardware_evidence("the document has no InstanceInfo (TDX evidence)")?,
+            )
+            .context("the document's InstanceInfo is not azure-tdx evidence")?;
+            config.set("mrtds", json!([hex::encode(quote.td().mr_td)]));
+            tdx_fields(variant, &quote, options, &mut config, &mut notes)?;
+        }
+        other => bail!(
+            "attest-tool derives qemu-vtpm, aws-sev-snp, azure-sev-snp, gcp-sev-snp, qemu-tdx and azure-tdx configs, not {other}"
+        ),
+    }
+    let json = config.to_json()?;
+    let digest = load(variant, json.as_bytes())
+        .context("the derived config does not load as attest-proxy loads it")?;
+    if options.service_policy {
+        notes.push(format!(
+            "this is the nodes' service policy: give it to join-client as --service-policy FILE --service-variant {variant}"
+        ));
+    }
+    Ok(Derived {
+        json,
+        digest,
+        notes,
+    })
+}
+
+/// Loads `json` as attest-proxy does for `variant`, returning the policy digest.
+fn load(variant: Variant, json: &[u8]) -> anyhow::Result<String> {
+    Ok(match variant {
+        Variant::QemuVtpm => QemuVtpmConfig::from_attestation_config(json)?.digest(),
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp => {
+            let binding = match variant {
+                Variant::AwsSevSnp => Binding::Aws,
+                Variant::AzureSevSnp => Binding::Azure,
+                _ => Binding::Gcp,
+            };
+            let none = Arc::new(attestation::snp::StaticCollateral::new());
+            SevSnpValidator::from_attestation_config(binding, json, none)?.1
+        }
+        _ => {
+            let kind = if variant == Variant::QemuTdx {
+                TdxKind::Qemu
+            } else {
+                TdxKind::Azure
+            };
+            let none = Arc::new(attestation::tdx::StaticCollateral::new());
+            TdxValidator::from_attestation_config(kind, json, none)?.1
+        }
+    })
+}
+
+fn vtpm_document(document: &[u8]) -> anyhow::Result<AttestationDocument> {
+    AttestationDocument::parse(document).context("not a vTPM attestation document (JSON)")
+}
+
+/// The PCRs of the document's quote of the strongest bank the service compares, all enforced.
+fn pcr_measurements(
+    doc: &AttestationDocument,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<BTreeMap<u32, (Vec<u8>, bool)>> {
+    let quotes = doc
+        .attestation
+        .as_ref()
+        .map(|a| a.quotes.as_slice())
+        .unwrap_or_default();
+    let banks: Vec<(HashAlg, &BTreeMap<u32, Vec<u8>>)> = quotes
+        .iter()
+        .filter_map(|q| q.pcrs.as_ref())
+        .filter_map(|p| {
+            let alg = u16::try_from(p.hash).ok().and_then(HashAlg::from_id)?;
+            Some((alg, &p.pcrs))
+        })
+        .collect();
+    let (bank, pcrs) = [HashAlg::Sha256, HashAlg::Sha384, HashAlg::Sha512]
+        .into_iter()
+        .find_map(|wanted| banks.iter().find(|(alg, _)| *alg == wanted).copied())
+        .context(
+            "the document has no quote of a SHA-256, SHA-384 or SHA-512 PCR bank (the service compares no other)",
+        )?;
+    if pcrs.is_empty() {
+        bail!("the document's {bank} quote lists no PCR values");
+    }
+    for (index, value) in pcrs {
+        if value.len() != bank.digest_len() {
+            bail!(
+                "the document's {bank} PCR {index} is {} bytes, not {}",
+                value.len(),
+                bank.digest_len()
+            );
+        }
+    }
+    notes.push(format!(
+        "measurements: all {} PCRs of the document's {bank} quote, enforced; set warnOnly on any that differ between your nodes (Constellation's PCR 15, for one, differs once a node has joined)",
+        pcrs.len()
+    ));
+    Ok(pcrs
+        .iter()
+        .map(|(&index, value)| (index, (value.clone(), false)))
+        .collect())
+}
+
+/// The product a report comes from: its CPUID, else the ASK/ASVK the document carries.
+fn product_of(info: &InstanceInfo) -> anyhow::Result<Product> {
+    if let Some((family, model)) = info.report.cpuid() {
+        return Product::from_cpuid(family, model).with_context(|| {
+            format!("the report's CPU (family {family:#x} model {model:#x}) is no SEV-SNP product this tool knows")
+        });
+    }
+    info.intermediate
+        .as_ref()
+        .and_then(|cert| {
+            cert.common_name()
+                .rsplit('-')
+                .next()
+                .and_then(Product::from_name)
+        })
+        .context(
+            "a version 2 report does not name its CPU, and the document carries no ASK or ASVK that would",
+        )
+}
+
+/// The lowest of each SVN over the TCBs the service compares with the minimum.
+fn lowest(tcbs: [Tcb; 3]) -> Tcb {
+    let min = |f: fn(&Tcb) -> u8| tcbs.iter().map(f).min().unwrap_or(0);
+    Tcb {
+        fmc: tcbs.iter().filter_map(|t| t.fmc).min(),
+        bootloader: min(|t| t.bootloader),
+        tee: min(|t| t.tee),
+        snp: min(|t| t.snp),
+        microcode: min(|t| t.microcode),
+    }
+}
+
+fn tcb_json(tcb: &Tcb, fmc: bool) -> Value {
+    let mut value = json!({
+        "bootloaderVersion": tcb.bootloader,
+        "teeVersion": tcb.tee,
+        "snpVersion": tcb.snp,
+        "microcodeVersion": tcb.microcode,
+    });
+    if fmc {
+        value["fmcVersion"] = json!(tcb.fmc.unwrap_or(0));
+    }
+    value
+}
+
+fn snp_fields(
+    variant: Variant,
+    info: &InstanceInfo,
+    options: &DeriveOptions,
+    config: &mut Config,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let report: &Report = &info.report;
+    let policy = report.policy();
+    if policy & policy_bits::DEBUG != 0 {
+        bail!(
+            "the report's guest policy allows debugging (DEBUG), which the service refuses whatever the config says: no policy admits this node"
+        );
+    }
+    if policy & policy_bits::MIGRATE_MA != 0 {
+        bail!(
+            "the report's guest policy allows a migration agent (MIGRATE_MA), which the service refuses whatever the config says: no policy admits this node"
+        );
+    }
+    if report.vmpl() != 0 {
+        bail!(
+            "the report was made at VMPL {}, and the service accepts VMPL 0 only: no policy admits this node",
+            report.vmpl()
+        );
+    }
+    let product = product_of(info)?;
+    let minimum = lowest([
+        report.reported_tcb(product),
+        report.committed_tcb(product),
+        report.launch_tcb(product),
+    ]);
+    // Constellation's four top-level fields are Milan's minimum (and Constellation applies them
+    // to every product); the other products have their own under minimumTcb.
+    let top = tcb_json(&minimum, false);
+    if let Some(fields) = top.as_object() {
+        for (key, value) in fields {
+            config.set(key, value.clone());
+        }
+    }
+    match product {
+        Product::Milan => {}
+        Product::Genoa | Product::Turin => {
+            config.set(
+                "minimumTcb",
+                json!({ product.name(): tcb_json(&minimum, product == Product::Turin) }),
+            );
+            notes.push(format!(
+                "the document is from a {product} CPU: its minimum TCB is minimumTcb.{product}; the top-level bootloaderVersion, teeVersion, snpVersion and microcodeVersion (Milan's minimum here, every product's in Constellation's CLI) repeat its numbers. If your fleet has Milan machines, set those from a Milan node's document"
+            ));
+        }
+    }
+    notes.push(format!(
+        "minimum TCB ({product}): {minimum}, the lowest of the report's reported, committed and launch TCBs; nodes on older firmware are refused, so raise it as AMD publishes fixes"
+    ));
+    config.set("smtAllowed", json!(policy & policy_bits::SMT != 0));
+    config.set(
+        "launchMeasurements",
+        json!([hex::encode(report.measurement())]),
+    );
+    config.set("hostData", json!(hex::encode(report.host_data())));
+    let zero48 = [0u8; 48];
+    if report.author_key_digest() != &zero48 {
+        config.set(
+            "acceptedAuthorKeyDigests",
+            json!([hex::encode(report.author_key_digest())]),
+        );
+    }
+    if report.id_key_digest() != &zero48 {
+        config.set(
+            "firmwareSignerConfig",
+            json!({
+                "acceptedKeyDigests": [hex::encode(report.id_key_digest())],
+                "enforcementPolicy": "Equal",
+            }),
+        );
+        notes.push(
+            "firmwareSignerConfig accepts the report's ID key digest only, enforced (Equal); add the digests of the firmware signers you roll out next".to_owned(),
+        );
+    } else {
+        notes.push(
+            "the launch had no ID block (ID key digest zero): the firmware is pinned by launchMeasurements alone".to_owned(),
+        );
+    }
+    if options.pin_chip_id {
+        if report.chip_id_masked() {
+            bail!(
+                "--pin-chip-id: the report masks its CHIP_ID (as AWS's do), so no chip can be pinned"
+            );
+        }
+        config.set("allowedChipIds", json!([hex::encode(report.chip_id())]));
+        notes.push(
+            "allowedChipIds admits this one machine: list every machine's CHIP_ID, or leave the field out to admit any".to_owned(),
+        );
+    }
+    match &options.amd_root_key {
+        Some(pem) => config.set("amdRootKey", json!(pem)),
+        None => notes.push(
+            "amdRootKey is left out: AMD's built-in roots (Milan, Genoa, Turin) are trusted"
+                .to_owned(),
+        ),
+    }
+    if variant == Variant::GcpSevSnp {
+        let project = info.gce.as_ref().map(|g| g.project_id.as_str());
+        if options.gcp_projects.is_empty() {
+            notes.push(format!(
+                "allowedGcpProjects is left out, so an instance of any GCP project is admitted; pass --gcp-project for each of your cluster's projects{}",
+                project
+                    .filter(|p| !p.is_empty())
+                    .map(|p| format!(" (this instance is in {p:?})"))
+                    .unwrap_or_default()
+            ));
+        } else {
+            config.set("allowedGcpProjects", json!(options.gcp_projects));
+            if let Some(project) = project {
+                if !options.gcp_projects.iter().any(|p| p == project) {
+                    notes.push(format!(
+                        "this document's instance is in project {project:?}, which --gcp-project does not name: the policy refuses it"
+                    ));
+                }
+            }
+        }
+    }
+    // The SNP checks the service runs on the report must pass with these settings.
+    let snp = SnpConfig::for_variant(variant, config.to_json()?.as_bytes())
+        .context("the derived SNP settings")?;
+    snp.check_report(report, product)
+        .context("the derived SNP settings refuse the document's own report")?;
+    Ok(())
+}
+
+fn tdx_fields(
+    variant: Variant,
+    quote: &TdQuote,
+    options: &DeriveOptions,
+    config: &mut Config,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let td = quote.td();
+    if td.is_debug() {
+        bail!(
+            "the TD is a debug TD, which the service refuses whatever the config says: no policy admits this node"
+        );
+    }
+    if variant == Variant::QemuTdx && !quote.sept_ve_disable() {
+        bail!(
+            "the TD does not set SEPT_VE_DISABLE, which qemu-tdx requires (stricter than Constellation): no policy admits this node"
+        );
+    }
+    config.set("mrSeams", json!([hex::encode(td.mr_seam)]));
+    config.set("xfam", json!(hex::encode(td.xfam)));
+    config.set("qeVendorID", json!(hex::encode(quote.qe_vendor_id())));
+    config.set("qeSVN", json!(quote.qe_svn()));
+    config.set("pceSVN", json!(quote.pce_svn()));
+    config.set("teeTCBSVN", json!(hex::encode(td.tee_tcb_svn)));
+    let statuses = if options.tcb_statuses.is_empty() {
+        vec!["UpToDate".to_owned()]
+    } else {
+        options.tcb_statuses.clone()
+    };
+    for status in &statuses {
+        if attestation::tdx::config::parse_status(status).is_none() {
+            bail!("--accept-tcb-status {status:?} is not a TCB status Intel's collateral uses");
+        }
+    }
+    notes.push(format!(
+        "acceptedTcbStatuses is {statuses:?}: the status comes from Intel's collateral when a node joins, not from the document (attest-tool tdx verify shows the quote's)"
+    ));
+    config.set("acceptedTcbStatuses", json!(statuses));
+    notes.push(
+        "mrSeams admits this TDX module only: add the MRSEAM of a module update before hosts roll it out".to_owned(),
+    );
+    notes.push(
+        "qeSVN, pceSVN and teeTCBSVN are the quote's own, as minimums; nodes on older TDX firmware are refused".to_owned(),
+    );
+    match &options.intel_root_key {
+        Some(pem) => config.set("intelRootKey", json!(pem)),
+        None => {
+            notes.push("intelRootKey is left out: Intel's built-in SGX root is trusted".to_owned())
+        }
+    }
+    Ok(())
+}
