@@ -519,6 +519,50 @@ mod tests {
         assert!(err.contains("services, not aws-nitro-tpm"), "{err}");
     }
 
+    fn attest_args(args: &[&str]) -> AttestArgs {
+        let cli = Cli::try_parse_from(
+            ["join-client", "attest", "--tcti", "device:/nonexistent/tpm"]
+                .iter()
+                .chain(args),
+        )
+        .unwrap();
+        let Command::Attest(args) = cli.command else {
+            panic!("parsed as attest");
+        };
+        args
+    }
+
+    #[test]
+    fn attest_refuses_bad_input_by_name_before_the_tpm_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("node.json");
+        let out = out.to_str().unwrap();
+        let err = |args: &[&str]| format!("{:#}", attest(&attest_args(args)).unwrap_err());
+        let e = err(&["--out", out, "--variant", "gcp-sev-snp"]);
+        assert!(e.contains("not gcp-sev-snp"), "{e}");
+        let e = err(&["--out", out, "--nonce", "xyz"]);
+        assert!(e.contains("--nonce \"xyz\" is not hex"), "{e}");
+        let e = err(&["--out", out, "--nonce", ""]);
+        assert!(e.contains("--nonce is empty"), "{e}");
+        let e = err(&["--out", out, "--user-data", "0"]);
+        assert!(e.contains("--user-data \"0\" is not hex"), "{e}");
+        // Valid input gets as far as the TPM, and nothing is written.
+        let e = err(&["--out", out, "--nonce", "0a0b"]);
+        assert!(
+            e.contains("opening the TPM at device:/nonexistent/tpm"),
+            "{e}"
+        );
+        assert!(!dir.path().join("node.json").exists());
+    }
+
+    #[test]
+    fn attest_draws_a_fresh_32_byte_nonce_unless_given_one() {
+        let (a, b) = (attest_nonce(None).unwrap(), attest_nonce(None).unwrap());
+        assert_eq!((a.len(), b.len()), (32, 32));
+        assert_ne!(a, b);
+        assert_eq!(attest_nonce(Some("0A0b")).unwrap(), [0x0a, 0x0b]);
+    }
+
     #[test]
     fn the_service_collateral_staleness_defaults_to_the_services_own() {
         assert_eq!(
