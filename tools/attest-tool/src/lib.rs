@@ -5,9 +5,14 @@
 //!
 //! - `replay-eventlog <file>` replays a TCG event log (crypto-agile or legacy SHA-1) and prints
 //!   the PCR values per bank as policy measurements (see [`replay_eventlog`] for the shape);
-//! - `verify --config <file> --variant qemu-vtpm --nonce <hex> [--user-data <hex>] <document>`
+//! - `verify --config <file> [--variant V --nonce <hex>] [--user-data <hex>] <document>`
 //!   verifies a saved attestation document exactly as attest-proxy does and prints the
-//!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]);
+//!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]); a
+//!   saved attestation from `join-client attest` ([`attestation::saved`]) carries its variant,
+//!   nonce and user data;
+//! - `policy --document <file> [--service-policy]` prints the complete attestation config a
+//!   node's document shows, as attest-proxy (or, for a service policy, join-client) reads it,
+//!   and on stderr what it could not decide ([`derive`]);
 //! - `policy --config <file> --variant qemu-vtpm` prints the measurement policy and the trusted
 //!   attestation keys the service would enforce from that attestation config, with the digest
 //!   attest-proxy logs;
@@ -178,9 +183,9 @@ pub enum Command {
     /// TPMT_PUBLIC) in the form `trustedAkDigests` lists it.
     ///
     /// The document is what a node puts in its aTLS certificate (the extension of OID
-    /// 1.3.9900.5.1): save one on the machine with the node's issuer (`node/tpm-issuer`,
-    /// `TpmIssuer::issue_document` with any nonce, on the TPM the node joins with), or take the
-    /// extension's bytes from a node's certificate. This tool does not open TPMs itself. The AK
+    /// 1.3.9900.5.1): save one on the machine with `join-client attest --out FILE` (on the TPM
+    /// the node joins with), or take the extension's bytes from a node's certificate. This
+    /// tool does not open TPMs itself. The AK
     /// is a primary key of the TPM, the same every time it is opened, so one document per
     /// machine is enough; it changes when the TPM is cleared.
     AkDigest {
