@@ -286,26 +286,6 @@ fn pcr_measurements(
         .collect())
 }
 
-/// The product a report comes from: its CPUID, else the ASK/ASVK the document carries.
-fn product_of(info: &InstanceInfo) -> anyhow::Result<Product> {
-    if let Some((family, model)) = info.report.cpuid() {
-        return Product::from_cpuid(family, model).with_context(|| {
-            format!("the report's CPU (family {family:#x} model {model:#x}) is no SEV-SNP product this tool knows")
-        });
-    }
-    info.intermediate
-        .as_ref()
-        .and_then(|cert| {
-            cert.common_name()
-                .rsplit('-')
-                .next()
-                .and_then(Product::from_name)
-        })
-        .context(
-            "a version 2 report does not name its CPU, and the document carries no ASK or ASVK that would",
-        )
-}
-
 /// The lowest of each SVN over the TCBs the service compares with the minimum.
 fn lowest(tcbs: [Tcb; 3]) -> Tcb {
     let min = |f: fn(&Tcb) -> u8| tcbs.iter().map(f).min().unwrap_or(0);
@@ -356,7 +336,8 @@ fn snp_fields(
             report.vmpl()
         );
     }
-    let product = product_of(info)?;
+    let product = attestation::variants::sev_snp::product_of(info)
+        .context("the report's product (Milan, Genoa or Turin)")?;
     let minimum = lowest([
         report.reported_tcb(product),
         report.committed_tcb(product),

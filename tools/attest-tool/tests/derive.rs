@@ -27,12 +27,8 @@ fn tool(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn testdata(path: &str) -> String {
-    format!(
-        "{}/../../lib/attestation/testdata/{path}",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
+mod common;
+use common::testdata;
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -499,35 +495,11 @@ fn policies_derived_around_real_snp_reports_accept_those_reports() {
     assert_verdict(&out, 0, "\"accepted\"");
 }
 
-fn pem_cert(der: &[u8]) -> String {
-    let lines: Vec<String> = b64(der)
-        .as_bytes()
-        .chunks(64)
-        .map(|c| String::from_utf8(c.to_vec()).unwrap())
-        .collect();
-    format!(
-        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-        lines.join("\n")
-    )
-}
-
 /// Intel's real collateral for FMSPC 00806f050000 laid out as PCS answers.
 fn automata_collateral(dir: &Path) -> String {
-    let a = |name: &str| read(&format!("tdx/automata-00806f050000/{name}"));
-    let chain = String::from_utf8(a("signing_cert.pem")).unwrap()
-        + &pem_cert(&a("Intel_SGX_Provisioning_Certification_RootCA.cer"));
     let out = dir.join("intel");
     std::fs::create_dir_all(&out).unwrap();
-    for (name, bytes) in [
-        ("tcb_info.json", a("tcbinfov3_00806f050000.json")),
-        ("qe_identity.json", a("qeidentityv2_apiv4.json")),
-        ("pck_crl.der", a("pck_platform_crl.der")),
-        ("root_ca_crl.der", a("intel_root_ca_crl.der")),
-        ("tcb_info_issuer_chain.pem", chain.clone().into_bytes()),
-        ("qe_identity_issuer_chain.pem", chain.into_bytes()),
-    ] {
-        std::fs::write(out.join(name), bytes).unwrap();
-    }
+    common::automata_pcs_dir(&out);
     out.to_str().unwrap().to_owned()
 }
 
