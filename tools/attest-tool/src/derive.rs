@@ -372,6 +372,9 @@ fn snp_fields(
         json!([hex::encode(report.measurement())]),
     );
     config.set("hostData", json!(hex::encode(report.host_data())));
+    notes.push(
+        "launchMeasurements and hostData are this launch's: add the MEASUREMENT of each firmware you roll out, and leave hostData out if your hosts give each VM its own".to_owned(),
+    );
     let zero48 = [0u8; 48];
     if report.author_key_digest() != &zero48 {
         config.set(

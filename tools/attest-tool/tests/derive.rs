@@ -721,6 +721,7 @@ fn what_cannot_be_derived_is_refused_by_name() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     };
     refused(&["policy", "--document", bare], "--variant is required: ");
+    refused(&["policy", "--config", bare], "--config needs --variant");
     refused(
         &["policy", "--document", &saved, "--variant", "qemu-tdx"],
         "--variant qemu-tdx differs from the variant qemu-vtpm saved in",
