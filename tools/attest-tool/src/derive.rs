@@ -211,6 +211,34 @@ pub fn derive(
     })
 }
 
+/// The variant a bare document's shape names, where only one variant has that shape: a
+/// `{"RawQuote"}` document is qemu-tdx; a vTPM document's hardware evidence names the SNP
+/// variant (`Azure` or `GCP` set, else aws-sev-snp) or azure-tdx (`RuntimeData` beside the
+/// quote). A vTPM document without hardware evidence could be any TPM variant: `None`.
+pub fn infer_variant(document: &[u8]) -> Option<Variant> {
+    let value: Value = serde_json::from_slice(document).ok()?;
+    let object = value.as_object()?;
+    if object.contains_key("RawQuote") {
+        return Some(Variant::QemuTdx);
+    }
+    let doc = AttestationDocument::parse(document).ok()?;
+    let info: Value = serde_json::from_slice(doc.instance_info.as_deref()?).ok()?;
+    let info = info.as_object()?;
+    let set = |key: &str| info.get(key).is_some_and(|v| !v.is_null());
+    if !set("AttestationReport") {
+        return None;
+    }
+    Some(if set("RuntimeData") && !set("ReportSigner") {
+        Variant::AzureTdx
+    } else if set("Azure") {
+        Variant::AzureSevSnp
+    } else if set("GCP") {
+        Variant::GcpSevSnp
+    } else {
+        Variant::AwsSevSnp
+    })
+}
+
 /// Loads `json` as attest-proxy does for `variant`, returning the policy digest.
 fn load(variant: Variant, json: &[u8]) -> anyhow::Result<String> {
     Ok(match variant {
@@ -496,4 +524,61 @@ fn tdx_fields(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use base64::Engine as _;
+
+    use super::*;
+
+    fn vtpm_with(info: Option<Value>) -> Vec<u8> {
+        let info = info
+            .map(|i| base64::engine::general_purpose::STANDARD.encode(i.to_string().as_bytes()));
+        json!({"Attestation": {"ak_pub": "AAE="}, "InstanceInfo": info, "UserData": null})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn a_bare_documents_variant_is_inferred_only_where_its_shape_is_one_variants() {
+        let report = json!("AAAA");
+        assert_eq!(
+            infer_variant(br#"{"RawQuote":"AAAA","UserData":""}"#),
+            Some(Variant::QemuTdx)
+        );
+        for (info, variant) in [
+            (
+                json!({"AttestationReport": report, "RuntimeData": "AAAA"}),
+                Some(Variant::AzureTdx),
+            ),
+            (
+                json!({"ReportSigner": "", "CertChain": "", "AttestationReport": report,
+                       "Azure": {"RuntimeData": "AAAA", "MAAToken": ""}, "GCP": null}),
+                Some(Variant::AzureSevSnp),
+            ),
+            (
+                json!({"ReportSigner": "", "CertChain": "", "AttestationReport": report,
+                       "Azure": null, "GCP": {"project_id": "p"}}),
+                Some(Variant::GcpSevSnp),
+            ),
+            (
+                json!({"ReportSigner": "", "CertChain": "", "AttestationReport": report,
+                       "Azure": null, "GCP": null}),
+                Some(Variant::AwsSevSnp),
+            ),
+            (json!({"something": "else"}), None),
+        ] {
+            assert_eq!(
+                infer_variant(&vtpm_with(Some(info.clone()))),
+                variant,
+                "{info}"
+            );
+        }
+        // Any TPM variant's document without hardware evidence looks like this.
+        assert_eq!(infer_variant(&vtpm_with(None)), None);
+        assert_eq!(infer_variant(b"not json"), None);
+    }
 }

@@ -152,8 +152,8 @@ pub enum Command {
         /// config from.
         #[arg(long)]
         document: Option<PathBuf>,
-        /// The attestation variant, e.g. qemu-vtpm; required with --config and with a bare
-        /// document, which does not name its variant.
+        /// The attestation variant, e.g. qemu-vtpm; required with --config, and with a bare
+        /// document whose shape does not name it (a vTPM document without hardware evidence).
         #[arg(long)]
         variant: Option<Variant>,
         /// Derive the nodes' service policy (join-client --service-policy) from a control-plane
@@ -408,12 +408,14 @@ impl Input {
     fn read(path: &Path, variant: Option<Variant>) -> anyhow::Result<Input> {
         let bytes = read(path)?;
         if !attestation::saved::SavedAttestation::is_saved(&bytes) {
-            let variant = variant.with_context(|| {
-                format!(
-                    "--variant is required: {} is a bare document, which does not name its variant (a file from join-client attest does)",
-                    path.display()
-                )
-            })?;
+            let variant = variant
+                .or_else(|| derive::infer_variant(&bytes))
+                .with_context(|| {
+                    format!(
+                        "--variant is required: {} is a bare document whose shape does not name its variant (a vTPM document without hardware evidence may be qemu-vtpm, aws-nitro-tpm, azure-trustedlaunch or gcp-sev-es; a file from join-client attest names it)",
+                        path.display()
+                    )
+                })?;
             return Ok(Input {
                 variant,
                 document: bytes,

@@ -722,6 +722,36 @@ fn what_cannot_be_derived_is_refused_by_name() {
     };
     refused(&["policy", "--document", bare], "--variant is required: ");
     refused(&["policy", "--config", bare], "--config needs --variant");
+    // A bare document names its variant by its shape when only one variant has it.
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let vcek = amd.chip([3; 64], TCB, 0).unwrap();
+    let azure_snp = SnpDocumentIssuer::azure(
+        soft_ak(KeyType::Rsa2048, 0x44),
+        &vcek,
+        &amd.vcek_chain_pem(),
+        fields(0x4d),
+    )
+    .unwrap();
+    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let aws_snp = SnpDocumentIssuer::aws(
+        soft_ak(KeyType::Rsa2048, 0x44),
+        &vlek,
+        &amd.vlek_chain_pem(),
+        fields(0x4d),
+    )
+    .unwrap();
+    for (variant, document) in [
+        ("azure-sev-snp", azure_snp.issue(USER_DATA, &NONCE).unwrap()),
+        ("aws-sev-snp", aws_snp.issue(USER_DATA, &NONCE).unwrap()),
+    ] {
+        let path = dir.path().join(format!("bare-{variant}.json"));
+        std::fs::write(&path, document).unwrap();
+        let (_, _, stderr) = derive(path.to_str().unwrap(), &[]);
+        assert!(
+            stderr.starts_with(&format!("attest-tool: {variant} attestation config")),
+            "{stderr}"
+        );
+    }
     refused(
         &["policy", "--document", &saved, "--variant", "qemu-tdx"],
         "--variant qemu-tdx differs from the variant qemu-vtpm saved in",
