@@ -105,12 +105,60 @@ impl Config {
     }
 }
 
-/// Derives `variant`'s attestation config from `document`.
+/// Derives `variant`'s attestation config from `documents`, each a node's (`name` names it in
+/// errors): one config that admits every one of them (see [`merge`]).
 pub fn derive(
     variant: Variant,
-    document: &[u8],
+    documents: &[(String, Vec<u8>)],
     options: &DeriveOptions,
 ) -> anyhow::Result<Derived> {
+    check_options(variant, options)?;
+    let mut ones = Vec::new();
+    for (name, document) in documents {
+        let one = derive_one(variant, document, options).with_context(|| name.clone())?;
+        ones.push((name.as_str(), one));
+    }
+    let ones_ref: Vec<(&str, &One)> = ones.iter().map(|(n, o)| (*n, o)).collect();
+    let (config, mut notes) = merge(&ones_ref)?;
+    let json = config.to_json()?;
+    let digest = load(variant, json.as_bytes())
+        .context("the derived config does not load as attest-proxy loads it")?;
+    // The SNP checks the service runs on each report must pass with the merged settings.
+    let snp = matches!(
+        variant,
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp
+    )
+    .then(|| SnpConfig::for_variant(variant, json.as_bytes()))
+    .transpose()
+    .context("the derived SNP settings")?;
+    for (name, one) in &ones {
+        if let (Some(snp), Some((report, product))) = (&snp, &one.snp) {
+            snp.check_report(report, *product)
+                .with_context(|| format!("the derived SNP settings refuse the report of {name}"))?;
+        }
+    }
+    if options.service_policy {
+        notes.push(format!(
+            "this is the nodes' service policy: give it to join-client as --service-policy FILE --service-variant {variant}"
+        ));
+    }
+    Ok(Derived {
+        json,
+        digest,
+        notes,
+    })
+}
+
+/// What one document shows.
+struct One {
+    config: Config,
+    notes: Vec<String>,
+    /// SEV-SNP: the report and its product.
+    snp: Option<(Report, Product)>,
+}
+
+/// Refuses options that do not apply to `variant`.
+fn check_options(variant: Variant, options: &DeriveOptions) -> anyhow::Result<()> {
     if options.service_policy {
         match variant {
             Variant::QemuVtpm
@@ -143,8 +191,14 @@ pub fn derive(
     if (options.intel_root_key.is_some() || !options.tcb_statuses.is_empty()) && !tdx {
         bail!("--intel-root-key and --accept-tcb-status are for the TDX variants, not {variant}");
     }
+    Ok(())
+}
+
+/// The config one document shows.
+fn derive_one(variant: Variant, document: &[u8], options: &DeriveOptions) -> anyhow::Result<One> {
     let mut notes = Vec::new();
     let mut config = Config::new();
+    let mut snp = None;
     match variant {
         Variant::QemuVtpm => {
             let doc = vtpm_document(document)?;
@@ -152,13 +206,9 @@ pub fn derive(
             let digest = crate::ak_digest_of_document(document)?;
             config.set("trustedAkDigests", json!([digest]));
             notes.push(if options.service_policy {
-                format!(
-                    "trustedAkDigests lists this control-plane node's attestation key ({digest}) only: add every control-plane node's that may serve joins (attest-tool ak-digest --document on each one's saved attestation)"
-                )
+                "trustedAkDigests lists the attestation keys of the documents given only: add every control-plane node's that may serve joins (one more --document each, or attest-tool ak-digest)".to_owned()
             } else {
-                format!(
-                    "trustedAkDigests lists this machine's attestation key ({digest}) only: add every node's (attest-tool ak-digest --document on each one's saved attestation)"
-                )
+                "trustedAkDigests lists the attestation keys of the documents given only: add every other node's (one more --document each, or attest-tool ak-digest)".to_owned()
             });
         }
         Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp => {
@@ -168,7 +218,8 @@ pub fn derive(
                 doc.hardware_evidence("the document has no InstanceInfo (SNP evidence)")?,
             )
             .context("the document's InstanceInfo is not SNP evidence")?;
-            snp_fields(variant, &info, options, &mut config, &mut notes)?;
+            let product = snp_fields(variant, &info, options, &mut config, &mut notes)?;
+            snp = Some((info.report, product));
         }
         Variant::QemuTdx => {
             let (quote, _) = attestation::variants::tdx::parse_qemu_document(document)
@@ -196,19 +247,200 @@ pub fn derive(
             "attest-tool derives qemu-vtpm, aws-sev-snp, azure-sev-snp, gcp-sev-snp, qemu-tdx and azure-tdx configs, not {other}"
         ),
     }
-    let json = config.to_json()?;
-    let digest = load(variant, json.as_bytes())
-        .context("the derived config does not load as attest-proxy loads it")?;
-    if options.service_policy {
-        notes.push(format!(
-            "this is the nodes' service policy: give it to join-client as --service-policy FILE --service-variant {variant}"
-        ));
+    Ok(One { config, notes, snp })
+}
+
+/// The fields that list what is accepted: the merged config accepts every document's.
+const LISTS: [&str; 6] = [
+    "trustedAkDigests",
+    "launchMeasurements",
+    "acceptedAuthorKeyDigests",
+    "allowedChipIds",
+    "mrtds",
+    "mrSeams",
+];
+
+/// One config that admits every document's node: the measurements must be the same (nodes of
+/// one image measure the same); lists (keys, launch measurements, ID and author keys, chips,
+/// MRTDs, MRSEAMs) accept each document's; minimums (TCB per product, QE, PCE and TEE TCB SVNs)
+/// are the lowest; SMT is allowed if any node has it; HOST_DATA and a list that not every
+/// document has are left out, with a note; any other field must be the same.
+fn merge(ones: &[(&str, &One)]) -> anyhow::Result<(Config, Vec<String>)> {
+    let Some(&(first_name, first)) = ones.first() else {
+        bail!("no document given");
+    };
+    let mut notes: Vec<String> = Vec::new();
+    for (_, one) in ones {
+        for note in &one.notes {
+            if !notes.contains(note) {
+                notes.push(note.clone());
+            }
+        }
     }
-    Ok(Derived {
-        json,
-        digest,
-        notes,
-    })
+    let show = |m: Option<&(Vec<u8>, bool)>| m.map_or("absent".to_owned(), |(v, _)| hex::encode(v));
+    for &(name, one) in &ones[1..] {
+        let indices: std::collections::BTreeSet<&u32> = first
+            .config
+            .measurements
+            .keys()
+            .chain(one.config.measurements.keys())
+            .collect();
+        for index in indices {
+            let (a, b) = (
+                first.config.measurements.get(index),
+                one.config.measurements.get(index),
+            );
+            if a != b {
+                bail!(
+                    "measurement {index} differs between {first_name} ({}) and {name} ({}): nodes of one image measure the same, so derive from one image's nodes (and set warnOnly by hand on a register that differs from node to node)",
+                    show(a),
+                    show(b)
+                );
+            }
+        }
+    }
+    let mut merged = Config::new();
+    merged.measurements = first.config.measurements.clone();
+    let tcb = merged_tcb(ones);
+    let mut keys: Vec<&String> = Vec::new();
+    for (_, one) in ones {
+        for key in one.config.fields.keys() {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    for key in keys {
+        let values: Vec<Option<&Value>> =
+            ones.iter().map(|(_, o)| o.config.fields.get(key)).collect();
+        if let Some(value) = tcb.as_ref().and_then(|t| t.get(key)) {
+            merged.set(key, value.clone());
+            continue;
+        }
+        let all: Option<Vec<&Value>> = values.iter().copied().collect();
+        let Some(all) = all else {
+            notes.push(format!(
+                "{key} is left out: not every document has it (a launch without an author key, or without an ID block)"
+            ));
+            continue;
+        };
+        let value = match key.as_str() {
+            k if LISTS.contains(&k) => union(all.iter().map(|v| v.as_array()))?,
+            "firmwareSignerConfig" => json!({
+                "acceptedKeyDigests": union(all.iter().map(|v| v["acceptedKeyDigests"].as_array()))?,
+                "enforcementPolicy": "Equal",
+            }),
+            "smtAllowed" => json!(all.iter().any(|v| v.as_bool() == Some(true))),
+            "qeSVN" | "pceSVN" => json!(all.iter().filter_map(|v| v.as_u64()).min()),
+            "teeTCBSVN" => {
+                let svns: Vec<Vec<u8>> = all
+                    .iter()
+                    .map(|v| hex::decode(v.as_str().unwrap_or_default()))
+                    .collect::<Result<_, _>>()?;
+                let lowest: Vec<u8> = (0..svns[0].len())
+                    .map(|i| {
+                        svns.iter()
+                            .filter_map(|s| s.get(i))
+                            .copied()
+                            .min()
+                            .unwrap_or(0)
+                    })
+                    .collect();
+                json!(hex::encode(lowest))
+            }
+            _ => {
+                if let Some((i, _)) = all.iter().enumerate().find(|(_, v)| **v != all[0]) {
+                    if key == "hostData" {
+                        notes.push(
+                            "hostData is left out: the documents' HOST_DATA differ".to_owned(),
+                        );
+                        continue;
+                    }
+                    bail!(
+                        "{key} differs between {first_name} ({}) and {} ({}): one config cannot admit both",
+                        all[0],
+                        ones[i].0,
+                        all[i]
+                    );
+                }
+                all[0].clone()
+            }
+        };
+        merged.set(key, value);
+    }
+    if let Some(minimum) = tcb.as_ref().and_then(|t| t.get("minimumTcb")) {
+        if !merged.fields.contains_key("minimumTcb") {
+            merged.set("minimumTcb", minimum.clone());
+        }
+    }
+    Ok((merged, notes))
+}
+
+/// The entries of several JSON lists, each once, in order of appearance.
+fn union<'a>(lists: impl Iterator<Item = Option<&'a Vec<Value>>>) -> anyhow::Result<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for list in lists {
+        for value in list.context("a list field is not a list")? {
+            if !out.contains(value) {
+                out.push(value.clone());
+            }
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// SEV-SNP: the minimum TCB fields over all reports: each product's lowest, Milan's at the top
+/// level (or, without a Milan report, the lowest of all), the others' under `minimumTcb`.
+fn merged_tcb(ones: &[(&str, &One)]) -> Option<serde_json::Map<String, Value>> {
+    let reports: Vec<(Product, Tcb)> = ones
+        .iter()
+        .filter_map(|(_, one)| one.snp.as_ref())
+        .map(|(report, product)| {
+            let tcb = lowest([
+                report.reported_tcb(*product),
+                report.committed_tcb(*product),
+                report.launch_tcb(*product),
+            ]);
+            (*product, tcb)
+        })
+        .collect();
+    if reports.is_empty() {
+        return None;
+    }
+    let lowest_of = |tcbs: Vec<Tcb>| -> Option<Tcb> {
+        tcbs.into_iter().reduce(|a, b| Tcb {
+            fmc: a.fmc.min(b.fmc).or(a.fmc).or(b.fmc),
+            bootloader: a.bootloader.min(b.bootloader),
+            tee: a.tee.min(b.tee),
+            snp: a.snp.min(b.snp),
+            microcode: a.microcode.min(b.microcode),
+        })
+    };
+    let of = |product: Product| {
+        lowest_of(
+            reports
+                .iter()
+                .filter(|(p, _)| *p == product)
+                .map(|(_, t)| *t)
+                .collect(),
+        )
+    };
+    let top =
+        of(Product::Milan).or_else(|| lowest_of(reports.iter().map(|(_, t)| *t).collect()))?;
+    let mut fields = tcb_json(&top, false).as_object()?.clone();
+    let mut others = serde_json::Map::new();
+    for product in [Product::Genoa, Product::Turin] {
+        if let Some(tcb) = of(product) {
+            others.insert(
+                product.name().to_owned(),
+                tcb_json(&tcb, product == Product::Turin),
+            );
+        }
+    }
+    if !others.is_empty() {
+        fields.insert("minimumTcb".to_owned(), Value::Object(others));
+    }
+    Some(fields)
 }
 
 /// The variant a bare document's shape names, where only one variant has that shape: a
@@ -345,7 +577,7 @@ fn snp_fields(
     options: &DeriveOptions,
     config: &mut Config,
     notes: &mut Vec<String>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Product> {
     let report: &Report = &info.report;
     let policy = report.policy();
     if policy & policy_bits::DEBUG != 0 {
@@ -387,13 +619,13 @@ fn snp_fields(
                 json!({ product.name(): tcb_json(&minimum, product == Product::Turin) }),
             );
             notes.push(format!(
-                "the document is from a {product} CPU: its minimum TCB is minimumTcb.{product}; the top-level bootloaderVersion, teeVersion, snpVersion and microcodeVersion (Milan's minimum here, every product's in Constellation's CLI) repeat its numbers. If your fleet has Milan machines, set those from a Milan node's document"
+                "a report is from a {product} CPU: its minimum TCB is minimumTcb.{product}; without a Milan document the top-level bootloaderVersion, teeVersion, snpVersion and microcodeVersion (Milan's minimum here, every product's in Constellation's CLI) repeat the lowest numbers of the others. If your fleet has Milan machines, give a Milan node's document too"
             ));
         }
     }
-    notes.push(format!(
-        "minimum TCB ({product}): {minimum}, the lowest of the report's reported, committed and launch TCBs; nodes on older firmware are refused, so raise it as AMD publishes fixes"
-    ));
+    notes.push(
+        "the minimum TCB of each product is the lowest of the reported, committed and launch TCBs of its reports; nodes on older firmware are refused, so raise it as AMD publishes fixes".to_owned(),
+    );
     config.set("smtAllowed", json!(policy & policy_bits::SMT != 0));
     config.set(
         "launchMeasurements",
@@ -401,7 +633,7 @@ fn snp_fields(
     );
     config.set("hostData", json!(hex::encode(report.host_data())));
     notes.push(
-        "launchMeasurements and hostData are this launch's: add the MEASUREMENT of each firmware you roll out, and leave hostData out if your hosts give each VM its own".to_owned(),
+        "launchMeasurements and hostData are those of the documents' launches: add the MEASUREMENT of each firmware you roll out, and leave hostData out if your hosts give each VM its own".to_owned(),
     );
     let zero48 = [0u8; 48];
     if report.author_key_digest() != &zero48 {
@@ -419,11 +651,11 @@ fn snp_fields(
             }),
         );
         notes.push(
-            "firmwareSignerConfig accepts the report's ID key digest only, enforced (Equal); add the digests of the firmware signers you roll out next".to_owned(),
+            "firmwareSignerConfig accepts the reports' ID key digests only, enforced (Equal); add the digests of the firmware signers you roll out next".to_owned(),
         );
     } else {
         notes.push(
-            "the launch had no ID block (ID key digest zero): the firmware is pinned by launchMeasurements alone".to_owned(),
+            "a launch without an ID block (ID key digest zero) is pinned by launchMeasurements alone".to_owned(),
         );
     }
     if options.pin_chip_id {
@@ -434,7 +666,7 @@ fn snp_fields(
         }
         config.set("allowedChipIds", json!([hex::encode(report.chip_id())]));
         notes.push(
-            "allowedChipIds admits this one machine: list every machine's CHIP_ID, or leave the field out to admit any".to_owned(),
+            "allowedChipIds admits the documents' machines only: give every machine's document, or leave the field out to admit any".to_owned(),
         );
     }
     match &options.amd_root_key {
@@ -465,12 +697,7 @@ fn snp_fields(
             }
         }
     }
-    // The SNP checks the service runs on the report must pass with these settings.
-    let snp = SnpConfig::for_variant(variant, config.to_json()?.as_bytes())
-        .context("the derived SNP settings")?;
-    snp.check_report(report, product)
-        .context("the derived SNP settings refuse the document's own report")?;
-    Ok(())
+    Ok(product)
 }
 
 fn tdx_fields(

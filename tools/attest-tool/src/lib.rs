@@ -149,9 +149,11 @@ pub enum Command {
         )]
         config: Option<PathBuf>,
         /// A saved attestation (`join-client attest --out`) or a bare document, to derive the
-        /// config from.
+        /// config from. Repeat for several nodes of one image: the config then admits each
+        /// (their keys, chips, launch measurements, the lowest TCB and SVNs) and refuses
+        /// documents whose measurements differ.
         #[arg(long)]
-        document: Option<PathBuf>,
+        document: Vec<PathBuf>,
         /// The attestation variant, e.g. qemu-vtpm; required with --config, and with a bare
         /// document whose shape does not name it (a vTPM document without hardware evidence).
         #[arg(long)]
@@ -338,8 +340,24 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             amd_root_key,
             intel_root_key,
         } => {
-            if let Some(document) = document {
-                let input = Input::read(&document, variant)?;
+            if !document.is_empty() {
+                let mut inputs: Vec<(&PathBuf, Input)> = Vec::new();
+                for path in &document {
+                    let input = Input::read(path, variant)?;
+                    if let Some((first, earlier)) = inputs.first() {
+                        if earlier.variant != input.variant {
+                            bail!(
+                                "{} is a {} document and {} a {} one: one config is for one variant",
+                                first.display(),
+                                earlier.variant,
+                                path.display(),
+                                input.variant
+                            );
+                        }
+                    }
+                    inputs.push((path, input));
+                }
+                let variant = inputs[0].1.variant;
                 let pem = |path: Option<PathBuf>| -> anyhow::Result<Option<String>> {
                     path.map(|p| {
                         String::from_utf8(read(&p)?)
@@ -355,17 +373,24 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                     intel_root_key: pem(intel_root_key)?,
                     service_policy,
                 };
-                let derived = derive::derive(input.variant, &input.document, &options)?;
+                let documents: Vec<(String, Vec<u8>)> = inputs
+                    .into_iter()
+                    .map(|(path, input)| (path.display().to_string(), input.document))
+                    .collect();
+                let derived = derive::derive(variant, &documents, &options)?;
                 writeln!(out, "{}", derived.json)?;
                 eprintln!(
-                    "attest-tool: {} {} from {}, policy digest {}",
-                    input.variant,
+                    "attest-tool: {variant} {} from {}, policy digest {}",
                     if service_policy {
                         "service policy"
                     } else {
                         "attestation config"
                     },
-                    document.display(),
+                    documents
+                        .iter()
+                        .map(|(name, _)| name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     derived.digest
                 );
                 for note in &derived.notes {

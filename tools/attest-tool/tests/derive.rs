@@ -110,7 +110,7 @@ fn a_qemu_vtpm_policy_admits_its_node_and_refuses_another_key_or_another_image()
         config["measurements"].as_object().unwrap().len(),
         node.pcrs().len()
     );
-    assert!(stderr.contains("add every node's"), "{stderr}");
+    assert!(stderr.contains("add every other node's"), "{stderr}");
 
     // The saved attestation carries its variant, nonce and user data: nothing else to pass.
     assert_verdict(&verify(&policy, &saved, &[]), 0, "\"accepted\"");
@@ -234,7 +234,10 @@ fn sev_snp_policies_pin_the_tcb_and_firmware_and_admit_their_node_only() {
         assert!(config.get("minimumTcb").is_none(), "{config}");
         assert_eq!(config["amdRootKey"], json!(amd.ark_pem()));
         assert!(config["measurements"]["4"].is_object(), "{config}");
-        assert!(stderr.contains("minimum TCB (Milan)"), "{stderr}");
+        assert!(
+            stderr.contains("the minimum TCB of each product is the lowest"),
+            "{stderr}"
+        );
 
         assert_verdict(&verify(&policy, &saved, &offline), 0, "\"accepted\"");
         // A node on older firmware, and one of another launch measurement, are refused.
@@ -833,4 +836,137 @@ fn a_service_policy_from_a_control_plane_node_is_the_attestation_config_join_cli
         "{stderr}"
     );
     assert_verdict(&verify(&policy, &saved, &[]), 0, "\"accepted\"");
+}
+
+#[test]
+fn a_policy_from_several_nodes_admits_each_and_refuses_nodes_of_another_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<String> = [KeyType::Rsa2048, KeyType::EcdsaP256]
+        .into_iter()
+        .enumerate()
+        .map(|(i, key)| {
+            save(
+                dir.path(),
+                &format!("node-{i}.json"),
+                Variant::QemuVtpm,
+                soft_ak(key, 0x44).issue(USER_DATA, &NONCE).unwrap(),
+            )
+        })
+        .collect();
+    let (policy, config, stderr) = derive(&nodes[0], &["--document", &nodes[1]]);
+    assert_eq!(config["trustedAkDigests"].as_array().unwrap().len(), 2);
+    assert!(
+        stderr.contains("node-0.json, ") && stderr.contains("node-1.json"),
+        "{stderr}"
+    );
+    for node in &nodes {
+        assert_verdict(&verify(&policy, node, &[]), 0, "\"accepted\"");
+    }
+    let third = save(
+        dir.path(),
+        "node-2.json",
+        Variant::QemuVtpm,
+        soft_ak(KeyType::EcdsaP256, 0x44)
+            .issue(USER_DATA, &NONCE)
+            .unwrap(),
+    );
+    assert_verdict(&verify(&policy, &third, &[]), 1, "attestation key");
+
+    // Another image's node cannot be folded into the same config.
+    let reimaged = save(
+        dir.path(),
+        "reimaged.json",
+        Variant::QemuVtpm,
+        soft_ak(KeyType::EcdsaP256, 0x45)
+            .issue(USER_DATA, &NONCE)
+            .unwrap(),
+    );
+    let out = tool(&["policy", "--document", &nodes[0], "--document", &reimaged]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "measurement 4 differs between {} ({})",
+            nodes[0],
+            hex::encode([0x44; 32])
+        )) && stderr.contains(&format!("and {reimaged} ({})", hex::encode([0x45; 32]))),
+        "{stderr}"
+    );
+    // Nor another variant's.
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let aws = save(
+        dir.path(),
+        "aws.json",
+        Variant::AwsSevSnp,
+        SnpDocumentIssuer::aws(
+            soft_ak(KeyType::Rsa2048, 0x44),
+            &vlek,
+            &amd.vlek_chain_pem(),
+            fields(0x4d),
+        )
+        .unwrap()
+        .issue(USER_DATA, &NONCE)
+        .unwrap(),
+    );
+    let out = tool(&["policy", "--document", &nodes[0], "--document", &aws]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is a qemu-vtpm document and") && stderr.contains("a aws-sev-snp one"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_snp_policy_from_several_machines_takes_the_lowest_tcb_and_every_launch_and_chip() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (root, collateral) = amd_files(dir.path(), &amd);
+    let at = AT.to_string();
+    let offline = ["--at", at.as_str(), "--collateral-dir", collateral.as_str()];
+    let machines = [
+        (amd.chip([3; 64], TCB, 0).unwrap(), 0x4d),
+        (amd.chip([4; 64], Tcb { snp: 9, ..TCB }, 0).unwrap(), 0x4e),
+    ];
+    let nodes: Vec<String> = machines
+        .iter()
+        .enumerate()
+        .map(|(i, (vcek, measurement))| {
+            let node = SnpDocumentIssuer::azure(
+                soft_ak(KeyType::Rsa2048, 0x44),
+                vcek,
+                &amd.vcek_chain_pem(),
+                fields(*measurement),
+            )
+            .unwrap();
+            save(
+                dir.path(),
+                &format!("machine-{i}.json"),
+                Variant::AzureSevSnp,
+                node.issue(USER_DATA, &NONCE).unwrap(),
+            )
+        })
+        .collect();
+    let (policy, config, _) = derive(
+        &nodes[1],
+        &[
+            "--document",
+            &nodes[0],
+            "--amd-root-key",
+            &root,
+            "--pin-chip-id",
+        ],
+    );
+    assert_eq!(config["snpVersion"], 8, "{config}");
+    assert_eq!(
+        config["launchMeasurements"],
+        json!(["4e".repeat(48), "4d".repeat(48)])
+    );
+    assert_eq!(
+        config["allowedChipIds"],
+        json!(["04".repeat(64), "03".repeat(64)])
+    );
+    for node in &nodes {
+        assert_verdict(&verify(&policy, node, &offline), 0, "\"accepted\"");
+    }
 }
