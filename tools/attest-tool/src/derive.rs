@@ -7,9 +7,10 @@
 //! on SEV-SNP the node's TCB as the minimum for its product, the launch MEASUREMENT, the ID and
 //! author key digests, HOST_DATA and whether SMT is on; on TDX the MRTD and RTMRs, MRSEAM, XFAM,
 //! the QE vendor and the SVNs as minimums. What a document cannot show (the TCB status Intel
-//! will give the platform, the GCP projects of the fleet, other machines' keys and chips) is
-//! taken from options or left to the operator, and each [`Derived::notes`] entry says which.
-//! Chip IDs are pinned only on request: a policy is for a fleet, not one machine.
+//! will give the platform, the GCP projects of the fleet) is taken from options or left to the
+//! operator, and each [`Derived::notes`] entry says which. Several nodes' documents give one
+//! config for all of them (`merge`). Chip IDs are pinned only on request: a policy is for a
+//! fleet, not one machine.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -106,7 +107,7 @@ impl Config {
 }
 
 /// Derives `variant`'s attestation config from `documents`, each a node's (`name` names it in
-/// errors): one config that admits every one of them (see [`merge`]).
+/// errors): one config that admits every one of them (see `merge`).
 pub fn derive(
     variant: Variant,
     documents: &[(String, Vec<u8>)],
