@@ -341,61 +341,15 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             intel_root_key,
         } => {
             if !document.is_empty() {
-                let mut inputs: Vec<(&PathBuf, Input)> = Vec::new();
-                for path in &document {
-                    let input = Input::read(path, variant)?;
-                    if let Some((first, earlier)) = inputs.first() {
-                        if earlier.variant != input.variant {
-                            bail!(
-                                "{} is a {} document and {} a {} one: one config is for one variant",
-                                first.display(),
-                                earlier.variant,
-                                path.display(),
-                                input.variant
-                            );
-                        }
-                    }
-                    inputs.push((path, input));
-                }
-                let variant = inputs[0].1.variant;
-                let pem = |path: Option<PathBuf>| -> anyhow::Result<Option<String>> {
-                    path.map(|p| {
-                        String::from_utf8(read(&p)?)
-                            .with_context(|| format!("{} is not a PEM file", p.display()))
-                    })
-                    .transpose()
-                };
                 let options = derive::DeriveOptions {
                     pin_chip_id,
                     gcp_projects,
                     tcb_statuses,
-                    amd_root_key: pem(amd_root_key)?,
-                    intel_root_key: pem(intel_root_key)?,
+                    amd_root_key: read_pem(amd_root_key.as_deref())?,
+                    intel_root_key: read_pem(intel_root_key.as_deref())?,
                     service_policy,
                 };
-                let documents: Vec<(String, Vec<u8>)> = inputs
-                    .into_iter()
-                    .map(|(path, input)| (path.display().to_string(), input.document))
-                    .collect();
-                let derived = derive::derive(variant, &documents, &options)?;
-                writeln!(out, "{}", derived.json)?;
-                eprintln!(
-                    "attest-tool: {variant} {} from {}, policy digest {}",
-                    if service_policy {
-                        "service policy"
-                    } else {
-                        "attestation config"
-                    },
-                    documents
-                        .iter()
-                        .map(|(name, _)| name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    derived.digest
-                );
-                for note in &derived.notes {
-                    eprintln!("  decide: {note}");
-                }
+                print_derived(&document, variant, &options, out)?;
                 return Ok(Outcome::Success);
             }
             let (Some(config), Some(variant)) = (config, variant) else {
@@ -418,6 +372,67 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             Ok(Outcome::Success)
         }
     }
+}
+
+/// Derives the config of the documents at `paths` (`policy --document`): the config to `out`,
+/// its digest and what is left to decide to stderr.
+fn print_derived(
+    paths: &[PathBuf],
+    variant: Option<Variant>,
+    options: &derive::DeriveOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut inputs: Vec<(&PathBuf, Input)> = Vec::new();
+    for path in paths {
+        let input = Input::read(path, variant)?;
+        if let Some((first, earlier)) = inputs.first() {
+            if earlier.variant != input.variant {
+                bail!(
+                    "{} is a {} document and {} a {} one: one config is for one variant",
+                    first.display(),
+                    earlier.variant,
+                    path.display(),
+                    input.variant
+                );
+            }
+        }
+        inputs.push((path, input));
+    }
+    let Some(variant) = inputs.first().map(|(_, input)| input.variant) else {
+        bail!("no --document given");
+    };
+    let documents: Vec<(String, Vec<u8>)> = inputs
+        .into_iter()
+        .map(|(path, input)| (path.display().to_string(), input.document))
+        .collect();
+    let derived = derive::derive(variant, &documents, options)?;
+    writeln!(out, "{}", derived.json)?;
+    eprintln!(
+        "attest-tool: {variant} {} from {}, policy digest {}",
+        if options.service_policy {
+            "service policy"
+        } else {
+            "attestation config"
+        },
+        documents
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        derived.digest
+    );
+    for note in &derived.notes {
+        eprintln!("  decide: {note}");
+    }
+    Ok(())
+}
+
+/// A PEM file's text.
+fn read_pem(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+    path.map(|p| {
+        String::from_utf8(read(p)?).with_context(|| format!("{} is not a PEM file", p.display()))
+    })
+    .transpose()
 }
 
 /// A document to verify or derive from: a saved attestation with what it was issued for, or a
