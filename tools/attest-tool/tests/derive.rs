@@ -970,3 +970,60 @@ fn an_snp_policy_from_several_machines_takes_the_lowest_tcb_and_every_launch_and
         assert_verdict(&verify(&policy, node, &offline), 0, "\"accepted\"");
     }
 }
+
+#[test]
+fn an_azure_tdx_policy_from_two_firmwares_admits_both_and_qemu_tdx_refuses_to_mix_them() {
+    use soft_issuer::tdx::{ReportData, TdFields, TdxDocumentIssuer, TdxMachine};
+    let intel = pcs_standin::SimulatedIntel::new().unwrap();
+    let machine = std::sync::Arc::new(TdxMachine::new(&intel, Default::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let collateral = simulated_intel_collateral(dir.path(), &intel, &machine);
+    let root = dir.path().join("intel-root.pem");
+    std::fs::write(&root, intel.root_pem()).unwrap();
+    let root = root.to_str().unwrap().to_owned();
+    let firmwares = [
+        TdFields::default(),
+        TdFields {
+            mr_td: [0x7e; 48],
+            ..TdFields::default()
+        },
+    ];
+    let mut azure = Vec::new();
+    let mut qemu = Vec::new();
+    for (i, td) in firmwares.iter().enumerate() {
+        let node = TdxDocumentIssuer::azure(
+            soft_ak(KeyType::Rsa2048, 0x44),
+            machine.clone(),
+            td.clone(),
+            ReportData::Bound,
+        )
+        .unwrap();
+        azure.push(save(
+            dir.path(),
+            &format!("azure-{i}.json"),
+            Variant::AzureTdx,
+            node.document(USER_DATA, &NONCE).unwrap(),
+        ));
+        let node = TdxDocumentIssuer::qemu(machine.clone(), td.clone(), ReportData::Bound);
+        qemu.push(save(
+            dir.path(),
+            &format!("qemu-{i}.json"),
+            Variant::QemuTdx,
+            node.document(USER_DATA, &NONCE).unwrap(),
+        ));
+    }
+    let (policy, config, _) = derive(
+        &azure[0],
+        &["--document", &azure[1], "--intel-root-key", &root],
+    );
+    assert_eq!(config["mrtds"], json!(["7d".repeat(48), "7e".repeat(48)]));
+    for node in &azure {
+        let out = verify(&policy, node, &["--collateral-dir", &collateral]);
+        assert_verdict(&out, 0, "\"accepted\"");
+    }
+    // qemu-tdx measures the MRTD as measurement 0: two firmwares are two images.
+    let out = tool(&["policy", "--document", &qemu[0], "--document", &qemu[1]]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("measurement 0 differs between"), "{stderr}");
+}
