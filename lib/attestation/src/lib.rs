@@ -15,6 +15,7 @@ pub mod eventlog;
 pub mod gce;
 pub mod issuer;
 pub mod policy;
+pub mod saved;
 pub mod snp;
 pub mod tdx;
 pub mod tpm;

@@ -28,6 +28,32 @@ enum Command {
     Join(JoinArgs),
     /// Attest and fetch the state disk key again after a reboot.
     Rejoin(Common),
+    /// Make this node's attestation document and save it, with the nonce and user data it was
+    /// issued for, for `attest-tool policy --document` (derive a policy from it) and
+    /// `attest-tool verify` (check one against it). Nothing is sent anywhere.
+    ///
+    /// The file is JSON: `{"variant", "nonce" (hex), "userData" (hex), "document" (base64 of
+    /// the document's bytes, as the aTLS certificate extension carries them)}`. On a
+    /// control-plane node it is what `attest-tool policy --service-policy` derives the nodes'
+    /// service policy from.
+    Attest(AttestArgs),
+}
+
+#[derive(Debug, Args)]
+struct AttestArgs {
+    #[command(flatten)]
+    issuer: IssuerArgs,
+    /// Where to write the saved attestation (JSON; an existing file is replaced).
+    #[arg(long)]
+    out: PathBuf,
+    /// The nonce to issue the document for (hex, not empty); 32 random bytes if omitted,
+    /// as attest-proxy draws for each connection. Either way it is saved in the file.
+    #[arg(long)]
+    nonce: Option<String>,
+    /// The user data the document binds (hex); empty if omitted. In a join,
+    /// aTLS binds the SHA-256 of the certificate's public key here.
+    #[arg(long, default_value = "")]
+    user_data: String,
 }
 
 #[derive(Debug, Args)]
@@ -35,6 +61,40 @@ struct Common {
     /// The join service (attest-proxy), host:port.
     #[arg(long, env = "JOIN_CLIENT_ENDPOINT")]
     endpoint: SocketAddr,
+    #[command(flatten)]
+    issuer: IssuerArgs,
+    /// The node's service policy: an attestation config (the service's format) that the join
+    /// service's own evidence must satisfy before anything is sent to it. Without it the server
+    /// is not verified, as with a Constellation node, and join-client says so.
+    #[arg(long, env = "JOIN_CLIENT_SERVICE_POLICY")]
+    service_policy: Option<PathBuf>,
+    /// The attestation variant of the control-plane node the service runs on: qemu-vtpm,
+    /// aws-sev-snp, azure-sev-snp, qemu-tdx or azure-tdx.
+    #[arg(long, env = "JOIN_CLIENT_SERVICE_VARIANT", default_value = "qemu-vtpm")]
+    service_variant: Variant,
+    /// SEV-SNP and TDX services: how long past its nextUpdate the AMD or Intel collateral in the
+    /// service's certificate is still accepted (the service serves what it has while the vendor
+    /// is unreachable). The default is attest-proxy's `--collateral-max-stale` default.
+    #[arg(long, env = "JOIN_CLIENT_SERVICE_COLLATERAL_MAX_STALE", default_value = "24h", value_parser = humantime::parse_duration)]
+    service_collateral_max_stale: Duration,
+    /// The state disk's UUID.
+    #[arg(long, env = "JOIN_CLIENT_DISK_UUID")]
+    disk_uuid: String,
+    /// Where the ticket's parts are written (secrets mode 0600).
+    #[arg(long, env = "JOIN_CLIENT_OUT")]
+    out: PathBuf,
+    /// Deadline for each call, including the attested handshake.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// How long to keep retrying when the service says to (`ResourceExhausted`, `Unavailable`,
+    /// `Aborted`), with jittered exponential backoff. `0s` tries once.
+    #[arg(long, env = "JOIN_CLIENT_RETRY_FOR", default_value = "5m", value_parser = humantime::parse_duration)]
+    retry_for: Duration,
+}
+
+/// How the node makes its attestation document.
+#[derive(Debug, Args)]
+struct IssuerArgs {
     /// The TPM, as a TSS TCTI string: `device:/dev/tpmrm0`, or `swtpm:host=127.0.0.1,port=2321`.
     #[arg(long, env = "JOIN_CLIENT_TCTI", default_value = "device:/dev/tpmrm0")]
     tcti: String,
@@ -68,33 +128,6 @@ struct Common {
     /// given, as its verifier reads Google's PCR 0 record from the log).
     #[arg(long, env = "JOIN_CLIENT_EVENT_LOG")]
     event_log: Option<PathBuf>,
-    /// The node's service policy: an attestation config (the service's format) that the join
-    /// service's own evidence must satisfy before anything is sent to it. Without it the server
-    /// is not verified, as with a Constellation node, and join-client says so.
-    #[arg(long, env = "JOIN_CLIENT_SERVICE_POLICY")]
-    service_policy: Option<PathBuf>,
-    /// The attestation variant of the control-plane node the service runs on: qemu-vtpm,
-    /// aws-sev-snp, azure-sev-snp, qemu-tdx or azure-tdx.
-    #[arg(long, env = "JOIN_CLIENT_SERVICE_VARIANT", default_value = "qemu-vtpm")]
-    service_variant: Variant,
-    /// SEV-SNP and TDX services: how long past its nextUpdate the AMD or Intel collateral in the
-    /// service's certificate is still accepted (the service serves what it has while the vendor
-    /// is unreachable). The default is attest-proxy's `--collateral-max-stale` default.
-    #[arg(long, env = "JOIN_CLIENT_SERVICE_COLLATERAL_MAX_STALE", default_value = "24h", value_parser = humantime::parse_duration)]
-    service_collateral_max_stale: Duration,
-    /// The state disk's UUID.
-    #[arg(long, env = "JOIN_CLIENT_DISK_UUID")]
-    disk_uuid: String,
-    /// Where the ticket's parts are written (secrets mode 0600).
-    #[arg(long, env = "JOIN_CLIENT_OUT")]
-    out: PathBuf,
-    /// Deadline for each call, including the attested handshake.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
-    /// How long to keep retrying when the service says to (`ResourceExhausted`, `Unavailable`,
-    /// `Aborted`), with jittered exponential backoff. `0s` tries once.
-    #[arg(long, env = "JOIN_CLIENT_RETRY_FOR", default_value = "5m", value_parser = humantime::parse_duration)]
-    retry_for: Duration,
 }
 
 impl Common {
@@ -135,21 +168,26 @@ enum AkType {
     Ecc,
 }
 
-fn client(common: &Common) -> anyhow::Result<Client> {
-    // Refuse what cannot be issued before touching the TPM.
-    match common.variant {
+/// Refuses a variant join-client cannot issue, before anything is opened.
+fn check_issuable(variant: Variant) -> anyhow::Result<()> {
+    match variant {
         Variant::QemuVtpm
         | Variant::AwsSevSnp
         | Variant::AzureSevSnp
         | Variant::AzureTrustedLaunch
         | Variant::GcpSevEs
         | Variant::QemuTdx
-        | Variant::AzureTdx => {}
+        | Variant::AzureTdx => Ok(()),
         other => anyhow::bail!(
             "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, azure-trustedlaunch, \
              gcp-sev-es, qemu-tdx and azure-tdx documents only, not {other}"
         ),
     }
+}
+
+fn client(common: &Common) -> anyhow::Result<Client> {
+    // Refuse what cannot be issued before touching the TPM.
+    check_issuable(common.issuer.variant)?;
     // Likewise a service policy that cannot be used.
     let service_policy = common
         .service_policy
@@ -162,7 +200,7 @@ fn client(common: &Common) -> anyhow::Result<Client> {
             )
         })
         .transpose()?;
-    let issuer = issuer(common)?;
+    let issuer = issuer(&common.issuer)?;
     let client = Client::new(common.endpoint, issuer, common.timeout)?;
     Ok(match service_policy {
         Some(policy) => {
@@ -182,7 +220,7 @@ fn client(common: &Common) -> anyhow::Result<Client> {
 }
 
 /// The node's issuer for its variant (one join-client can issue).
-fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
+fn issuer(common: &IssuerArgs) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
     // qemu-tdx attests with the TD's quote alone: no TPM.
     if common.variant == Variant::QemuTdx {
         let tdx = tdx_issuer::QemuTdxIssuer::open(&common.tsm_report_dir)
@@ -264,6 +302,40 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
     } else {
         Arc::new(tpm)
     })
+}
+
+/// The nonce `attest` issues for: `--nonce`, or 32 random bytes.
+fn attest_nonce(nonce: Option<&str>) -> anyhow::Result<Vec<u8>> {
+    let Some(nonce) = nonce else {
+        let mut nonce = vec![0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+            .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
+        return Ok(nonce);
+    };
+    let bytes = hex::decode(nonce).with_context(|| format!("--nonce {nonce:?} is not hex"))?;
+    if bytes.is_empty() {
+        anyhow::bail!("--nonce is empty; attest-proxy's nonces are 32 bytes");
+    }
+    Ok(bytes)
+}
+
+/// Issues a document as the node would in a join and writes it with its nonce and user data.
+fn attest(args: &AttestArgs) -> anyhow::Result<attestation::saved::SavedAttestation> {
+    check_issuable(args.issuer.variant)?;
+    let nonce = attest_nonce(args.nonce.as_deref())?;
+    let user_data = hex::decode(&args.user_data)
+        .with_context(|| format!("--user-data {:?} is not hex", args.user_data))?;
+    let issuer = issuer(&args.issuer)?;
+    let document = issuer.issue(&user_data, &nonce)?;
+    let saved = attestation::saved::SavedAttestation {
+        variant: args.issuer.variant,
+        nonce,
+        user_data,
+        document,
+    };
+    std::fs::write(&args.out, saved.to_json())
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    Ok(saved)
 }
 
 /// What join-client says when it will not check the server: the secrets it receives could come
@@ -351,6 +423,20 @@ async fn main() -> anyhow::Result<()> {
             );
             println!("{}", ticket::summary(&ticket));
             println!("  written to          {}", args.common.out.display());
+        }
+        Command::Attest(args) => {
+            let saved = attest(&args)?;
+            println!(
+                "attested: {} document of {} bytes, nonce {}",
+                saved.variant,
+                saved.document.len(),
+                hex::encode(&saved.nonce)
+            );
+            println!("  written to          {}", args.out.display());
+            println!(
+                "  derive a policy:    attest-tool policy --document {}",
+                args.out.display()
+            );
         }
         Command::Rejoin(common) => {
             let client = client(&common)?;
@@ -481,6 +567,50 @@ mod tests {
         nitro.service_variant = Variant::AwsNitroTpm;
         let err = format!("{:#}", client(&nitro).unwrap_err());
         assert!(err.contains("services, not aws-nitro-tpm"), "{err}");
+    }
+
+    fn attest_args(args: &[&str]) -> AttestArgs {
+        let cli = Cli::try_parse_from(
+            ["join-client", "attest", "--tcti", "device:/nonexistent/tpm"]
+                .iter()
+                .chain(args),
+        )
+        .unwrap();
+        let Command::Attest(args) = cli.command else {
+            panic!("parsed as attest");
+        };
+        args
+    }
+
+    #[test]
+    fn attest_refuses_bad_input_by_name_before_the_tpm_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("node.json");
+        let out = out.to_str().unwrap();
+        let err = |args: &[&str]| format!("{:#}", attest(&attest_args(args)).unwrap_err());
+        let e = err(&["--out", out, "--variant", "gcp-sev-snp"]);
+        assert!(e.contains("not gcp-sev-snp"), "{e}");
+        let e = err(&["--out", out, "--nonce", "xyz"]);
+        assert!(e.contains("--nonce \"xyz\" is not hex"), "{e}");
+        let e = err(&["--out", out, "--nonce", ""]);
+        assert!(e.contains("--nonce is empty"), "{e}");
+        let e = err(&["--out", out, "--user-data", "0"]);
+        assert!(e.contains("--user-data \"0\" is not hex"), "{e}");
+        // Valid input gets as far as the TPM, and nothing is written.
+        let e = err(&["--out", out, "--nonce", "0a0b"]);
+        assert!(
+            e.contains("opening the TPM at device:/nonexistent/tpm"),
+            "{e}"
+        );
+        assert!(!dir.path().join("node.json").exists());
+    }
+
+    #[test]
+    fn attest_draws_a_fresh_32_byte_nonce_unless_given_one() {
+        let (a, b) = (attest_nonce(None).unwrap(), attest_nonce(None).unwrap());
+        assert_eq!((a.len(), b.len()), (32, 32));
+        assert_ne!(a, b);
+        assert_eq!(attest_nonce(Some("0A0b")).unwrap(), [0x0a, 0x0b]);
     }
 
     #[test]

@@ -5,11 +5,15 @@
 //!
 //! - `replay-eventlog <file>` replays a TCG event log (crypto-agile or legacy SHA-1) and prints
 //!   the PCR values per bank as policy measurements (see [`replay_eventlog`] for the shape);
-//! - `verify --config <file> --variant qemu-vtpm --nonce <hex> [--user-data <hex>] <document>`
+//! - `verify --config <file> [--variant V --nonce <hex>] [--user-data <hex>] <document>`
 //!   verifies a saved attestation document exactly as attest-proxy does and prints the
 //!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]); the
-//!   SEV-SNP variants and azure-trustedlaunch take `--at` for the certificates' verification
-//!   time;
+//!   SEV-SNP and TDX variants and azure-trustedlaunch take `--at` for the verification time; a
+//!   saved attestation from `join-client attest` ([`attestation::saved`]) carries its variant,
+//!   nonce and user data;
+//! - `policy --document <file> [--service-policy]` prints the complete attestation config a
+//!   node's document shows, as attest-proxy (or, for a service policy, join-client) reads it,
+//!   and on stderr what it could not decide ([`derive`]);
 //! - `policy --config <file> --variant qemu-vtpm` prints the measurement policy and the trusted
 //!   attestation keys the service would enforce from that attestation config, with the digest
 //!   attest-proxy logs;
@@ -40,6 +44,7 @@ use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
 
 pub mod audit;
+pub mod derive;
 pub mod gce;
 pub mod snp;
 pub mod tdx;
@@ -74,22 +79,25 @@ pub enum Command {
         /// The attestation config (the variant's JSON object with its measurements).
         #[arg(long)]
         config: PathBuf,
-        /// The attestation variant, e.g. qemu-vtpm.
+        /// The attestation variant, e.g. qemu-vtpm; a saved attestation (`join-client attest`)
+        /// names its own.
         #[arg(long)]
-        variant: Variant,
-        /// The nonce the document must have been issued for (hex).
+        variant: Option<Variant>,
+        /// The nonce the document must have been issued for (hex); a saved attestation carries
+        /// its own.
         #[arg(long)]
-        nonce: String,
+        nonce: Option<String>,
         /// The user data the document must bind (hex); aTLS binds the hash of the
-        /// certificate's public key. Not checked when omitted.
+        /// certificate's public key. A saved attestation's is checked; otherwise not checked
+        /// when omitted.
         #[arg(long)]
         user_data: Option<String>,
         /// Print the audit record as the JSON line attest-proxy logs instead of prose.
         #[arg(long)]
         json: bool,
-        /// aws-sev-snp, azure-sev-snp: the verification time for AMD's certificates and CRL;
-        /// azure-trustedlaunch: for the AK certificate's chain (RFC 3339 or seconds since the
-        /// epoch); now if omitted.
+        /// SEV-SNP and TDX variants: the verification time for AMD's certificates and CRL or
+        /// Intel's collateral; azure-trustedlaunch: for the AK certificate's chain (RFC 3339 or
+        /// seconds since the epoch); now if omitted.
         #[arg(long)]
         at: Option<String>,
         /// aws-sev-snp, azure-sev-snp: AMD's collateral as files, in place of attest-proxy's
@@ -100,6 +108,10 @@ pub enum Command {
         /// `vcek-<Product>.der` (KDS's /vcek/v1/<Product>/<hwid>?..., which `attest-tool snp
         /// kds-url` prints; Azure's documents carry none). Without it, the decision names what
         /// is unavailable.
+        ///
+        /// qemu-tdx, azure-tdx: Intel's collateral for the quote's platform, as `attest-tool tdx
+        /// verify --collateral` reads it (dcap-qvl's `collateral.json`, or the PCS answers as
+        /// files); required.
         #[arg(long)]
         collateral_dir: Option<PathBuf>,
         /// gcp-sev-es: the GCE API's `instances.getShieldedInstanceIdentity` answer (its JSON)
@@ -113,7 +125,8 @@ pub enum Command {
         /// AMD SEV confidential VM.
         #[arg(long)]
         gce_instance: Option<PathBuf>,
-        /// The attestation document (the bytes of the certificate extension).
+        /// The attestation document (the bytes of the certificate extension), or a saved
+        /// attestation from `join-client attest`, which carries its variant, nonce and user data.
         document: PathBuf,
     },
     /// SEV-SNP reports: verify one offline, print the KDS URL of its VCEK.
@@ -131,26 +144,70 @@ pub enum Command {
         #[command(subcommand)]
         command: audit::AuditCommand,
     },
-    /// Print the measurement policy the service would enforce from an attestation config.
+    /// Print a complete attestation config derived from a node's document (`--document`), or
+    /// the measurement policy the service would enforce from an attestation config
+    /// (`--config`).
+    ///
+    /// With `--document`, stdout is the attestation config of the variant, as attest-proxy reads
+    /// it (`--service-policy`: the nodes' service policy, as join-client reads it, from a
+    /// control-plane node's document). Every pin the document shows is set: its PCRs (the
+    /// strongest quoted bank, all enforced), the attestation key (qemu-vtpm), the TCB as the
+    /// minimum, launch measurement, ID and author key digests, HOST_DATA and SMT (SEV-SNP), the
+    /// MRTD, RTMRs, MRSEAM, XFAM, QE vendor and SVNs (TDX). stderr says what the document could
+    /// not decide and what was chosen, and the config's digest as audit lines name it.
     Policy {
         /// The attestation config (the variant's JSON object with its measurements).
+        #[arg(
+            long,
+            conflicts_with = "document",
+            required_unless_present = "document"
+        )]
+        config: Option<PathBuf>,
+        /// A saved attestation (`join-client attest --out`) or a bare document, to derive the
+        /// config from. Repeat for several nodes of one image: the config then admits each
+        /// (their keys, chips, launch measurements, the lowest TCB and SVNs) and refuses
+        /// documents whose measurements differ.
         #[arg(long)]
-        config: PathBuf,
-        /// The attestation variant, e.g. qemu-vtpm.
+        document: Vec<PathBuf>,
+        /// The attestation variant, e.g. qemu-vtpm; required with --config, and with a bare
+        /// document whose shape does not name it (a vTPM document without hardware evidence).
         #[arg(long)]
-        variant: Variant,
+        variant: Option<Variant>,
+        /// Derive the nodes' service policy (join-client --service-policy) from a control-plane
+        /// node's document.
+        #[arg(long, requires = "document")]
+        service_policy: bool,
+        /// SEV-SNP: pin this machine's CHIP_ID (allowedChipIds). Off by default: a policy is
+        /// for a fleet, and pinning chips refuses every other machine.
+        #[arg(long, requires = "document")]
+        pin_chip_id: bool,
+        /// gcp-sev-snp: a GCP project whose instances may join (allowedGcpProjects); repeat
+        /// for each. Without it, any project's instances are admitted.
+        #[arg(long = "gcp-project", requires = "document")]
+        gcp_projects: Vec<String>,
+        /// TDX: a TCB status to accept (acceptedTcbStatuses), e.g. OutOfDate; repeat for each.
+        /// UpToDate only if omitted. The status comes from Intel's collateral, not the document.
+        #[arg(long = "accept-tcb-status", requires = "document")]
+        tcb_statuses: Vec<String>,
+        /// SEV-SNP: trust this AMD root (PEM file, amdRootKey) instead of AMD's built-in ones.
+        #[arg(long, requires = "document")]
+        amd_root_key: Option<PathBuf>,
+        /// TDX: trust this Intel root (PEM file, intelRootKey) instead of the built-in one.
+        #[arg(long, requires = "document")]
+        intel_root_key: Option<PathBuf>,
     },
     /// Print the SHA-256 digest of the attestation key (the document's `ak_pub`, a marshalled
     /// TPMT_PUBLIC) in the form `trustedAkDigests` lists it.
     ///
     /// The document is what a node puts in its aTLS certificate (the extension of OID
-    /// 1.3.9900.5.1): save one on the machine with the node's issuer (`node/tpm-issuer`,
-    /// `TpmIssuer::issue_document` with any nonce, on the TPM the node joins with), or take the
-    /// extension's bytes from a node's certificate. This tool does not open TPMs itself. The AK
+    /// 1.3.9900.5.1): save one on the machine with `join-client attest --out FILE` (on the TPM
+    /// the node joins with), or take the extension's bytes from a node's certificate. This
+    /// tool does not open TPMs itself. The AK
     /// is a primary key of the TPM, the same every time it is opened, so one document per
     /// machine is enough; it changes when the TPM is cleared.
     AkDigest {
-        /// A saved attestation document (JSON, as the aTLS certificate extension carries it).
+        /// A saved attestation (`join-client attest`) or a bare document (JSON, as the aTLS
+        /// certificate extension carries it).
         #[arg(long)]
         document: PathBuf,
     },
@@ -195,13 +252,50 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             gce_instance,
             document,
         } => {
-            let nonce = hex::decode(&nonce).context("--nonce is not hex")?;
-            let user_data = user_data
-                .map(|u| hex::decode(u).context("--user-data is not hex"))
-                .transpose()?;
-            let doc = read(&document)?;
+            let input = Input::read(&document, variant)?;
+            let (variant, doc) = (input.variant, input.document);
+            let nonce = match (nonce, input.nonce) {
+                (Some(nonce), saved) => {
+                    let nonce = hex::decode(&nonce).context("--nonce is not hex")?;
+                    if saved.is_some_and(|saved| saved != nonce) {
+                        bail!(
+                            "--nonce differs from the nonce saved in {}; leave it out",
+                            document.display()
+                        );
+                    }
+                    nonce
+                }
+                (None, Some(saved)) => saved,
+                (None, None) => bail!(
+                    "--nonce is required: {} is a bare document, which does not carry the nonce it was issued for",
+                    document.display()
+                ),
+            };
+            let user_data = match user_data {
+                Some(u) => Some(hex::decode(u).context("--user-data is not hex")?),
+                None => input.user_data,
+            };
             let name = document.display().to_string();
             let decision = match variant {
+                Variant::QemuTdx | Variant::AzureTdx => {
+                    let at = snp::parse_time(at.as_deref())?;
+                    let dir = collateral_dir.as_deref().with_context(|| {
+                        format!("--collateral-dir (Intel's collateral) is required for {variant}")
+                    })?;
+                    let (validator, digest) =
+                        tdx::document_validator(&read(&config)?, variant, dir, at).with_context(
+                            || format!("{} is not a valid attestation config", config.display()),
+                        )?;
+                    decide(
+                        &validator,
+                        &digest,
+                        variant,
+                        &doc,
+                        &nonce,
+                        user_data.as_deref(),
+                        &name,
+                    )
+                }
                 Variant::AwsSevSnp | Variant::AzureSevSnp => {
                     let at = snp::parse_time(at.as_deref())?;
                     let snp = snp::document_validator(
@@ -249,7 +343,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                 }
                 Variant::GcpSevEs => {
                     if at.is_some() || collateral_dir.is_some() {
-                        bail!("--at and --collateral-dir are for the SEV-SNP variants");
+                        bail!("--at and --collateral-dir are for the SEV-SNP and TDX variants");
                     }
                     let (validator, digest) = gce::document_validator(
                         &read(&config)?,
@@ -305,15 +399,155 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             Outcome::Rejected
         }),
         Command::Audit { command } => audit::run(command, out),
-        Command::Policy { config, variant } => {
+        Command::Policy {
+            config,
+            document,
+            variant,
+            service_policy,
+            pin_chip_id,
+            gcp_projects,
+            tcb_statuses,
+            amd_root_key,
+            intel_root_key,
+        } => {
+            if !document.is_empty() {
+                let options = derive::DeriveOptions {
+                    pin_chip_id,
+                    gcp_projects,
+                    tcb_statuses,
+                    amd_root_key: read_pem(amd_root_key.as_deref())?,
+                    intel_root_key: read_pem(intel_root_key.as_deref())?,
+                    service_policy,
+                };
+                print_derived(&document, variant, &options, out)?;
+                return Ok(Outcome::Success);
+            }
+            let (Some(config), Some(variant)) = (config, variant) else {
+                bail!("--config needs --variant");
+            };
             let config = load_config(&config, variant)?;
             write!(out, "{}", describe_policy(&config, variant))?;
             Ok(Outcome::Success)
         }
         Command::AkDigest { document } => {
-            writeln!(out, "{}", ak_digest_of_document(&read(&document)?)?)?;
+            let bytes = read(&document)?;
+            let bytes = if attestation::saved::SavedAttestation::is_saved(&bytes) {
+                attestation::saved::SavedAttestation::parse(&bytes)
+                    .with_context(|| format!("reading {}", document.display()))?
+                    .document
+            } else {
+                bytes
+            };
+            writeln!(out, "{}", ak_digest_of_document(&bytes)?)?;
             Ok(Outcome::Success)
         }
+    }
+}
+
+/// Derives the config of the documents at `paths` (`policy --document`): the config to `out`,
+/// its digest and what is left to decide to stderr.
+fn print_derived(
+    paths: &[PathBuf],
+    variant: Option<Variant>,
+    options: &derive::DeriveOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut inputs: Vec<(&PathBuf, Input)> = Vec::new();
+    for path in paths {
+        let input = Input::read(path, variant)?;
+        if let Some((first, earlier)) = inputs.first() {
+            if earlier.variant != input.variant {
+                bail!(
+                    "{} is a {} document and {} a {} one: one config is for one variant",
+                    first.display(),
+                    earlier.variant,
+                    path.display(),
+                    input.variant
+                );
+            }
+        }
+        inputs.push((path, input));
+    }
+    let Some(variant) = inputs.first().map(|(_, input)| input.variant) else {
+        bail!("no --document given");
+    };
+    let documents: Vec<(String, Vec<u8>)> = inputs
+        .into_iter()
+        .map(|(path, input)| (path.display().to_string(), input.document))
+        .collect();
+    let derived = derive::derive(variant, &documents, options)?;
+    writeln!(out, "{}", derived.json)?;
+    eprintln!(
+        "attest-tool: {variant} {} from {}, policy digest {}",
+        if options.service_policy {
+            "service policy"
+        } else {
+            "attestation config"
+        },
+        documents
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        derived.digest
+    );
+    for note in &derived.notes {
+        eprintln!("  decide: {note}");
+    }
+    Ok(())
+}
+
+/// A PEM file's text.
+fn read_pem(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+    path.map(|p| {
+        String::from_utf8(read(p)?).with_context(|| format!("{} is not a PEM file", p.display()))
+    })
+    .transpose()
+}
+
+/// A document to verify or derive from: a saved attestation with what it was issued for, or a
+/// bare document whose variant the operator names.
+struct Input {
+    variant: Variant,
+    document: Vec<u8>,
+    nonce: Option<Vec<u8>>,
+    user_data: Option<Vec<u8>>,
+}
+
+impl Input {
+    fn read(path: &Path, variant: Option<Variant>) -> anyhow::Result<Input> {
+        let bytes = read(path)?;
+        if !attestation::saved::SavedAttestation::is_saved(&bytes) {
+            let variant = variant
+                .or_else(|| derive::infer_variant(&bytes))
+                .with_context(|| {
+                    format!(
+                        "--variant is required: {} is a bare document whose shape does not name its variant (a vTPM document without hardware evidence may be qemu-vtpm, aws-nitro-tpm, azure-trustedlaunch or gcp-sev-es; a file from join-client attest names it)",
+                        path.display()
+                    )
+                })?;
+            return Ok(Input {
+                variant,
+                document: bytes,
+                nonce: None,
+                user_data: None,
+            });
+        }
+        let saved = attestation::saved::SavedAttestation::parse(&bytes)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if let Some(variant) = variant.filter(|v| *v != saved.variant) {
+            bail!(
+                "--variant {variant} differs from the variant {} saved in {}",
+                saved.variant,
+                path.display()
+            );
+        }
+        Ok(Input {
+            variant: saved.variant,
+            document: saved.document,
+            nonce: Some(saved.nonce),
+            user_data: Some(saved.user_data),
+        })
     }
 }
 

@@ -149,3 +149,29 @@ pub fn run(command: TdxCommand, out: &mut dyn Write) -> anyhow::Result<bool> {
         }
     }
 }
+
+/// The validator attest-proxy builds for a TDX `variant` from `config`, with Intel's collateral
+/// from `collateral_dir` (as `tdx verify --collateral` reads it) in place of the PCS, verifying
+/// at `at`; and the policy digest audit lines name.
+pub fn document_validator(
+    config: &[u8],
+    variant: Variant,
+    collateral_dir: &std::path::Path,
+    at: i64,
+) -> anyhow::Result<(attestation::variants::tdx::TdxValidator, String)> {
+    use attestation::variants::tdx::{TdxKind, TdxValidator};
+    let kind = match variant {
+        Variant::QemuTdx => TdxKind::Qemu,
+        Variant::AzureTdx => TdxKind::Azure,
+        other => anyhow::bail!("{other} is not a TDX variant"),
+    };
+    let collateral = Collateral::from_dir(collateral_dir)
+        .with_context(|| format!("Intel collateral in {}", collateral_dir.display()))?;
+    let source = attestation::tdx::StaticCollateral::new().with(collateral);
+    let (validator, digest) =
+        TdxValidator::from_attestation_config(kind, config, std::sync::Arc::new(source))?;
+    Ok((
+        validator.with_clock(std::sync::Arc::new(move || at)),
+        digest,
+    ))
+}

@@ -176,7 +176,7 @@ fn snp_options_are_refused_for_qemu_vtpm() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("--at is for the SEV-SNP variants and azure-trustedlaunch")
+            .contains("--at and --collateral-dir are for the SEV-SNP and TDX variants")
     );
 }
 

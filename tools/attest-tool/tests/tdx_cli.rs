@@ -3,16 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
 use std::process::{Command, Output};
 
-use base64::Engine as _;
+mod common;
 
 fn vector(path: &str) -> String {
-    format!(
-        "{}/../../lib/attestation/testdata/tdx/{path}",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    common::testdata(&format!("tdx/{path}"))
 }
 
 fn tool(args: &[&str]) -> Output {
@@ -122,40 +118,10 @@ fn a_flipped_byte_is_refused_with_the_check_it_fails() {
     );
 }
 
-fn pem(der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let lines: Vec<&str> = b64
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).unwrap())
-        .collect();
-    format!(
-        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-        lines.join("\n")
-    )
-}
-
-/// The automata collateral laid out as `--collateral` reads PCS answers.
-fn pcs_dir(dir: &Path) {
-    let a = |name: &str| std::fs::read(vector(&format!("automata-00806f050000/{name}"))).unwrap();
-    let chain = String::from_utf8(a("signing_cert.pem")).unwrap()
-        + &pem(&a("Intel_SGX_Provisioning_Certification_RootCA.cer"));
-    for (name, bytes) in [
-        ("tcb_info.json", a("tcbinfov3_00806f050000.json")),
-        ("qe_identity.json", a("qeidentityv2_apiv4.json")),
-        ("pck_crl.der", a("pck_platform_crl.der")),
-        ("root_ca_crl.der", a("intel_root_ca_crl.der")),
-        ("tcb_info_issuer_chain.pem", chain.clone().into_bytes()),
-        ("qe_identity_issuer_chain.pem", chain.into_bytes()),
-    ] {
-        std::fs::write(dir.join(name), bytes).unwrap();
-    }
-}
-
 #[test]
 fn an_out_of_date_platform_is_refused_unless_the_config_accepts_it_with_its_advisories() {
     let dir = tempfile::tempdir().unwrap();
-    pcs_dir(dir.path());
+    common::automata_pcs_dir(dir.path());
     let quote = vector("automata-00806f050000/quote_tdx_00806f050000.dat");
     let collateral = dir.path().to_str().unwrap();
     let at = "1739418641";
@@ -204,7 +170,7 @@ fn automata_config(statuses: &[&str]) -> String {
 #[test]
 fn the_firmware_pins_and_sept_ve_disable_apply_as_for_the_variant() {
     let dir = tempfile::tempdir().unwrap();
-    pcs_dir(dir.path());
+    common::automata_pcs_dir(dir.path());
     let collateral = dir.path().to_str().unwrap();
     let at = "1739418641";
     let automata = vector("automata-00806f050000/quote_tdx_00806f050000.dat");

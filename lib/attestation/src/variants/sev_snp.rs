@@ -283,7 +283,7 @@ pub fn collateral_for_document(
 
 /// The product a report is for: its CPUID (versions 3 and later), else the intermediate the
 /// node sent.
-fn product_of(info: &InstanceInfo) -> Result<Product, Error> {
+pub fn product_of(info: &InstanceInfo) -> Result<Product, Error> {
     if let Some((family, model)) = info.report.cpuid() {
         return Product::from_cpuid(family, model).ok_or_else(|| {
             SnpError::ReportField(format!(
