@@ -384,10 +384,17 @@ fn remove_quietly(path: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
-/// The records in `dir`, oldest first, and the files that could not be read as records (with
-/// why). A file removed between the listing and its reading (pruned meanwhile) is left out
-/// silently.
-pub fn read_dir(dir: &Path) -> std::io::Result<(Vec<Record>, Vec<(PathBuf, String)>)> {
+/// What [`read_dir`] found: the records, oldest first, and the files that could not be read as
+/// records, with why.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub records: Vec<Record>,
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// The records in `dir`. A file removed between the listing and its reading (pruned meanwhile)
+/// is left out silently.
+pub fn read_dir(dir: &Path) -> std::io::Result<Read> {
     let mut names: Vec<(u64, String)> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .filter_map(|entry| {
@@ -422,7 +429,7 @@ pub fn read_dir(dir: &Path) -> std::io::Result<(Vec<Record>, Vec<(PathBuf, Strin
             Err(reason) => skipped.push((path, reason)),
         }
     }
-    Ok((records, skipped))
+    Ok(Read { records, skipped })
 }
 
 #[cfg(test)]
@@ -461,7 +468,7 @@ mod tests {
     const DAY: Duration = Duration::from_secs(86_400);
 
     fn peers(dir: &Path) -> Vec<String> {
-        let (records, skipped) = read_dir(dir).unwrap();
+        let Read { records, skipped } = read_dir(dir).unwrap();
         assert!(skipped.is_empty(), "{skipped:?}");
         records.into_iter().map(|r| r.decision.peer).collect()
     }
@@ -613,7 +620,7 @@ mod tests {
         let kept = record(SystemTime::now(), "n", 10);
         store.put(&kept).unwrap();
         std::fs::write(dir.join("0000000000001-000009.json"), b"{not json").unwrap();
-        let (records, skipped) = read_dir(&dir).unwrap();
+        let Read { records, skipped } = read_dir(&dir).unwrap();
         assert_eq!(records, [kept]);
         assert_eq!(skipped.len(), 1);
         assert!(skipped[0].1.contains("not a record"), "{skipped:?}");
