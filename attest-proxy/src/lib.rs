@@ -47,6 +47,8 @@ pub mod gce_identity;
 mod admission;
 mod allowlist;
 mod connection;
+mod dry_run;
+mod evidence;
 mod identity;
 pub mod metrics;
 mod peer_limit;
@@ -100,6 +102,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The evidence directory could not be used.
+    #[error("cannot keep evidence")]
+    Evidence(#[source] attestation::evidence::StoreError),
     /// The verification threads could not be started.
     #[error("cannot start verification threads")]
     Threads(#[source] std::io::Error),
@@ -140,8 +145,35 @@ impl Proxy {
             .as_ref()
             .map(|c| (c.cache().clone(), "AMD KDS"))
             .or_else(|| tdx.as_ref().map(|c| (c.cache().clone(), "Intel PCS")));
-        let policy = policy::Current::load(config.variant, &config.attestation_config, hardware)?;
+        let mut policy =
+            policy::Current::load(config.variant, &config.attestation_config, hardware)?;
         tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
+        let evidence = match config.evidence_dir() {
+            Some(dir) => {
+                let keeper = evidence::Keeper::start(
+                    &dir,
+                    attestation::evidence::Bounds {
+                        max_records: config.evidence_max_records,
+                        max_bytes: config.evidence_max_bytes,
+                        max_age: config.evidence_max_age,
+                    },
+                    config.evidence_queue,
+                )
+                .map_err(Error::Evidence)?;
+                policy = policy.with_guard(policy::Guard {
+                    evidence_dir: dir,
+                    max_refused_share: config.reload_max_refused_share,
+                    window: config.reload_guard_window,
+                });
+                Some(Arc::new(keeper))
+            }
+            None => {
+                tracing::warn!(
+                    "no evidence is kept (neither --evidence-dir nor --collateral-dir is set): dry runs see no node, and a policy change is applied without being tried on the nodes accepted lately"
+                );
+                None
+            }
+        };
         let (audit, chain_start) = attestation::audit_trail::Chain::start("attest-proxy");
         plumbing::telemetry::audit(true, &attestation::audit_trail::canonical(&chain_start));
         let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
@@ -170,6 +202,7 @@ impl Proxy {
             },
             metrics,
             audit,
+            evidence,
         };
         let mut rotator = config.certifier_uid.map(|uid| {
             let certifier =
@@ -210,6 +243,9 @@ impl Proxy {
         }
         if let Some(rotator) = &rotator {
             rotator.register_metrics(admin_endpoint.registry());
+        }
+        if let Some(keeper) = &shared.evidence {
+            keeper.register_metrics(admin_endpoint.registry());
         }
         let admin = match config.admin_listen {
             Some(addr) => Some(
@@ -350,6 +386,26 @@ fn admin(
                 })
             }
         })
+        .note("policy-held", {
+            let policy = policy.clone();
+            move || {
+                let status = policy.status();
+                status.held.map(|held| {
+                    format!(
+                        "enforcing policy {} and holding back {} from the file on disk: {}",
+                        status.digest, held.digest, held.reason
+                    )
+                })
+            }
+        })
+        .post(
+            "/dry-run",
+            attestation::policy::MAX_CONFIG_SIZE,
+            dry_run::handler(
+                policy.clone(),
+                shared.evidence.as_ref().map(|k| k.dir().to_owned()),
+            ),
+        )
         .note("attestation-keys", move || policy.trust_any_ak_note())
         .note("server-evidence", {
             let acceptor = shared.acceptor.clone();

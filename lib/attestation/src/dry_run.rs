@@ -17,9 +17,9 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Validator;
 use crate::audit::{Decision, Evidence, Outcome, Subject};
 use crate::evidence::{Record, Redecision};
+use crate::{Validator, Verified};
 
 /// One record a new policy would refuse.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +136,20 @@ pub fn run<'r>(
     validator: &dyn Validator,
     policy_digest: &str,
 ) -> Report {
+    run_within(records, validator, policy_digest, |_, redecide| redecide())
+}
+
+/// One re-decision, as [`run_within`] hands it to its scope.
+pub type Redecide<'a> = &'a dyn Fn() -> Result<Verified, Redecision>;
+
+/// [`run`], each re-decision made inside `within` (attest-proxy makes it on behalf of the
+/// record's peer, so collateral it makes the cache fetch counts against that peer's share).
+pub fn run_within<'r>(
+    records: impl IntoIterator<Item = &'r Record>,
+    validator: &dyn Validator,
+    policy_digest: &str,
+    within: impl Fn(&Record, Redecide<'_>) -> Result<Verified, Redecision>,
+) -> Report {
     let variant = validator.variant();
     let mut report = Report {
         variant: variant.name().to_owned(),
@@ -174,7 +188,7 @@ pub fn run<'r>(
             policy: policy_digest.to_owned(),
             evidence: Evidence::Document(&[]),
         };
-        let mut decision = match record.redecide(validator) {
+        let mut decision = match within(record, &|| record.redecide(validator)) {
             Ok(_) => continue,
             Err(error @ Redecision::Attestation(_)) => Decision::rejected(subject, &error),
             Err(error @ Redecision::UserData) => {

@@ -238,7 +238,7 @@ impl Store {
             path: dir.to_owned(),
             source,
         };
-        match DirBuilder::new().mode(0o700).create(dir) {
+        match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(dir_error(e)),
@@ -327,10 +327,16 @@ impl Store {
                 limit: self.bounds.max_bytes.min(MAX_RECORD_SIZE),
             });
         }
-        self.counter = self.counter.wrapping_add(1);
         let millis = millis(time);
-        let name = format!("{millis:013}-{:06}{SUFFIX}", self.counter % 1_000_000);
-        let path = self.dir.join(&name);
+        // A record of the same millisecond from an earlier run may hold the next name.
+        let (name, path) = loop {
+            self.counter = self.counter.wrapping_add(1);
+            let name = format!("{millis:013}-{:06}{SUFFIX}", self.counter % 1_000_000);
+            let path = self.dir.join(&name);
+            if !path.exists() {
+                break (name, path);
+            }
+        };
         let tmp = self.dir.join(format!(".{name}.tmp"));
         let write = || -> std::io::Result<()> {
             let mut file = OpenOptions::new()
@@ -498,6 +504,18 @@ mod tests {
         let reopened = Store::open(&dir, bounds(2, 1 << 20, DAY)).unwrap();
         assert_eq!(reopened.len(), 2);
         assert_eq!(peers(&dir), ["n3", "n4"]);
+    }
+
+    #[test]
+    fn records_of_the_same_millisecond_from_two_runs_are_both_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("evidence");
+        let now = SystemTime::now();
+        for peer in ["first-run", "second-run"] {
+            let mut store = Store::open(&dir, bounds(10, 1 << 20, DAY)).unwrap();
+            store.put(&record(now, peer, 10)).unwrap();
+        }
+        assert_eq!(peers(&dir), ["first-run", "second-run"]);
     }
 
     #[test]
