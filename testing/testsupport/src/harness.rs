@@ -128,6 +128,9 @@ pub struct Options {
     /// node's TPM), the certifier on it as its own process, points attest-proxy at it
     /// (`--certifier-uid`), and writes the nodes' service policy to [`Paths::service_policy`].
     pub certifier: bool,
+    /// attest-proxy keeps the evidence of the nodes it decides on in [`Paths::evidence`]
+    /// (`--evidence-dir`), which turns its reload guard on.
+    pub keep_evidence: bool,
 }
 
 /// Where gce-identity finds the metadata server and the Compute API.
@@ -279,6 +282,8 @@ pub struct Paths {
     pub measurement_salt: PathBuf,
     pub kubeconfig: PathBuf,
     pub logs: PathBuf,
+    /// attest-proxy's evidence directory ([`Options::keep_evidence`]).
+    pub evidence: PathBuf,
 }
 
 impl Paths {
@@ -299,6 +304,7 @@ impl Paths {
             measurement_salt: p("config/measurementSalt"),
             kubeconfig: p("config/token-issuer.kubeconfig"),
             logs: p("logs"),
+            evidence: p("cache/evidence"),
         }
     }
 }
@@ -688,6 +694,25 @@ impl System {
         } else {
             Vec::new()
         };
+        // The evidence directory's parent, attest-proxy's as the pod's volume is; attest-proxy
+        // creates the directory itself (0700).
+        let evidence_proxy_args: Vec<String> = if options.keep_evidence {
+            let cache = paths
+                .evidence
+                .parent()
+                .context("evidence path without a parent")?;
+            std::fs::create_dir_all(cache)?;
+            if uids.distinct() {
+                std::os::unix::fs::chown(cache, Some(uids.proxy), Some(uids.gid))
+                    .context("giving the evidence volume to attest-proxy's uid")?;
+            }
+            vec![
+                "--evidence-dir".to_owned(),
+                paths.evidence.display().to_string(),
+            ]
+        } else {
+            Vec::new()
+        };
         let proxy_addr = match options.proxy_listen {
             Some(addr) => addr,
             None => SocketAddr::from(([127, 0, 0, 1], free_port()?)),
@@ -712,6 +737,7 @@ impl System {
                 .args(&options.proxy_args)
                 .args(&gce_proxy_args)
                 .args(&certifier_proxy_args)
+                .args(&evidence_proxy_args)
                 .args(per_peer_rate(&options.proxy_args)),
             &paths.logs,
             uids.user(uids.proxy),
