@@ -213,7 +213,7 @@ async fn a_tightened_policy_is_tried_held_and_forced() {
         "a held policy does not take the proxy out of the Service: {readyz}"
     );
     assert!(
-        readyz.contains(&format!("warn policy-held: enforcing policy "))
+        readyz.contains("warn policy-held: enforcing policy ")
             && readyz.contains(&format!("holding back {tightened_digest}")),
         "{readyz}"
     );
