@@ -363,14 +363,15 @@ pub fn boot_measurements() -> serde_json::Map<String, serde_json::Value> {
 
 /// The directory of a simulated hardware vendor's site (SEV-SNP's, TDX's): the public files
 /// attest-proxy reads (the stand-in's CA, the attestation config as `attestationConfig`) and the
-/// collateral directory it writes (`collateral/`).
+/// directories it writes: `collateral/`, and `evidence/` beside it, where attest-proxy keeps
+/// evidence by default when given `--collateral-dir`.
 #[derive(Clone, Debug)]
 pub struct SiteDir(PathBuf);
 
 impl SiteDir {
     /// Writes `files` (name, contents) into `dir`, readable by every uid, lets every uid
-    /// traverse `dir`, and makes `collateral/`, owned by `proxy_uid` when attest-proxy runs as
-    /// another uid.
+    /// traverse `dir`, and makes `collateral/` and `evidence/`, owned by `proxy_uid` when
+    /// attest-proxy runs as another uid (attest-proxy makes `evidence/` 0700 itself).
     pub fn prepare(
         dir: &Path,
         files: &[(&str, String)],
@@ -389,6 +390,9 @@ impl SiteDir {
         if let Some(uid) = proxy_uid {
             std::os::unix::fs::chown(site.collateral_dir(), Some(uid), None)
                 .context("giving the collateral directory to attest-proxy's uid")?;
+            std::fs::create_dir_all(site.evidence_dir())?;
+            std::os::unix::fs::chown(site.evidence_dir(), Some(uid), None)
+                .context("giving the evidence directory to attest-proxy's uid")?;
         }
         Ok(site)
     }
@@ -406,6 +410,11 @@ impl SiteDir {
     /// Where attest-proxy keeps fetched collateral.
     pub fn collateral_dir(&self) -> PathBuf {
         self.file("collateral")
+    }
+
+    /// Where attest-proxy keeps decided evidence by default (beside `collateral/`).
+    pub fn evidence_dir(&self) -> PathBuf {
+        self.file("evidence")
     }
 }
 
