@@ -12,7 +12,11 @@
 //!
 //! Operating it: the policy file is hot-reloaded ([`policy`]; an invalid file keeps the previous
 //! policy and shows in the `policy_failing` metric); every decision is one JSON line on the
-//! tracing target `audit` ([`attestation::audit`]).
+//! tracing target `audit` ([`attestation::audit`]). The evidence of each decision is kept off the
+//! join path (`evidence`, bounded, `--evidence-dir`), so a new policy can be tried on the nodes
+//! decided lately before it is enforced: `POST /dry-run` on the admin endpoint (`dry_run`), and
+//! a changed file that would refuse more than `--reload-max-refused-share` of the nodes accepted
+//! lately is held until it names its own digest in `"forceReload"` ([`policy::Guard`]).
 //!
 //! Overload control, so a storm of nodes (or a flood) is refused quickly and clearly instead of
 //! queueing without end; every bound is a flag (see `attest-proxy --help`):

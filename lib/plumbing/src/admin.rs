@@ -423,26 +423,8 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
 /// `GET path` from an admin endpoint, as a probe or a scraper does it: (HTTP status, body).
 /// A small client for tests and tools; gives up after five seconds.
 pub async fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = String::new();
-        stream.read_to_string(&mut raw).await?;
-        let status = raw.get(9..12).and_then(|code| code.parse().ok());
-        let body = raw.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
-        match (status, body) {
-            (Some(status), Some(body)) => Ok((status, body)),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("not an HTTP/1.1 response: {raw:?}"),
-            )),
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer within 5 s"))?
+    let head = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
+    exchange(addr, head.as_bytes(), &[], Duration::from_secs(5)).await
 }
 
 /// `POST path` with `body` to an admin endpoint: (HTTP status, body). A small client for tests
@@ -453,14 +435,25 @@ pub async fn post(
     body: &[u8],
     timeout: Duration,
 ) -> io::Result<(u16, String)> {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: admin\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    exchange(addr, head.as_bytes(), body, timeout).await
+}
+
+/// Sends one HTTP/1.1 request (`head`, then `body`) on a new connection and reads the answer
+/// to its close: (HTTP status, body).
+async fn exchange(
+    addr: SocketAddr,
+    head: &[u8],
+    body: &[u8],
+    timeout: Duration,
+) -> io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: admin\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(head).await?;
         stream.write_all(body).await?;
         let mut raw = String::new();
         stream.read_to_string(&mut raw).await?;

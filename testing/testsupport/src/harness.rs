@@ -1055,6 +1055,70 @@ impl System {
     }
 }
 
+impl System {
+    /// The audit records attest-proxy wrote so far, in order, without its chain-start records.
+    pub fn proxy_audit_records(&self) -> Vec<serde_json::Value> {
+        self.proxy
+            .log()
+            .lines()
+            .filter_map(attestation::audit_trail::record_in_line)
+            .filter(|record| record.get("chain_start").is_none())
+            .collect()
+    }
+
+    /// Waits (at most 15 s) until a line of attest-proxy's log contains every one of `needles`.
+    pub async fn wait_for_proxy_log(&self, needles: &[&str]) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !self
+            .proxy
+            .log()
+            .lines()
+            .any(|line| needles.iter().all(|n| line.contains(n)))
+        {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "no attest-proxy log line with {needles:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits (at most 10 s) until attest-proxy has kept the evidence of `count` decisions
+    /// ([`Options::keep_evidence`]; it writes them off the join path).
+    pub async fn wait_for_kept_evidence(&self, count: u32) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while metric(self.admin.proxy, "attest_proxy_evidence_kept_total").await? < f64::from(count)
+        {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "attest-proxy kept fewer than {count} decisions' evidence\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+}
+
+/// The peers a dry-run report (`attest-tool dry-run --json`, `POST /dry-run?format=json`) says
+/// a policy would refuse, each with the check that would refuse it, oldest first.
+pub fn dry_run_refusals(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["refused"]
+        .as_array()
+        .map(|refused| {
+            refused
+                .iter()
+                .map(|r| {
+                    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+                    (text(&r["decision"]["peer"]), text(&r["decision"]["check"]))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A worker's join request as a node makes it: a fresh kubelet key and CSR for `node_name`
 /// (IP 10.0.0.7) and a fresh SSH host key.
 pub fn join_request(

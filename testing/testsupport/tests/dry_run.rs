@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use attestation::AkTrust;
 use serde_json::Value;
@@ -43,51 +43,8 @@ async fn join(system: &System, ak: AkSpec, name: &str) -> Result<(), tonic::Stat
     }
 }
 
-/// The audit records attest-proxy wrote, in order.
-fn audit_lines(system: &System) -> Vec<Value> {
-    system
-        .proxy
-        .log()
-        .lines()
-        .filter_map(attestation::audit_trail::record_in_line)
-        .filter(|record| record.get("chain_start").is_none())
-        .collect()
-}
-
-async fn wait_for_log(system: &System, needles: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !system
-        .proxy
-        .log()
-        .lines()
-        .any(|line| needles.iter().all(|n| line.contains(n)))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no log line with {needles:?}\n{}",
-            system.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn metric(system: &System, name: &str) -> f64 {
     harness::metric(system.admin.proxy, name).await.unwrap()
-}
-
-/// The refused peers of a dry-run report, with their checks.
-fn refused(report: &Value) -> Vec<(String, String)> {
-    report["refused"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["decision"]["peer"].as_str().unwrap().to_owned(),
-                r["decision"]["check"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,18 +58,14 @@ async fn a_tightened_policy_is_tried_held_and_forced() {
     let (rsa, ecc) = (AkSpec::RSA_DEFAULT, AkSpec::ECC_DEFAULT);
     join(&system, rsa, "worker-rsa").await.unwrap();
     join(&system, ecc, "worker-ecc").await.unwrap();
-    let audit = audit_lines(&system);
+    let audit = system.proxy_audit_records();
     assert_eq!(audit.len(), 2, "{audit:#?}");
     let (rsa_peer, ecc_peer) = (
         audit[0]["peer"].as_str().unwrap().to_owned(),
         audit[1]["peer"].as_str().unwrap().to_owned(),
     );
     // Written off the join path: wait for the writer.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(&system, "attest_proxy_evidence_kept_total").await < 2.0 {
-        assert!(Instant::now() < deadline, "{}", system.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    system.wait_for_kept_evidence(2).await.unwrap();
     assert_eq!(metric(&system, "attest_proxy_evidence_records").await, 2.0);
 
     // The policy pinning the RSA key alone.
@@ -173,7 +126,7 @@ async fn a_tightened_policy_is_tried_held_and_forced() {
         (Some(2), Some(2))
     );
     assert_eq!(
-        refused(&report),
+        harness::dry_run_refusals(&report),
         [(ecc_peer.clone(), "ak_untrusted".to_owned())]
     );
     // A config that is not one is answered 400, naming why; the proxy keeps serving.
@@ -191,11 +144,10 @@ async fn a_tightened_policy_is_tried_held_and_forced() {
     // Written to the ConfigMap: held, since it would refuse half the nodes accepted today.
     let dir = system.paths.attestation_config.parent().unwrap();
     harness::project_config_map(dir, &[("attestationConfig", tightened.as_bytes())]).unwrap();
-    wait_for_log(
-        &system,
-        &["measurement policy held back", &tightened_digest],
-    )
-    .await;
+    system
+        .wait_for_proxy_log(&["measurement policy held back", &tightened_digest])
+        .await
+        .unwrap();
     assert_eq!(metric(&system, "attest_proxy_policy_held").await, 1.0);
     assert_eq!(
         metric(
@@ -227,7 +179,10 @@ async fn a_tightened_policy_is_tried_held_and_forced() {
         config.to_string()
     };
     harness::project_config_map(dir, &[("attestationConfig", forced.as_bytes())]).unwrap();
-    wait_for_log(&system, &["measurement policy reloaded", &tightened_digest]).await;
+    system
+        .wait_for_proxy_log(&["measurement policy reloaded", &tightened_digest])
+        .await
+        .unwrap();
     assert_eq!(metric(&system, "attest_proxy_policy_held").await, 0.0);
     let (_, readyz) = plumbing::admin::get(system.admin.proxy, "/readyz")
         .await

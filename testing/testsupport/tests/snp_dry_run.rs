@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use attestation::Variant;
 use attestation::snp::{Product, Tcb};
@@ -51,20 +51,6 @@ fn node(amd: &SimulatedAmd, tcb: Tcb) -> Arc<dyn attestation::Issuer> {
     Arc::new(
         SnpDocumentIssuer::aws(ak, &vlek, &amd.vlek_chain_pem(), ReportFields::default()).unwrap(),
     )
-}
-
-fn refused(report: &Value) -> Vec<(String, String)> {
-    report["refused"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["decision"]["peer"].as_str().unwrap().to_owned(),
-                r["decision"]["check"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,24 +114,10 @@ async fn a_minimum_tcb_raise_names_the_older_nodes() {
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}\n{}", system.logs()));
     }
-    let audit: Vec<Value> = system
-        .proxy
-        .log()
-        .lines()
-        .filter_map(attestation::audit_trail::record_in_line)
-        .filter(|record| record.get("chain_start").is_none())
-        .collect();
+    let audit = system.proxy_audit_records();
     assert_eq!(audit.len(), 2, "{audit:#?}");
     let old_peer = audit[0]["peer"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while harness::metric(system.admin.proxy, "attest_proxy_evidence_kept_total")
-        .await
-        .unwrap()
-        < 2.0
-    {
-        assert!(Instant::now() < deadline, "{}", system.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    system.wait_for_kept_evidence(2).await.unwrap();
 
     let raised = config(&amd, RAISED);
     let expected = vec![(old_peer.clone(), "snp_tcb_minimum".to_owned())];
@@ -161,7 +133,7 @@ async fn a_minimum_tcb_raise_names_the_older_nodes() {
     .unwrap();
     assert_eq!(status, 200, "{body}");
     let report: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(refused(&report), expected, "{report:#}");
+    assert_eq!(harness::dry_run_refusals(&report), expected, "{report:#}");
     assert_eq!(report["accepted_before"], 2);
 
     // Offline, on the evidence and the collateral attest-proxy persisted.
@@ -185,7 +157,7 @@ async fn a_minimum_tcb_raise_names_the_older_nodes() {
         String::from_utf8_lossy(&out.stderr)
     );
     let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(refused(&offline), expected, "{offline:#}");
+    assert_eq!(harness::dry_run_refusals(&offline), expected, "{offline:#}");
     // Without the collateral the offline run says what it lacks rather than guessing.
     let out = std::process::Command::new(testsupport::process::bin("attest-tool").unwrap())
         .arg("dry-run")
@@ -205,11 +177,10 @@ async fn a_minimum_tcb_raise_names_the_older_nodes() {
     // firmware.
     // (The harness copied the site's config to where attest-proxy reads it.)
     std::fs::write(&system.paths.attestation_config, &raised).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !system.proxy.log().contains("measurement policy held back") {
-        assert!(Instant::now() < deadline, "{}", system.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    system
+        .wait_for_proxy_log(&["measurement policy held back"])
+        .await
+        .unwrap();
     assert_eq!(
         harness::metric(system.admin.proxy, "attest_proxy_policy_held")
             .await

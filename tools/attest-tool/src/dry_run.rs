@@ -159,16 +159,9 @@ impl CacheDirCollateral {
     }
 }
 
-fn kind(key: SigningKey) -> &'static str {
-    match key {
-        SigningKey::Vcek => "vcek",
-        SigningKey::Vlek => "vlek",
-    }
-}
-
 impl SnpCollateral for CacheDirCollateral {
     fn crl(&self, product: Product, key: SigningKey) -> Result<Crl, CollateralError> {
-        let bytes = self.item(&format!("crl/{}/{product}", kind(key)))?;
+        let bytes = self.item(&collateral::kds::crl_key(product, key))?;
         Crl::from_der(bytes.to_vec()).map_err(|e| CollateralError(e.to_string()))
     }
 
@@ -178,15 +171,8 @@ impl SnpCollateral for CacheDirCollateral {
     }
 
     fn intermediate(&self, product: Product, key: SigningKey) -> Result<Cert, CollateralError> {
-        let kind = kind(key);
-        let bytes = self.item(&format!("chain/{kind}/{product}"))?;
-        attestation::snp::certs_from_pem(bytes)
-            .map_err(|e| CollateralError(e.to_string()))?
-            .into_iter()
-            .find(|c| !c.common_name().starts_with("ARK-"))
-            .ok_or_else(|| {
-                CollateralError(format!("the {product} {kind} chain has no intermediate"))
-            })
+        let bytes = self.item(&collateral::kds::chain_key(product, key))?;
+        collateral::kds::intermediate_of(bytes, product, key)
     }
 
     fn crl_max_stale(&self) -> i64 {

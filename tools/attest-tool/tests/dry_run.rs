@@ -12,9 +12,12 @@ use attestation::evidence::{Bounds, Record, Store};
 use attestation::{QemuVtpmConfig, QemuVtpmValidator, Validator, Variant};
 use soft_issuer::SoftIssuer;
 
-fn tool(args: &[&str]) -> Output {
+/// `attest-tool dry-run --config <config> --evidence <evidence> <extra>`.
+fn dry_run(config: &str, evidence: &Path, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_attest-tool"))
-        .args(args)
+        .args(["dry-run", "--config", config, "--evidence"])
+        .arg(evidence)
+        .args(extra)
         .output()
         .unwrap()
 }
@@ -90,13 +93,7 @@ fn a_tightened_config_names_the_nodes_it_would_refuse_and_a_summary() {
 
     // The config in force would refuse only the node it refused.
     let same = write(tmp.path(), "same", &in_force);
-    let out = tool(&[
-        "dry-run",
-        "--config",
-        &same,
-        "--evidence",
-        evidence.to_str().unwrap(),
-    ]);
+    let out = dry_run(&same, &evidence, &[]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
@@ -106,15 +103,7 @@ fn a_tightened_config_names_the_nodes_it_would_refuse_and_a_summary() {
 
     // Pinning a's key alone: b would be refused by its key, as the audit line names it.
     let tightened = write(tmp.path(), "tightened", &config(4, &[&a]));
-    let out = tool(&[
-        "dry-run",
-        "--config",
-        &tightened,
-        "--evidence",
-        evidence.to_str().unwrap(),
-        "--variant",
-        "qemu-vtpm",
-    ]);
+    let out = dry_run(&tightened, &evidence, &["--variant", "qemu-vtpm"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
@@ -128,14 +117,7 @@ fn a_tightened_config_names_the_nodes_it_would_refuse_and_a_summary() {
     );
 
     // JSON, for scripts: the same refusals, by check.
-    let out = tool(&[
-        "dry-run",
-        "--config",
-        &tightened,
-        "--evidence",
-        evidence.to_str().unwrap(),
-        "--json",
-    ]);
+    let out = dry_run(&tightened, &evidence, &["--json"]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let checks: Vec<(&str, &str, &str)> = report["refused"]
         .as_array()
@@ -164,48 +146,20 @@ fn bad_input_is_named() {
     let evidence = tmp.path().join("evidence");
     std::fs::create_dir(&evidence).unwrap();
     let invalid = write(tmp.path(), "invalid", r#"{"measurements": {}}"#);
-    let out = tool(&[
-        "dry-run",
-        "--config",
-        &invalid,
-        "--evidence",
-        evidence.to_str().unwrap(),
-    ]);
+    let out = dry_run(&invalid, &evidence, &[]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("holds no kept decision"), "{err}");
-    let out = tool(&[
-        "dry-run",
-        "--config",
-        &invalid,
-        "--evidence",
-        evidence.to_str().unwrap(),
-        "--variant",
-        "qemu-vtpm",
-    ]);
+    let out = dry_run(&invalid, &evidence, &["--variant", "qemu-vtpm"]);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("is not a valid qemu-vtpm attestation config"),
         "{err}"
     );
-    let out = tool(&[
-        "dry-run",
-        "--config",
-        &invalid,
-        "--evidence",
-        tmp.path().join("missing").to_str().unwrap(),
-    ]);
+    let out = dry_run(&invalid, &tmp.path().join("missing"), &[]);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("cannot read the evidence directory"), "{err}");
-    let out = tool(&[
-        "dry-run",
-        "--config",
-        &invalid,
-        "--evidence",
-        evidence.to_str().unwrap(),
-        "--variant",
-        "qemu-tdx",
-    ]);
+    let out = dry_run(&invalid, &evidence, &["--variant", "qemu-tdx"]);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("POST the config to attest-proxy's /dry-run"),
