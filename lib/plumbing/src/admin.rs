@@ -513,6 +513,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_registered_post_gets_its_body_within_the_bound_and_nothing_else_is_posted() {
+        let admin = Admin::new("test").post("/echo", 16, |request: PostRequest| {
+            Box::pin(async move {
+                Answer {
+                    status: StatusCode::OK,
+                    content_type: "text/plain; charset=utf-8",
+                    body: format!(
+                        "{} bytes, query {:?}: {}",
+                        request.body.len(),
+                        request.query,
+                        String::from_utf8_lossy(&request.body)
+                    ),
+                }
+            }) as AnswerFuture
+        });
+        let server = admin.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let (_trigger, draining) = crate::shutdown::channel();
+        let task = server.spawn(draining);
+        let wait = Duration::from_secs(5);
+        assert_eq!(
+            post(addr, "/echo?format=json", b"hello", wait)
+                .await
+                .unwrap(),
+            (
+                200,
+                "5 bytes, query Some(\"format=json\"): hello".to_owned()
+            )
+        );
+        let (status, body) = post(addr, "/echo", &[b'x'; 17], wait).await.unwrap();
+        assert_eq!(status, 413, "{body}");
+        assert!(body.contains("at most 16 bytes"), "{body}");
+        let (status, body) = post(addr, "/livez", b"", wait).await.unwrap();
+        assert_eq!(status, 405, "{body}");
+        assert!(body.contains("POST is not served on \"/livez\""), "{body}");
+        // GET is served as before, and a GET of the POST path finds nothing.
+        assert_eq!(get(addr, "/livez").await, (200, "ok\n".to_owned()));
+        assert_eq!(get(addr, "/echo").await.0, 404);
+        task.abort();
+    }
+
+    #[tokio::test]
     async fn live_ready_metrics_and_drain() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("dep.sock");
