@@ -31,8 +31,8 @@ pub struct DryRunArgs {
     /// The new attestation config (the variant's JSON object), as attest-proxy would read it.
     #[arg(long)]
     pub config: PathBuf,
-    /// attest-proxy's evidence directory (`--evidence-dir`), or a copy of it
-    /// (`kubectl cp kube-system/<pod>:/var/cache/joinservice/evidence ./evidence -c attest-proxy`).
+    /// attest-proxy's evidence directory (`--evidence-dir`), or a copy of it: on the
+    /// control-plane node, the pod's `proxy-cache` emptyDir holds it (deploy/README.md).
     #[arg(long, default_value = DEFAULT_EVIDENCE_DIR)]
     pub evidence: PathBuf,
     /// The variant to decide for; the newest record's if omitted.
