@@ -365,6 +365,10 @@ impl Proxy {
 /// in the log, and as a note in the `/readyz` body (`warn policy: ...`, the probe still passes).
 /// A policy that trusts any attestation key is noted the same way (`warn attestation-keys:
 /// ...`) and in `trust_any_ak`: it works, but must not outlive development.
+///
+/// A changed policy held back by the reload guard is noted as well (`warn policy-held: ...`,
+/// the probe still passes, for the same reason as a refused file). `POST /dry-run` answers
+/// which kept nodes a posted config would refuse ([`dry_run`]); it applies nothing.
 fn admin(
     mut admin: plumbing::admin::Admin,
     shared: &connection::Shared,
