@@ -66,6 +66,22 @@ async fn a_tightened_policy_is_tried_held_and_forced() {
     );
     // Written off the join path: wait for the writer.
     system.wait_for_kept_evidence(2).await.unwrap();
+    // attest-proxy's uid alone can read the records (as root, the pod's uid 10001).
+    {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let dir = std::fs::metadata(&system.paths.evidence).unwrap();
+        assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+        assert_eq!(dir.uid(), system.uids.proxy);
+        let records: Vec<_> = std::fs::read_dir(&system.paths.evidence)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap())
+            .collect();
+        assert_eq!(records.len(), 2);
+        for record in records {
+            assert_eq!(record.permissions().mode() & 0o777, 0o600);
+            assert_eq!(record.uid(), system.uids.proxy);
+        }
+    }
     assert_eq!(metric(&system, "attest_proxy_evidence_records").await, 2.0);
 
     // The policy pinning the RSA key alone.
