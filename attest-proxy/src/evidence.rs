@@ -36,11 +36,28 @@ const WRITE_FAILED: DropLabels = DropLabels {
     reason: "write_failed",
 };
 
+/// What a decision was made on, as the writer needs it: the connection's nonce, and the
+/// document of the variant with the user data it has to bind.
+pub trait Judged: Send + Sync {
+    fn nonce(&self) -> &[u8];
+    fn document(&self, variant: Variant) -> Option<(Vec<u8>, [u8; 32])>;
+}
+
+impl Judged for atls::PeerEvidence {
+    fn nonce(&self) -> &[u8] {
+        atls::PeerEvidence::nonce(self)
+    }
+
+    fn document(&self, variant: Variant) -> Option<(Vec<u8>, [u8; 32])> {
+        atls::PeerEvidence::document(self, variant)
+    }
+}
+
 /// One decision waiting to be written.
 struct Pending {
     decision: Decision,
     variant: Variant,
-    evidence: Arc<atls::PeerEvidence>,
+    evidence: Arc<dyn Judged>,
 }
 
 /// The queue into the writer thread and what it counts.
@@ -107,7 +124,7 @@ impl Keeper {
     }
 
     /// Queues the evidence `decision` was made on; never blocks. A full queue drops it.
-    pub fn keep(&self, decision: Decision, variant: Variant, evidence: Arc<atls::PeerEvidence>) {
+    pub fn keep(&self, decision: Decision, variant: Variant, evidence: Arc<dyn Judged>) {
         let pending = Pending {
             decision,
             variant,
@@ -197,5 +214,147 @@ fn write_all(mut store: Store, receiver: &Receiver<Pending>, counts: &Counts) {
             }
         }
         set_size(counts, &store);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::time::{Duration, SystemTime};
+
+    use attestation::audit::{Evidence, Subject};
+
+    /// Evidence whose document the writer gets only once the test lets it: the writer can be
+    /// held in the middle of a record.
+    struct Gated {
+        document: Option<Vec<u8>>,
+        gate: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl Judged for Gated {
+        fn nonce(&self) -> &[u8] {
+            &[1; 32]
+        }
+
+        fn document(&self, _variant: Variant) -> Option<(Vec<u8>, [u8; 32])> {
+            let _ = self.gate.lock().unwrap().recv();
+            self.document.clone().map(|d| (d, [2; 32]))
+        }
+    }
+
+    fn gated(document: Option<&[u8]>) -> (Arc<Gated>, std::sync::mpsc::Sender<()>) {
+        let (open, gate) = std::sync::mpsc::channel();
+        let evidence = Gated {
+            document: document.map(<[u8]>::to_vec),
+            gate: Mutex::new(gate),
+        };
+        (Arc::new(evidence), open)
+    }
+
+    fn decision(peer: &str) -> Decision {
+        let subject = Subject {
+            time: SystemTime::now(),
+            peer: peer.to_owned(),
+            variant: Variant::QemuVtpm,
+            policy: "p".repeat(64),
+            evidence: Evidence::Certificate(peer.as_bytes()),
+        };
+        Decision::rejected(subject, &std::io::Error::other("test")).with_check("test")
+    }
+
+    fn scrape(keeper: &Keeper) -> String {
+        let mut registry = Registry::default();
+        keeper.register_metrics(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    fn wait_for(keeper: &Keeper, line: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !scrape(keeper).lines().any(|l| l == line) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{line}\n{}",
+                scrape(keeper)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn bounds() -> Bounds {
+        Bounds {
+            max_records: 10,
+            max_bytes: 1 << 20,
+            max_age: Duration::from_secs(3600),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_the_record_without_waiting_and_counts_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let keeper = Keeper::start(&tmp.path().join("evidence"), bounds(), 1).unwrap();
+        // The writer takes the first and waits in it; the second fills the queue of one.
+        let (first, open_first) = gated(Some(b"first"));
+        let (second, open_second) = gated(Some(b"second"));
+        keeper.keep(decision("first"), Variant::QemuVtpm, first);
+        // Until the writer has taken the first, the second would find the queue full.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&second) == 1 {
+            keeper.keep(decision("second"), Variant::QemuVtpm, second.clone());
+            if Arc::strong_count(&second) > 1 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let dropped_before = scrape(&keeper);
+        let (third, _open_third) = gated(Some(b"third"));
+        let started = std::time::Instant::now();
+        keeper.keep(decision("third"), Variant::QemuVtpm, third);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "keep must not wait"
+        );
+        let text = scrape(&keeper);
+        let count = |text: &str| {
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix("evidence_dropped_total{reason=\"queue_full\"} ")
+                        .map(|n| n.parse::<u64>().unwrap())
+                })
+                .unwrap()
+        };
+        assert_eq!(count(&text), count(&dropped_before) + 1, "{text}");
+        open_first.send(()).unwrap();
+        open_second.send(()).unwrap();
+        wait_for(&keeper, "evidence_kept_total 2");
+        wait_for(&keeper, "evidence_records 2");
+        let kept = attestation::evidence::read_dir(&tmp.path().join("evidence")).unwrap();
+        let peers: Vec<&str> = kept
+            .records
+            .iter()
+            .map(|r| r.decision.peer.as_str())
+            .collect();
+        assert_eq!(peers, ["first", "second"]);
+    }
+
+    #[test]
+    fn evidence_without_a_document_and_a_failed_write_are_counted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("evidence");
+        let keeper = Keeper::start(&dir, bounds(), 4).unwrap();
+        let (none, open) = gated(None);
+        open.send(()).unwrap();
+        keeper.keep(decision("no-document"), Variant::QemuVtpm, none);
+        wait_for(&keeper, "evidence_dropped_total{reason=\"no_document\"} 1");
+        // The directory gone (a volume unmounted): the write fails, the proxy goes on.
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (gone, open) = gated(Some(b"doc"));
+        open.send(()).unwrap();
+        keeper.keep(decision("gone"), Variant::QemuVtpm, gone);
+        wait_for(&keeper, "evidence_dropped_total{reason=\"write_failed\"} 1");
+        assert!(scrape(&keeper).contains("evidence_kept_total 0"));
     }
 }
