@@ -80,6 +80,47 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_COLLATERAL_DIR")]
     pub collateral_dir: Option<PathBuf>,
 
+    /// Where the evidence of the nodes decided on lately is kept, for dry runs of a new policy
+    /// (`attest-tool dry-run --evidence`, `POST /dry-run`) and the reload guard. Created 0700,
+    /// records 0600, and refused when owned by another uid. Default: `evidence` beside
+    /// `--collateral-dir`; none is kept when neither is set.
+    #[arg(long, env = "ATTEST_PROXY_EVIDENCE_DIR")]
+    pub evidence_dir: Option<PathBuf>,
+
+    /// At most this many decisions' evidence is kept; the oldest go first.
+    #[arg(long, env = "ATTEST_PROXY_EVIDENCE_MAX_RECORDS", default_value_t = 1024,
+          value_parser = at_least_one)]
+    pub evidence_max_records: usize,
+
+    /// At most this many bytes of evidence records are kept (a number, or with a Ki, Mi or Gi
+    /// suffix); the oldest go first. Keep the volume's size limit above it.
+    #[arg(long, env = "ATTEST_PROXY_EVIDENCE_MAX_BYTES", default_value = "32Mi",
+          value_parser = byte_size)]
+    pub evidence_max_bytes: u64,
+
+    /// Evidence older than this is removed.
+    #[arg(long, env = "ATTEST_PROXY_EVIDENCE_MAX_AGE", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub evidence_max_age: Duration,
+
+    /// Decisions waiting to be written; beyond it their evidence is dropped (and counted in
+    /// `evidence_dropped_total{reason="queue_full"}`), never the join delayed.
+    #[arg(long, env = "ATTEST_PROXY_EVIDENCE_QUEUE", default_value_t = 256,
+          value_parser = at_least_one)]
+    pub evidence_queue: usize,
+
+    /// A changed attestation config that would refuse more than this share (0 to 1) of the
+    /// node connections accepted within `--reload-guard-window`, as the kept evidence shows, is
+    /// held back: logged, `policy_held` 1, a `/readyz` note, and the policy in force stays.
+    /// `"forceReload": "<the new policy's digest>"` in the config applies it anyway. 1 turns
+    /// the guard off; so does keeping no evidence.
+    #[arg(long, env = "ATTEST_PROXY_RELOAD_MAX_REFUSED_SHARE", default_value_t = 0.1,
+          value_parser = share)]
+    pub reload_max_refused_share: f64,
+
+    /// How far back the reload guard looks for accepted nodes.
+    #[arg(long, env = "ATTEST_PROXY_RELOAD_GUARD_WINDOW", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub reload_guard_window: Duration,
+
     /// How long collateral is still used past its expiry (a CRL's nextUpdate) while the KDS or
     /// PCS cannot be reached; beyond it, joins are answered `Unavailable`.
     #[arg(long, env = "ATTEST_PROXY_COLLATERAL_MAX_STALE", default_value = "24h", value_parser = humantime::parse_duration)]
@@ -261,6 +302,38 @@ fn at_least_one(text: &str) -> Result<usize, String> {
     }
 }
 
+/// Bytes: a number, or one with a `Ki`, `Mi` or `Gi` suffix.
+fn byte_size(text: &str) -> Result<u64, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let multiplier: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a size (a number of bytes, or with Ki, Mi or Gi)"
+            ));
+        }
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{text:?} is not a size of 1 byte or more"))
+}
+
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("{text:?} is not a share from 0 to 1")),
+    }
+}
+
 fn fmspc(text: &str) -> Result<String, String> {
     collateral::pcs::tcb_info_key(text)
         .map(|_| text.to_ascii_lowercase())
@@ -274,8 +347,78 @@ fn non_negative_rate(text: &str) -> Result<f64, String> {
     }
 }
 
+impl Config {
+    /// Where evidence is kept: `--evidence-dir`, else `evidence` beside `--collateral-dir`.
+    pub fn evidence_dir(&self) -> Option<PathBuf> {
+        self.evidence_dir.clone().or_else(|| {
+            let collateral = self.collateral_dir.as_ref()?;
+            Some(
+                collateral
+                    .parent()
+                    .map_or_else(|| PathBuf::from("evidence"), |p| p.join("evidence")),
+            )
+        })
+    }
+}
+
 fn default_verify_threads() -> usize {
     std::thread::available_parallelism()
         .map(usize::from)
         .unwrap_or(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(
+            ["attest-proxy", "--upstream-uid", "1"]
+                .iter()
+                .chain(args)
+                .copied(),
+        )
+    }
+
+    #[test]
+    fn the_evidence_directory_defaults_to_beside_the_collateral_directory() {
+        assert_eq!(parse(&[]).unwrap().evidence_dir(), None);
+        let config = parse(&["--collateral-dir", "/var/cache/joinservice/collateral"]).unwrap();
+        assert_eq!(
+            config.evidence_dir(),
+            Some(PathBuf::from("/var/cache/joinservice/evidence"))
+        );
+        let config = parse(&["--collateral-dir", "/c", "--evidence-dir", "/e"]).unwrap();
+        assert_eq!(config.evidence_dir(), Some(PathBuf::from("/e")));
+    }
+
+    #[test]
+    fn evidence_bounds_and_the_share_are_checked() {
+        let config = parse(&[]).unwrap();
+        assert_eq!(config.evidence_max_bytes, 32 << 20);
+        assert_eq!(config.evidence_max_age, Duration::from_secs(7 * 86_400));
+        assert!((config.reload_max_refused_share - 0.1).abs() < f64::EPSILON);
+        assert_eq!(
+            parse(&["--evidence-max-bytes", "512Ki"])
+                .unwrap()
+                .evidence_max_bytes,
+            512 << 10
+        );
+        assert_eq!(
+            parse(&["--evidence-max-bytes", "1000"])
+                .unwrap()
+                .evidence_max_bytes,
+            1000
+        );
+        for bad in [
+            &["--evidence-max-bytes", "12MB"][..],
+            &["--evidence-max-bytes", "0"],
+            &["--reload-max-refused-share", "1.5"],
+            &["--reload-max-refused-share", "-0.1"],
+            &["--evidence-max-records", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
 }

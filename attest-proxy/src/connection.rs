@@ -36,6 +36,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The hash chain every audit record of this process is sealed into.
     pub audit: attestation::audit_trail::Chain,
+    /// Where decided evidence is kept for dry runs, when it is.
+    pub evidence: Option<Arc<crate::evidence::Keeper>>,
 }
 
 /// How long a connection lives once its attestation is decided.
@@ -219,6 +221,8 @@ async fn attest(
             })
             .await
     };
+    // Only a verification that ran decided on the evidence; an overloaded or gone pool did not.
+    let verified_here = verdict.is_ok();
     let (outcome, decision) = match verdict {
         Ok((Ok(verified), decision)) => (
             Ok(PeerIdentity {
@@ -271,6 +275,9 @@ async fn attest(
     };
     shared.metrics.verification(verifying.elapsed());
     shared.metrics.decision(&decision);
+    if let (true, Some(keeper)) = (verified_here, &shared.evidence) {
+        keeper.keep(decision.clone(), variant, evidence.clone());
+    }
     shared.audit.seal(decision.to_value(), |record| {
         plumbing::telemetry::audit(
             decision.result == audit::Outcome::Accepted,

@@ -12,7 +12,11 @@
 //!
 //! Operating it: the policy file is hot-reloaded ([`policy`]; an invalid file keeps the previous
 //! policy and shows in the `policy_failing` metric); every decision is one JSON line on the
-//! tracing target `audit` ([`attestation::audit`]).
+//! tracing target `audit` ([`attestation::audit`]). The evidence of each decision is kept off the
+//! join path (`evidence`, bounded, `--evidence-dir`), so a new policy can be tried on the nodes
+//! decided lately before it is enforced: `POST /dry-run` on the admin endpoint (`dry_run`), and
+//! a changed file that would refuse more than `--reload-max-refused-share` of the nodes accepted
+//! lately is held until it names its own digest in `"forceReload"` ([`policy::Guard`]).
 //!
 //! Overload control, so a storm of nodes (or a flood) is refused quickly and clearly instead of
 //! queueing without end; every bound is a flag (see `attest-proxy --help`):
@@ -47,6 +51,8 @@ pub mod gce_identity;
 mod admission;
 mod allowlist;
 mod connection;
+mod dry_run;
+mod evidence;
 mod identity;
 pub mod metrics;
 mod peer_limit;
@@ -100,6 +106,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The evidence directory could not be used.
+    #[error("cannot keep evidence")]
+    Evidence(#[source] attestation::evidence::StoreError),
     /// The verification threads could not be started.
     #[error("cannot start verification threads")]
     Threads(#[source] std::io::Error),
@@ -141,8 +150,35 @@ impl Proxy {
             .as_ref()
             .map(|c| (c.cache().clone(), "AMD KDS"))
             .or_else(|| tdx.as_ref().map(|c| (c.cache().clone(), "Intel PCS")));
-        let policy = policy::Current::load(config.variant, &config.attestation_config, hardware)?;
+        let mut policy =
+            policy::Current::load(config.variant, &config.attestation_config, hardware)?;
         tracing::info!(variant = %config.variant, policy = %policy.get().digest, "measurement policy loaded");
+        let evidence = match config.evidence_dir() {
+            Some(dir) => {
+                let keeper = evidence::Keeper::start(
+                    &dir,
+                    attestation::evidence::Bounds {
+                        max_records: config.evidence_max_records,
+                        max_bytes: config.evidence_max_bytes,
+                        max_age: config.evidence_max_age,
+                    },
+                    config.evidence_queue,
+                )
+                .map_err(Error::Evidence)?;
+                policy = policy.with_guard(policy::Guard {
+                    evidence_dir: dir,
+                    max_refused_share: config.reload_max_refused_share,
+                    window: config.reload_guard_window,
+                });
+                Some(Arc::new(keeper))
+            }
+            None => {
+                tracing::warn!(
+                    "no evidence is kept (neither --evidence-dir nor --collateral-dir is set): dry runs see no node, and a policy change is applied without being tried on the nodes accepted lately"
+                );
+                None
+            }
+        };
         let (audit, chain_start) = attestation::audit_trail::Chain::start("attest-proxy");
         plumbing::telemetry::audit(true, &attestation::audit_trail::canonical(&chain_start));
         let mut admin_endpoint = plumbing::admin::Admin::new("attest_proxy");
@@ -171,6 +207,7 @@ impl Proxy {
             },
             metrics,
             audit,
+            evidence,
         };
         let mut rotator = config.certifier_uid.map(|uid| {
             let certifier =
@@ -211,6 +248,9 @@ impl Proxy {
         }
         if let Some(rotator) = &rotator {
             rotator.register_metrics(admin_endpoint.registry());
+        }
+        if let Some(keeper) = &shared.evidence {
+            keeper.register_metrics(admin_endpoint.registry());
         }
         let admin = match config.admin_listen {
             Some(addr) => Some(
@@ -326,6 +366,10 @@ impl Proxy {
 /// in the log, and as a note in the `/readyz` body (`warn policy: ...`, the probe still passes).
 /// A policy that trusts any attestation key is noted the same way (`warn attestation-keys:
 /// ...`) and in `trust_any_ak`: it works, but must not outlive development.
+///
+/// A changed policy held back by the reload guard is noted as well (`warn policy-held: ...`,
+/// the probe still passes, for the same reason as a refused file). `POST /dry-run` answers
+/// which kept nodes a posted config would refuse ([`dry_run`]); it applies nothing.
 fn admin(
     mut admin: plumbing::admin::Admin,
     shared: &connection::Shared,
@@ -351,6 +395,26 @@ fn admin(
                 })
             }
         })
+        .note("policy-held", {
+            let policy = policy.clone();
+            move || {
+                let status = policy.status();
+                status.held.map(|held| {
+                    format!(
+                        "enforcing policy {} and holding back {} from the file on disk: {}",
+                        status.digest, held.digest, held.reason
+                    )
+                })
+            }
+        })
+        .post(
+            "/dry-run",
+            attestation::policy::MAX_CONFIG_SIZE,
+            dry_run::handler(
+                policy.clone(),
+                shared.evidence.as_ref().map(|k| k.dir().to_owned()),
+            ),
+        )
         .note("attestation-keys", move || policy.trust_any_ak_note())
         .note("server-evidence", {
             let acceptor = shared.acceptor.clone();

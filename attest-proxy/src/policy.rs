@@ -14,6 +14,14 @@
 //! editor's remove-and-create and a replaced mount all look the same, and costs nothing
 //! measurable. The kubelet itself takes up to a minute to project a change, so a second of
 //! polling adds no noticeable delay.
+//!
+//! With a [`Guard`], a valid new file is first tried on the evidence attest-proxy kept of the
+//! nodes it accepted lately ([`attestation::dry_run`]): if it would refuse more than the
+//! guard's share of them, it is held (logged, `policy_held`, a `/readyz` note) and the policy
+//! in force stays, until the file changes again. A file whose `"forceReload"` names its own
+//! policy digest is applied without the check: the operator's way to roll out a change that is
+//! meant to refuse nodes, with nothing but the ConfigMap edit that changes the policy itself.
+//! The field names one digest, so a value left behind never forces the next change.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -215,6 +223,32 @@ pub enum Reload {
     Applied { digest: String },
     /// The file changed but is not a valid policy; the previous one stays in force.
     Refused { reason: String },
+    /// The file changed to a valid policy that would refuse too many of the nodes accepted
+    /// lately; the previous one stays in force until the file changes again.
+    Held { digest: String, reason: String },
+}
+
+/// What a new policy must pass before it replaces the one in force: it may refuse at most
+/// `max_refused_share` of the nodes accepted within `window`, as the evidence kept in
+/// `evidence_dir` shows.
+#[derive(Clone, Debug)]
+pub struct Guard {
+    pub evidence_dir: PathBuf,
+    pub max_refused_share: f64,
+    pub window: Duration,
+}
+
+/// The config field that applies a policy the guard would hold: its value must be the digest
+/// of the policy the file describes.
+pub const FORCE_FIELD: &str = "forceReload";
+
+/// A policy held back by the [`Guard`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The digest of the held policy.
+    pub digest: String,
+    /// Why: how many of the nodes accepted lately it would refuse, and by which checks.
+    pub reason: String,
 }
 
 /// The state of the policy for readiness, metrics and operators.
@@ -228,6 +262,8 @@ pub struct PolicyStatus {
     pub reloads_ok: u64,
     /// Changes of the file that were refused.
     pub reloads_failed: u64,
+    /// The valid policy on disk the guard holds back, while it does.
+    pub held: Option<Held>,
 }
 
 impl PolicyStatus {
@@ -247,12 +283,24 @@ pub struct Current {
     active: RwLock<Arc<Active>>,
     // Only reloads take this lock, never a connection: it keeps concurrent reloads (the poll
     // and a test calling `reload`) from interleaving their read-compare-swap.
-    seen: Mutex<(Seen, Option<String>)>,
+    seen: Mutex<Looked>,
+    guard: Option<Guard>,
     // The counts and the failing flag are the exported metrics themselves, so what /metrics
     // shows and what `status` reports cannot drift apart.
     reloads: Family<[(&'static str, &'static str); 1], Counter>,
     failing: Gauge,
+    held: Gauge,
     trust_any_ak: Gauge,
+}
+
+/// What the last look at the file found, and what became of it.
+#[derive(Debug)]
+struct Looked {
+    seen: Seen,
+    /// Why the file is not in force because it is invalid.
+    error: Option<String>,
+    /// The file's valid policy, held back by the guard.
+    held: Option<Held>,
 }
 
 /// How long a missing file may take to reappear before a reload counts as refused.
@@ -260,6 +308,7 @@ const MISSING_FILE_GRACE: Duration = Duration::from_millis(200);
 
 const OK: [(&str, &str); 1] = [("result", "ok")];
 const FAILED: [(&str, &str); 1] = [("result", "failed")];
+const HELD: [(&str, &str); 1] = [("result", "held")];
 
 impl Current {
     /// Loads the policy at start. Unlike a reload, failing here is fatal: there is no previous
@@ -279,21 +328,52 @@ impl Current {
             hardware,
             path: path.to_owned(),
             active: RwLock::new(Arc::new(active)),
-            seen: Mutex::new((Seen::Bytes(sha256(&raw)), None)),
+            seen: Mutex::new(Looked {
+                seen: Seen::Bytes(sha256(&raw)),
+                error: None,
+                held: None,
+            }),
+            guard: None,
             reloads: Family::default(),
             failing: Gauge::default(),
+            held: Gauge::default(),
             trust_any_ak,
         })
     }
 
-    /// Registers the reload metrics: `policy_reloads_total{result="ok"|"failed"}` (changes of
-    /// the file applied or refused), `policy_failing` (1 while the file on disk is invalid
-    /// and the previous policy is still enforced) and `trust_any_ak` (1 while the policy in
-    /// force trusts any attestation key).
+    /// Tries every changed policy on kept evidence before applying it (see [`Guard`]).
+    pub fn with_guard(mut self, guard: Guard) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// The validator and digest `raw` (an attestation config) would give, over the same
+    /// collateral sources as the policy in force; `origin` names where it came from in errors.
+    pub fn build_candidate(&self, origin: &Path, raw: &[u8]) -> Result<Active, PolicyError> {
+        if raw.len() > attestation::policy::MAX_CONFIG_SIZE {
+            // The parser names the size too; this keeps a huge body from being parsed at all.
+            return Err(PolicyError::Invalid {
+                path: origin.to_owned(),
+                variant: self.variant,
+                source: attestation::policy::PolicyError::TooLarge {
+                    size: raw.len(),
+                    limit: attestation::policy::MAX_CONFIG_SIZE,
+                },
+            });
+        }
+        build(self.variant, origin, raw, self.hardware.as_ref())
+    }
+
+    /// Registers the reload metrics: `policy_reloads_total{result="ok"|"failed"|"held"}`
+    /// (changes of the file applied, refused as invalid, or held back by the guard),
+    /// `policy_failing` (1 while the file on disk is invalid and the previous policy is still
+    /// enforced), `policy_held` (1 while the guard holds the file's policy back) and
+    /// `trust_any_ak` (1 while the policy in force trusts any attestation key).
     pub fn register_metrics(&self, registry: &mut Registry) {
-        // Both results exist from the start, so an alert on "failed" has a series to watch.
+        // Every result exists from the start, so an alert on "failed" has a series to watch.
         drop(self.reloads.get_or_create(&OK));
         drop(self.reloads.get_or_create(&FAILED));
+        drop(self.reloads.get_or_create(&HELD));
         registry.register(
             "policy_reloads",
             "Changes of the attestation config file, by whether they were applied",
@@ -303,6 +383,11 @@ impl Current {
             "policy_failing",
             "1 while the attestation config file is invalid and the previous policy is enforced",
             self.failing.clone(),
+        );
+        registry.register(
+            "policy_held",
+            "1 while a valid attestation config is held back because it would refuse too many of the nodes accepted lately",
+            self.held.clone(),
         );
         registry.register(
             "trust_any_ak",
@@ -333,17 +418,16 @@ impl Current {
 
     /// The policy in force and the reload history.
     pub fn status(&self) -> PolicyStatus {
-        let last_error = self
-            .seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .1
-            .clone();
+        let (last_error, held) = {
+            let looked = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            (looked.error.clone(), looked.held.clone())
+        };
         PolicyStatus {
             digest: self.get().digest.clone(),
             last_error,
             reloads_ok: self.reloads.get_or_create(&OK).get(),
             reloads_failed: self.reloads.get_or_create(&FAILED).get(),
+            held,
         }
     }
 
@@ -363,15 +447,46 @@ impl Current {
             Ok(raw) => Seen::Bytes(sha256(raw)),
             Err(error) => Seen::Unreadable(status::chain(error)),
         };
-        if seen.0 == now {
+        if seen.seen == now {
             return Reload::Unchanged;
         }
         // Built only when the file changed: the poll re-reads every second.
-        let result =
-            raw.and_then(|raw| build(self.variant, &self.path, &raw, self.hardware.as_ref()));
-        seen.0 = now;
+        let result = raw.and_then(|raw| {
+            build(self.variant, &self.path, &raw, self.hardware.as_ref())
+                .map(|active| (forced(&raw, &active.digest), active))
+        });
+        seen.seen = now;
         match result {
-            Ok(active) => {
+            Ok((forced, active)) => {
+                match (&self.guard, forced) {
+                    (Some(_), true) => tracing::warn!(
+                        path = %self.path.display(),
+                        policy = %active.digest,
+                        "the attestation config forces its policy ({FORCE_FIELD}): applied without trying it on the kept evidence"
+                    ),
+                    (Some(guard), false) => {
+                        if let Some(reason) = self.guard_refuses(guard, &active) {
+                            let digest = active.digest.clone();
+                            self.reloads.get_or_create(&HELD).inc();
+                            self.held.set(1);
+                            self.failing.set(0);
+                            tracing::error!(
+                                path = %self.path.display(),
+                                policy = %digest,
+                                in_force = %self.get().digest,
+                                %reason,
+                                "measurement policy held back; the previous policy stays in force"
+                            );
+                            seen.error = None;
+                            seen.held = Some(Held {
+                                digest: digest.clone(),
+                                reason: reason.clone(),
+                            });
+                            return Reload::Held { digest, reason };
+                        }
+                    }
+                    (None, _) => {}
+                }
                 let digest = active.digest.clone();
                 warn_trust_any_ak(&active);
                 self.trust_any_ak.set(i64::from(active.trust_any_ak));
@@ -379,9 +494,11 @@ impl Current {
                     let mut guard = self.active.write().unwrap_or_else(PoisonError::into_inner);
                     std::mem::replace(&mut *guard, Arc::new(active))
                 };
-                seen.1 = None;
+                seen.error = None;
+                seen.held = None;
                 self.reloads.get_or_create(&OK).inc();
                 self.failing.set(0);
+                self.held.set(0);
                 tracing::info!(
                     path = %self.path.display(),
                     policy = %digest,
@@ -399,10 +516,73 @@ impl Current {
                     %reason,
                     "measurement policy file refused; the previous policy stays in force"
                 );
-                seen.1 = Some(reason.clone());
+                seen.error = Some(reason.clone());
+                // The held policy is no longer what the file says.
+                seen.held = None;
+                self.held.set(0);
                 Reload::Refused { reason }
             }
         }
+    }
+
+    /// Why `candidate` must be held back, if it must: it would refuse more than the guard's
+    /// share of the nodes accepted within its window. Kept evidence that cannot be read holds
+    /// nothing back (there is nothing to protect the change against), and says so in the log.
+    fn guard_refuses(&self, guard: &Guard, candidate: &Active) -> Option<String> {
+        let read = match attestation::evidence::read_dir(&guard.evidence_dir) {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::warn!(dir = %guard.evidence_dir.display(), %error, "no kept evidence to try the new policy on; applying it unchecked");
+                return None;
+            }
+        };
+        let since = std::time::SystemTime::now()
+            .checked_sub(guard.window)
+            .unwrap_or(std::time::UNIX_EPOCH);
+        let recent = read
+            .records
+            .iter()
+            .filter(|record| record.accepted() && record.time().is_ok_and(|time| time >= since));
+        let recent: Vec<_> = recent.cloned().collect();
+        let report = crate::dry_run::redecide(&recent, candidate);
+        let share = report.newly_refused_share();
+        if share <= guard.max_refused_share {
+            tracing::info!(
+                policy = %candidate.digest,
+                refused = report.newly_refused(),
+                accepted = report.accepted_before,
+                "the new policy refuses few enough of the nodes accepted lately"
+            );
+            return None;
+        }
+        let mut checks: Vec<String> = report
+            .refused
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} ({})",
+                    r.decision.peer,
+                    r.decision.check.as_deref().unwrap_or("evidence")
+                )
+            })
+            .collect();
+        const NAMED: usize = 5;
+        if checks.len() > NAMED {
+            let more = checks.len() - NAMED;
+            checks.truncate(NAMED);
+            checks.push(format!("{more} more"));
+        }
+        Some(format!(
+            "policy {} would refuse {} of the {} node connections accepted in the last {} ({:.2} > the allowed share {}): {}; `attest-tool dry-run` or POST /dry-run shows each, and \"{FORCE_FIELD}\": \"{}\" in the config applies it anyway",
+            candidate.digest,
+            report.newly_refused(),
+            report.accepted_before,
+            humantime::format_duration(guard.window),
+            share,
+            guard.max_refused_share,
+            checks.join(", "),
+            candidate.digest,
+        ))
     }
 
     /// Re-reads the file every `interval` until `shutdown`.
@@ -423,6 +603,19 @@ impl Current {
             }
         }
     }
+}
+
+/// Whether the config's [`FORCE_FIELD`] names `digest`, the policy the config describes.
+fn forced(raw: &[u8], digest: &str) -> bool {
+    serde_json::from_slice::<serde_json::Value>(raw)
+        .ok()
+        .and_then(|config| {
+            config
+                .get(FORCE_FIELD)
+                .and_then(serde_json::Value::as_str)
+                .map(|named| named.eq_ignore_ascii_case(digest))
+        })
+        .unwrap_or(false)
 }
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
@@ -940,6 +1133,155 @@ mod tests {
         assert!(matches!(current.reload(), Reload::Applied { .. }));
         assert!(scrape(&registry).contains("attest_proxy_trust_any_ak 1"));
         assert_eq!(current.get().digest, any_digest);
+    }
+
+    /// A qemu-vtpm config enforcing PCR 4 = 4s and trusting `aks`, with `extra` fields.
+    fn pinning(aks: &[&[u8]], extra: &str) -> String {
+        let digests: Vec<String> = aks
+            .iter()
+            .map(|ak| format!("\"{}\"", hex::encode(attestation::ak_digest(ak))))
+            .collect();
+        format!(
+            r#"{{"measurements": {{"4": {{"expected": "{}"}}}}, "trustedAkDigests": [{}]{extra}}}"#,
+            hex::encode([4u8; 32]),
+            digests.join(", ")
+        )
+    }
+
+    /// Keeps in `dir` the evidence of `issuer`'s node, decided by `config` at `at`.
+    fn keep(dir: &Path, issuer: &soft_issuer::SoftIssuer, config: &str, at: std::time::SystemTime) {
+        use attestation::audit::{Decision, Evidence, Subject};
+        let config =
+            attestation::QemuVtpmConfig::from_attestation_config(config.as_bytes()).unwrap();
+        let digest = config.digest();
+        let validator = attestation::QemuVtpmValidator::from_config(config);
+        let (nonce, user_data) = ([1u8; 32], [2u8; 32]);
+        let document = issuer.issue_document(&user_data, &nonce).unwrap();
+        let verified = attestation::Validator::validate(&validator, &document, &nonce).unwrap();
+        let subject = Subject {
+            time: at,
+            peer: "127.0.0.1:4000".to_owned(),
+            variant: Variant::QemuVtpm,
+            policy: digest,
+            evidence: Evidence::Certificate(&document),
+        };
+        let record = attestation::evidence::Record::new(
+            Decision::accepted(subject, &verified),
+            &nonce,
+            &user_data,
+            &document,
+        );
+        let bounds = attestation::evidence::Bounds {
+            max_records: 100,
+            max_bytes: 1 << 20,
+            max_age: Duration::from_secs(7 * 86_400),
+        };
+        attestation::evidence::Store::open(dir, bounds)
+            .unwrap()
+            .put(&record)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_reload_refusing_too_many_recent_nodes_is_held_until_forced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("attestationConfig");
+        let evidence = tmp.path().join("evidence");
+        let node = || {
+            soft_issuer::SoftIssuer::ecdsa_p256()
+                .unwrap()
+                .with_pcrs([(4, [4; 32])])
+                .unwrap()
+        };
+        let (a, b, old) = (node(), node(), node());
+        let both = pinning(&[a.ak_public(), b.ak_public(), old.ak_public()], "");
+        let now = std::time::SystemTime::now();
+        keep(&evidence, &a, &both, now);
+        keep(&evidence, &b, &both, now);
+        // Accepted two days ago: outside the guard's window, so not counted.
+        keep(
+            &evidence,
+            &old,
+            &both,
+            now - Duration::from_secs(2 * 86_400),
+        );
+        std::fs::write(&path, &both).unwrap();
+        let guard = Guard {
+            evidence_dir: evidence.clone(),
+            max_refused_share: 0.1,
+            window: Duration::from_secs(86_400),
+        };
+        let current = Current::load(Variant::QemuVtpm, &path, None)
+            .unwrap()
+            .with_guard(guard.clone());
+        let mut registry = Registry::with_prefix("attest_proxy");
+        current.register_metrics(&mut registry);
+        let in_force = current.get().digest.clone();
+
+        // Only a's key: b, accepted an hour ago, would be refused (1 of 2 > 0.1).
+        let only_a = pinning(&[a.ak_public(), old.ak_public()], "");
+        let held_digest = digest_of(&only_a);
+        std::fs::write(&path, &only_a).unwrap();
+        let Reload::Held { digest, reason } = current.reload() else {
+            panic!("a policy refusing half the recent nodes must be held")
+        };
+        assert_eq!(digest, held_digest);
+        assert!(
+            reason.contains("would refuse 1 of the 2 node connections accepted in the last 1day")
+                && reason.contains("127.0.0.1:4000 (ak_untrusted)")
+                && reason.contains(&format!(r#""forceReload": "{held_digest}""#)),
+            "{reason}"
+        );
+        assert_eq!(current.get().digest, in_force, "the previous policy stays");
+        let status = current.status();
+        assert_eq!(
+            status.held.as_ref().map(|h| h.digest.as_str()),
+            Some(held_digest.as_str())
+        );
+        assert!(!status.failing());
+        let text = scrape(&registry);
+        assert!(text.contains("attest_proxy_policy_held 1"), "{text}");
+        assert!(
+            text.contains("attest_proxy_policy_reloads_total{result=\"held\"} 1"),
+            "{text}"
+        );
+        // Re-read unchanged: still held, not counted again.
+        assert_eq!(current.reload(), Reload::Unchanged);
+
+        // A force naming another policy's digest forces nothing.
+        let wrong = pinning(
+            &[a.ak_public(), old.ak_public()],
+            &format!(r#", "forceReload": "{in_force}""#),
+        );
+        std::fs::write(&path, &wrong).unwrap();
+        assert!(matches!(current.reload(), Reload::Held { .. }));
+        // The operator forces exactly the held policy: applied, and the digest is the policy's,
+        // not the field's.
+        let forced = pinning(
+            &[a.ak_public(), old.ak_public()],
+            &format!(r#", "forceReload": "{held_digest}""#),
+        );
+        assert_eq!(digest_of(&forced), held_digest);
+        std::fs::write(&path, &forced).unwrap();
+        assert_eq!(
+            current.reload(),
+            Reload::Applied {
+                digest: held_digest.clone()
+            }
+        );
+        assert!(current.status().held.is_none());
+        assert!(scrape(&registry).contains("attest_proxy_policy_held 0"));
+
+        // Within the share the guard lets a change through: 1 of 2 is not more than 0.5.
+        std::fs::write(&path, &both).unwrap();
+        let lenient = Current::load(Variant::QemuVtpm, &path, None)
+            .unwrap()
+            .with_guard(Guard {
+                max_refused_share: 0.5,
+                ..guard
+            });
+        std::fs::write(&path, &only_a).unwrap();
+        assert!(matches!(lenient.reload(), Reload::Applied { .. }));
     }
 
     #[tokio::test]

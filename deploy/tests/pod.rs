@@ -433,10 +433,10 @@ fn configuration_reaches_only_the_container_that_reads_it() {
             assert!(api.is_empty(), "{} exposes ports", c["name"]);
         }
         // Every mount other than the container's own socket directory (and attest-proxy's
-        // collateral cache, below) is read-only.
+        // cache of collateral and evidence, below) is read-only.
         let own_socket = format!("{}-socket", c["name"].as_str().expect("name"));
         for m in array(&c["volumeMounts"]) {
-            let own_cache = c["name"] == "attest-proxy" && m["name"] == "collateral-cache";
+            let own_cache = c["name"] == "attest-proxy" && m["name"] == "proxy-cache";
             if m["name"] != own_socket.as_str() && !own_cache {
                 assert_eq!(
                     m["readOnly"],
@@ -451,11 +451,14 @@ fn configuration_reaches_only_the_container_that_reads_it() {
 }
 
 #[test]
-fn collateral_outlives_a_proxy_restart_in_a_bounded_volume_of_its_own() {
+fn collateral_and_evidence_outlive_a_proxy_restart_in_a_bounded_volume_of_its_own() {
     // AMD's public collateral, cached on disk so a restarted attest-proxy does not go back to the
-    // KDS for every chip in a storm: an emptyDir on disk (a memory one would count against the
-    // container's limit), bounded, mounted by attest-proxy alone, where --collateral-dir points.
-    let cache = volume("collateral-cache");
+    // KDS for every chip in a storm, and the evidence of the nodes it decided on lately, which
+    // dry runs and the reload guard read: an emptyDir on disk (a memory one would count against
+    // the container's limit), bounded, mounted by attest-proxy alone. --collateral-dir and
+    // --evidence-dir are two directories in it, which attest-proxy creates (the evidence one
+    // 0700, which it can only be sure of for a directory it owns).
+    let cache = volume("proxy-cache");
     assert!(cache["emptyDir"].is_object(), "an emptyDir: {cache}");
     assert!(
         cache["emptyDir"].get("medium").is_none(),
@@ -465,16 +468,25 @@ fn collateral_outlives_a_proxy_restart_in_a_bounded_volume_of_its_own() {
         cache["emptyDir"]["sizeLimit"].is_string(),
         "bounded: {cache}"
     );
-    assert_eq!(mounted_by("collateral-cache"), names(&["attest-proxy"]));
+    assert_eq!(mounted_by("proxy-cache"), names(&["attest-proxy"]));
     let proxy = container("attest-proxy");
     let mount = array(&proxy["volumeMounts"])
         .into_iter()
-        .find(|m| m["name"] == "collateral-cache")
+        .find(|m| m["name"] == "proxy-cache")
         .expect("mount");
     assert_ne!(mount["readOnly"], Value::Bool(true), "the cache is written");
-    assert_eq!(
+    let root = std::path::Path::new(mount["mountPath"].as_str().expect("path"));
+    for flag in ["collateral-dir", "evidence-dir"] {
+        let dir = required_flag(&proxy, flag);
+        assert_eq!(
+            std::path::Path::new(&dir).parent(),
+            Some(root),
+            "--{flag} is a directory of the volume"
+        );
+    }
+    assert_ne!(
         required_flag(&proxy, "collateral-dir"),
-        mount["mountPath"].as_str().expect("path")
+        required_flag(&proxy, "evidence-dir")
     );
 }
 

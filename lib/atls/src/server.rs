@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use attestation::{Validator, Verified};
+use attestation::{Validator, Variant, Verified};
 use ring::rand::SystemRandom;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::compress::CompressionCache;
@@ -181,6 +181,23 @@ impl PeerEvidence {
     /// The client's certificate, DER, as received (for audit logs).
     pub fn peer_certificate(&self) -> &CertificateDer<'static> {
         &self.certificate
+    }
+
+    /// The attestation document for `variant` the certificate carries and the user data it has
+    /// to bind (SHA-256 of the certificate's SubjectPublicKeyInfo): what deciding on the
+    /// document again later needs, with [`PeerEvidence::nonce`]. `None` when the certificate
+    /// does not parse or carries no such document.
+    pub fn document(&self, variant: Variant) -> Option<(Vec<u8>, [u8; 32])> {
+        let der = self.certificate.as_ref();
+        if der.len() > MAX_CLIENT_CERTIFICATE_SIZE {
+            return None;
+        }
+        let cert = parse_certificate(der).ok()?;
+        let document = find_document(&cert, variant)?.to_vec();
+        Some((
+            document,
+            user_data_for_spki(cert.tbs_certificate.subject_pki.raw),
+        ))
     }
 
     /// Checks the client's certificate and attestation. CPU-heavy: run it off the reactor.

@@ -2,7 +2,8 @@
 //!
 //! Each variant lives in a module of its own under [`variants`], behind the [`Validator`] and
 //! [`Issuer`] traits; what the variants share (TPM structures, the vTPM document, event logs, the
-//! measurement policy, the audit record) sits beside `variants`, one module each. The
+//! measurement policy, the audit record, the kept evidence and the dry run over it) sits beside
+//! `variants`, one module each. The
 //! aTLS layer (crate `atls`) finds the document in the client certificate by the variant's OID and
 //! hands it here together with the connection's nonce; a validator checks the evidence, then the
 //! measurement policy, and returns the user data the evidence binds (aTLS requires it to equal the
@@ -10,8 +11,10 @@
 
 pub mod audit;
 pub mod audit_trail;
+pub mod dry_run;
 pub mod error;
 pub mod eventlog;
+pub mod evidence;
 pub mod gce;
 pub mod issuer;
 pub mod policy;

@@ -180,10 +180,10 @@ impl KdsCollateral {
     /// Starts fetching the CRLs and chains of `products`, so the first joins find them cached.
     pub fn warm(&self, products: &[Product]) {
         for product in products {
-            self.cache.prefetch(&format!("crl/vcek/{product}"));
-            self.cache.prefetch(&format!("crl/vlek/{product}"));
-            self.cache.prefetch(&format!("chain/vcek/{product}"));
-            self.cache.prefetch(&format!("chain/vlek/{product}"));
+            for key in [SigningKey::Vcek, SigningKey::Vlek] {
+                self.cache.prefetch(&crl_key(*product, key));
+                self.cache.prefetch(&chain_key(*product, key));
+            }
         }
     }
 
@@ -200,6 +200,35 @@ fn kind(key: SigningKey) -> &'static str {
         SigningKey::Vcek => "vcek",
         SigningKey::Vlek => "vlek",
     }
+}
+
+/// The key of AMD's CRL for `product`'s `key` chain.
+pub fn crl_key(product: Product, key: SigningKey) -> String {
+    format!("crl/{}/{product}", kind(key))
+}
+
+/// The key of the certificate chain (ASK or ASVK, with the ARK) of `product`'s `key`s.
+pub fn chain_key(product: Product, key: SigningKey) -> String {
+    format!("chain/{}/{product}", kind(key))
+}
+
+/// The intermediate (ASK or ASVK) in a chain the KDS served as [`chain_key`]; its ARK is not
+/// used (the trusted one comes from the config).
+pub fn intermediate_of(
+    chain_pem: &[u8],
+    product: Product,
+    key: SigningKey,
+) -> Result<Cert, CollateralError> {
+    certs_from_pem(chain_pem)
+        .map_err(|e| CollateralError(e.to_string()))?
+        .into_iter()
+        .find(|c| !c.common_name().starts_with("ARK-"))
+        .ok_or_else(|| {
+            CollateralError(format!(
+                "the {product} {} chain has no intermediate",
+                kind(key)
+            ))
+        })
 }
 
 /// The key of a VCEK.
@@ -220,7 +249,7 @@ pub fn vcek_key(product: Product, hw_id: &[u8], tcb: &Tcb) -> String {
 
 impl SnpCollateral for KdsCollateral {
     fn crl(&self, product: Product, key: SigningKey) -> Result<Crl, CollateralError> {
-        let bytes = self.get(&format!("crl/{}/{product}", kind(key)))?;
+        let bytes = self.get(&crl_key(product, key))?;
         Crl::from_der(bytes.to_vec()).map_err(|e| CollateralError(e.to_string()))
     }
 
@@ -230,15 +259,8 @@ impl SnpCollateral for KdsCollateral {
     }
 
     fn intermediate(&self, product: Product, key: SigningKey) -> Result<Cert, CollateralError> {
-        let kind = kind(key);
-        let bytes = self.get(&format!("chain/{kind}/{product}"))?;
-        certs_from_pem(&bytes)
-            .map_err(|e| CollateralError(e.to_string()))?
-            .into_iter()
-            .find(|c| !c.common_name().starts_with("ARK-"))
-            .ok_or_else(|| {
-                CollateralError(format!("the {product} {kind} chain has no intermediate"))
-            })
+        let bytes = self.get(&chain_key(product, key))?;
+        intermediate_of(&bytes, product, key)
     }
 
     fn crl_max_stale(&self) -> i64 {

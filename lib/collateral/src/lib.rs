@@ -869,6 +869,32 @@ fn forget(dir: &Path, key: &str) {
     }
 }
 
+/// The items a cache persisted in `dir`, by key, as they were fetched (bytes exactly as the
+/// source served them): for tools that verify offline with what attest-proxy had
+/// (`attest-tool dry-run --collateral-dir`). Files that are not a cache's are skipped.
+pub fn persisted(dir: &Path) -> std::io::Result<HashMap<String, Vec<u8>>> {
+    let mut items = HashMap::new();
+    for file in std::fs::read_dir(dir)?.flatten() {
+        let path = file.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let Some(meta) = std::fs::read(&path)
+            .ok()
+            .and_then(|raw| serde_json::from_slice::<Meta>(&raw).ok())
+        else {
+            continue;
+        };
+        if path.file_stem().and_then(|s| s.to_str()) != Some(file_stem(&meta.key).as_str()) {
+            continue;
+        }
+        if let Ok(bytes) = std::fs::read(path.with_extension("bin")) {
+            items.insert(meta.key, bytes);
+        }
+    }
+    Ok(items)
+}
+
 fn load(dir: &Path, source: &dyn Source) -> HashMap<String, Entry> {
     let mut entries = HashMap::new();
     let Ok(listing) = std::fs::read_dir(dir) else {

@@ -9,6 +9,8 @@
 //!   lists notes: conditions worth seeing that do not make the process unready (attest-proxy
 //!   enforcing its last good policy while the file on disk is invalid).
 //! - `GET /metrics`: the process's Prometheus registry in the text exposition format.
+//! - `POST` to a path a process registers ([`Admin::post`]): its handler gets the body (within a
+//!   bound; larger is refused with 413) and the query string. attest-proxy answers `/dry-run`.
 //!
 //! It is plain HTTP/1.1 on its own port, which the NetworkPolicy opens to the kubelet and the
 //! monitoring namespace only; it serves no secret. Whoever can reach it still cannot pin the
@@ -70,12 +72,44 @@ pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// holds.
 pub type Note = Box<dyn Fn() -> Option<String> + Send + Sync>;
 
+/// What a POST handler gets.
+#[derive(Debug)]
+pub struct PostRequest {
+    /// The query string, without the `?`.
+    pub query: Option<String>,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+/// What a POST handler answers.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    /// `text/plain` or `application/json`, with charset where it applies.
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// The future a POST handler returns.
+pub type AnswerFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+/// A POST handler: what [`Admin::post`] registers.
+pub type PostHandler = Box<dyn Fn(PostRequest) -> AnswerFuture + Send + Sync>;
+
 /// Collects the metrics registry and the readiness checks, then binds the endpoint.
 pub struct Admin {
     registry: Registry,
     checks: Vec<(&'static str, Box<dyn Check>)>,
     notes: Vec<(&'static str, Note)>,
+    posts: Vec<Post>,
     limits: Limits,
+}
+
+/// A registered POST path.
+struct Post {
+    path: &'static str,
+    max_body: usize,
+    handler: PostHandler,
 }
 
 /// The bounds on admin connections.
@@ -103,6 +137,7 @@ impl Admin {
             registry: Registry::with_prefix(prefix),
             checks: Vec::new(),
             notes: Vec::new(),
+            posts: Vec::new(),
             limits: Limits {
                 max_connections: MAX_CONNECTIONS,
                 connection_timeout: CONNECTION_TIMEOUT,
@@ -145,6 +180,23 @@ impl Admin {
         self
     }
 
+    /// Answers `POST path` with `handler`, given a body of at most `max_body` bytes. Whoever
+    /// reaches the admin port can call it: register only what they may do (the NetworkPolicy
+    /// opens the port to the monitoring namespace), and bound its cost in the handler.
+    pub fn post(
+        mut self,
+        path: &'static str,
+        max_body: usize,
+        handler: impl Fn(PostRequest) -> AnswerFuture + Send + Sync + 'static,
+    ) -> Self {
+        self.posts.push(Post {
+            path,
+            max_body,
+            handler: Box::new(handler),
+        });
+        self
+    }
+
     /// Binds the endpoint on `addr` (port 0 picks a free port).
     pub async fn bind(self, addr: SocketAddr) -> io::Result<AdminServer> {
         let listener = TcpListener::bind(addr).await?;
@@ -155,6 +207,7 @@ impl Admin {
                 registry: self.registry,
                 checks: self.checks,
                 notes: self.notes,
+                posts: self.posts,
             }),
         })
     }
@@ -164,6 +217,7 @@ struct State {
     registry: Registry,
     checks: Vec<(&'static str, Box<dyn Check>)>,
     notes: Vec<(&'static str, Note)>,
+    posts: Vec<Post>,
 }
 
 /// A bound admin endpoint.
@@ -241,8 +295,14 @@ async fn respond(
     draining: &Shutdown,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
+    if request.method() == Method::POST {
+        return answer_post(state, request).await;
+    }
     if request.method() != Method::GET && request.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".to_owned());
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only GET, and POST where a handler is registered\n".to_owned(),
+        );
     }
     match request.uri().path() {
         "/livez" => text(StatusCode::OK, "ok\n".to_owned()),
@@ -250,6 +310,41 @@ async fn respond(
         "/metrics" => metrics(&state.registry),
         other => text(StatusCode::NOT_FOUND, format!("no such path {other:?}\n")),
     }
+}
+
+async fn answer_post(state: &State, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt as _;
+    let path = request.uri().path().to_owned();
+    let Some(post) = state.posts.iter().find(|p| p.path == path) else {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("POST is not served on {path:?}\n"),
+        );
+    };
+    let query = request.uri().query().map(str::to_owned);
+    let body = match http_body_util::Limited::new(request.into_body(), post.max_body)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "cannot read the body (at most {} bytes): {error}\n",
+                    post.max_body
+                ),
+            );
+        }
+    };
+    let answer = (post.handler)(PostRequest { query, body }).await;
+    let mut response = Response::new(Full::new(Bytes::from(answer.body)));
+    *response.status_mut() = answer.status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(answer.content_type),
+    );
+    response
 }
 
 async fn readiness(state: &State, draining: &Shutdown) -> Response<Full<Bytes>> {
@@ -328,11 +423,38 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
 /// `GET path` from an admin endpoint, as a probe or a scraper does it: (HTTP status, body).
 /// A small client for tests and tools; gives up after five seconds.
 pub async fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    let head = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
+    exchange(addr, head.as_bytes(), &[], Duration::from_secs(5)).await
+}
+
+/// `POST path` with `body` to an admin endpoint: (HTTP status, body). A small client for tests
+/// and tools; gives up after `timeout`.
+pub async fn post(
+    addr: SocketAddr,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> io::Result<(u16, String)> {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: admin\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    exchange(addr, head.as_bytes(), body, timeout).await
+}
+
+/// Sends one HTTP/1.1 request (`head`, then `body`) on a new connection and reads the answer
+/// to its close: (HTTP status, body).
+async fn exchange(
+    addr: SocketAddr,
+    head: &[u8],
+    body: &[u8],
+    timeout: Duration,
+) -> io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
+        stream.write_all(head).await?;
+        stream.write_all(body).await?;
         let mut raw = String::new();
         stream.read_to_string(&mut raw).await?;
         let status = raw.get(9..12).and_then(|code| code.parse().ok());
@@ -345,9 +467,12 @@ pub async fn get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
             )),
         }
     };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer within 5 s"))?
+    tokio::time::timeout(timeout, exchange).await.map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer within {timeout:?}"),
+        )
+    })?
 }
 
 /// A readiness check that passes when a Unix socket accepts a connection: the peer process is
@@ -385,6 +510,48 @@ mod tests {
     use prometheus_client::metrics::counter::Counter;
     async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         super::get(addr, path).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_registered_post_gets_its_body_within_the_bound_and_nothing_else_is_posted() {
+        let admin = Admin::new("test").post("/echo", 16, |request: PostRequest| {
+            Box::pin(async move {
+                Answer {
+                    status: StatusCode::OK,
+                    content_type: "text/plain; charset=utf-8",
+                    body: format!(
+                        "{} bytes, query {:?}: {}",
+                        request.body.len(),
+                        request.query,
+                        String::from_utf8_lossy(&request.body)
+                    ),
+                }
+            }) as AnswerFuture
+        });
+        let server = admin.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let (_trigger, draining) = crate::shutdown::channel();
+        let task = server.spawn(draining);
+        let wait = Duration::from_secs(5);
+        assert_eq!(
+            post(addr, "/echo?format=json", b"hello", wait)
+                .await
+                .unwrap(),
+            (
+                200,
+                "5 bytes, query Some(\"format=json\"): hello".to_owned()
+            )
+        );
+        let (status, body) = post(addr, "/echo", &[b'x'; 17], wait).await.unwrap();
+        assert_eq!(status, 413, "{body}");
+        assert!(body.contains("at most 16 bytes"), "{body}");
+        let (status, body) = post(addr, "/livez", b"", wait).await.unwrap();
+        assert_eq!(status, 405, "{body}");
+        assert!(body.contains("POST is not served on \"/livez\""), "{body}");
+        // GET is served as before, and a GET of the POST path finds nothing.
+        assert_eq!(get(addr, "/livez").await, (200, "ok\n".to_owned()));
+        assert_eq!(get(addr, "/echo").await.0, 404);
+        task.abort();
     }
 
     #[tokio::test]

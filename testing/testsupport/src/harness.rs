@@ -128,6 +128,9 @@ pub struct Options {
     /// node's TPM), the certifier on it as its own process, points attest-proxy at it
     /// (`--certifier-uid`), and writes the nodes' service policy to [`Paths::service_policy`].
     pub certifier: bool,
+    /// attest-proxy keeps the evidence of the nodes it decides on in [`Paths::evidence`]
+    /// (`--evidence-dir`), which turns its reload guard on.
+    pub keep_evidence: bool,
 }
 
 /// Where gce-identity finds the metadata server and the Compute API.
@@ -279,6 +282,8 @@ pub struct Paths {
     pub measurement_salt: PathBuf,
     pub kubeconfig: PathBuf,
     pub logs: PathBuf,
+    /// attest-proxy's evidence directory ([`Options::keep_evidence`]).
+    pub evidence: PathBuf,
 }
 
 impl Paths {
@@ -299,6 +304,7 @@ impl Paths {
             measurement_salt: p("config/measurementSalt"),
             kubeconfig: p("config/token-issuer.kubeconfig"),
             logs: p("logs"),
+            evidence: p("cache/evidence"),
         }
     }
 }
@@ -357,14 +363,15 @@ pub fn boot_measurements() -> serde_json::Map<String, serde_json::Value> {
 
 /// The directory of a simulated hardware vendor's site (SEV-SNP's, TDX's): the public files
 /// attest-proxy reads (the stand-in's CA, the attestation config as `attestationConfig`) and the
-/// collateral directory it writes (`collateral/`).
+/// directories it writes: `collateral/`, and `evidence/` beside it, where attest-proxy keeps
+/// evidence by default when given `--collateral-dir`.
 #[derive(Clone, Debug)]
 pub struct SiteDir(PathBuf);
 
 impl SiteDir {
     /// Writes `files` (name, contents) into `dir`, readable by every uid, lets every uid
-    /// traverse `dir`, and makes `collateral/`, owned by `proxy_uid` when attest-proxy runs as
-    /// another uid.
+    /// traverse `dir`, and makes `collateral/` and `evidence/`, owned by `proxy_uid` when
+    /// attest-proxy runs as another uid (attest-proxy makes `evidence/` 0700 itself).
     pub fn prepare(
         dir: &Path,
         files: &[(&str, String)],
@@ -383,6 +390,9 @@ impl SiteDir {
         if let Some(uid) = proxy_uid {
             std::os::unix::fs::chown(site.collateral_dir(), Some(uid), None)
                 .context("giving the collateral directory to attest-proxy's uid")?;
+            std::fs::create_dir_all(site.evidence_dir())?;
+            std::os::unix::fs::chown(site.evidence_dir(), Some(uid), None)
+                .context("giving the evidence directory to attest-proxy's uid")?;
         }
         Ok(site)
     }
@@ -400,6 +410,11 @@ impl SiteDir {
     /// Where attest-proxy keeps fetched collateral.
     pub fn collateral_dir(&self) -> PathBuf {
         self.file("collateral")
+    }
+
+    /// Where attest-proxy keeps decided evidence by default (beside `collateral/`).
+    pub fn evidence_dir(&self) -> PathBuf {
+        self.file("evidence")
     }
 }
 
@@ -688,6 +703,25 @@ impl System {
         } else {
             Vec::new()
         };
+        // The evidence directory's parent, attest-proxy's as the pod's volume is; attest-proxy
+        // creates the directory itself (0700).
+        let evidence_proxy_args: Vec<String> = if options.keep_evidence {
+            let cache = paths
+                .evidence
+                .parent()
+                .context("evidence path without a parent")?;
+            std::fs::create_dir_all(cache)?;
+            if uids.distinct() {
+                std::os::unix::fs::chown(cache, Some(uids.proxy), Some(uids.gid))
+                    .context("giving the evidence volume to attest-proxy's uid")?;
+            }
+            vec![
+                "--evidence-dir".to_owned(),
+                paths.evidence.display().to_string(),
+            ]
+        } else {
+            Vec::new()
+        };
         let proxy_addr = match options.proxy_listen {
             Some(addr) => addr,
             None => SocketAddr::from(([127, 0, 0, 1], free_port()?)),
@@ -712,6 +746,7 @@ impl System {
                 .args(&options.proxy_args)
                 .args(&gce_proxy_args)
                 .args(&certifier_proxy_args)
+                .args(&evidence_proxy_args)
                 .args(per_peer_rate(&options.proxy_args)),
             &paths.logs,
             uids.user(uids.proxy),
@@ -1040,6 +1075,70 @@ impl System {
         }
         Ok(())
     }
+}
+
+impl System {
+    /// The audit records attest-proxy wrote so far, in order, without its chain-start records.
+    pub fn proxy_audit_records(&self) -> Vec<serde_json::Value> {
+        self.proxy
+            .log()
+            .lines()
+            .filter_map(attestation::audit_trail::record_in_line)
+            .filter(|record| record.get("chain_start").is_none())
+            .collect()
+    }
+
+    /// Waits (at most 15 s) until a line of attest-proxy's log contains every one of `needles`.
+    pub async fn wait_for_proxy_log(&self, needles: &[&str]) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !self
+            .proxy
+            .log()
+            .lines()
+            .any(|line| needles.iter().all(|n| line.contains(n)))
+        {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "no attest-proxy log line with {needles:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits (at most 10 s) until attest-proxy has kept the evidence of `count` decisions
+    /// ([`Options::keep_evidence`]; it writes them off the join path).
+    pub async fn wait_for_kept_evidence(&self, count: u32) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while metric(self.admin.proxy, "attest_proxy_evidence_kept_total").await? < f64::from(count)
+        {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "attest-proxy kept fewer than {count} decisions' evidence\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+}
+
+/// The peers a dry-run report (`attest-tool dry-run --json`, `POST /dry-run?format=json`) says
+/// a policy would refuse, each with the check that would refuse it, oldest first.
+pub fn dry_run_refusals(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["refused"]
+        .as_array()
+        .map(|refused| {
+            refused
+                .iter()
+                .map(|r| {
+                    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+                    (text(&r["decision"]["peer"]), text(&r["decision"]["check"]))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A worker's join request as a node makes it: a fresh kubelet key and CSR for `node_name`

@@ -22,6 +22,8 @@
 //! - `snp verify --report R --signer CERT --chain PEM [--crl DER] [--config C] [--at T] --json`
 //!   verifies a bare SEV-SNP report as the service does and prints its fields and the verdict;
 //!   `snp kds-url --report R` prints where AMD serves the VCEK it needs ([`snp`]);
+//! - `dry-run --config NEW [--evidence DIR] [--variant V]` decides the evidence attest-proxy kept
+//!   again under a new config and prints which nodes it would refuse, by check ([`dry_run`]);
 //! - `tdx verify --quote Q --collateral DIR [--config C] [--at T] --json` verifies a bare TDX
 //!   quote with Intel's collateral from files and prints its TD fields, the TCB status and
 //!   advisories, and the verdict ([`tdx`]).
@@ -45,6 +47,7 @@ use serde::ser::{SerializeMap, Serializer};
 
 pub mod audit;
 pub mod derive;
+pub mod dry_run;
 pub mod gce;
 pub mod snp;
 pub mod tdx;
@@ -139,6 +142,11 @@ pub enum Command {
         #[command(subcommand)]
         command: tdx::TdxCommand,
     },
+    /// Decide the evidence attest-proxy kept of the nodes it decided on lately again, under a
+    /// new attestation config, and print which nodes it would refuse and why (by check, as the
+    /// audit line names them), then a summary. Exit code 0: none would be refused, 1: some
+    /// would. attest-proxy answers the same for a config POSTed to its admin `/dry-run`.
+    DryRun(dry_run::DryRunArgs),
     /// Audit logs: check their hash chains.
     Audit {
         #[command(subcommand)]
@@ -217,7 +225,8 @@ pub enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Success,
-    /// `verify` rejected the document, or `audit verify` found a break.
+    /// `verify` rejected the document, `audit verify` found a break, or `dry-run` found nodes
+    /// the config would refuse.
     Rejected,
 }
 
@@ -399,6 +408,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             Outcome::Rejected
         }),
         Command::Audit { command } => audit::run(command, out),
+        Command::DryRun(args) => Ok(if dry_run::run(args, out)? {
+            Outcome::Success
+        } else {
+            Outcome::Rejected
+        }),
         Command::Policy {
             config,
             document,
