@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use attestation::snp::{GceIdentity, SnpCollateral};
 use attestation::tdx::TdxCollateral;
+use attestation::variants::aws_nitro_tpm::{AwsNitroTpmValidator, Ec2Images};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::variants::tdx::{TdxKind, TdxValidator};
 use attestation::{Validator, Variant};
@@ -67,6 +68,8 @@ pub enum Hardware {
     },
     /// The TDX variants: Intel collateral.
     Intel { collateral: Arc<dyn TdxCollateral> },
+    /// aws-nitro-tpm: what EC2 says about an image's TPM support.
+    Ec2 { images: Arc<dyn Ec2Images> },
 }
 
 /// A validator together with the digest of the policy it enforces.
@@ -102,6 +105,18 @@ fn build(
                 digest: config.digest(),
                 trust_any_ak: config.ak_trust.is_any(),
                 validator: Arc::new(attestation::QemuVtpmValidator::from_config(config)),
+            })
+        }
+        Variant::AwsNitroTpm => {
+            let Some(Hardware::Ec2 { images }) = hardware else {
+                return Err(PolicyError::Unsupported(variant));
+            };
+            let (validator, digest) =
+                AwsNitroTpmValidator::from_attestation_config(raw).map_err(invalid)?;
+            Ok(Active {
+                digest,
+                trust_any_ak: validator.ak_trust().is_any(),
+                validator: Arc::new(validator.with_ec2_images(images.clone())),
             })
         }
         Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp => {
