@@ -44,8 +44,9 @@ struct Common {
     /// The attestation variant the service verifies: `qemu-vtpm` (the TPM alone),
     /// `aws-sev-snp` (the TPM, and an SEV-SNP report vouching for its key), `azure-sev-snp` or
     /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
-    /// report or TD quote its HCL report holds) or `qemu-tdx` (a TD quote alone, no TPM).
-    /// `--ak` applies to qemu-vtpm and aws-sev-snp only.
+    /// report or TD quote its HCL report holds), `qemu-tdx` (a TD quote alone, no TPM) or
+    /// `aws-nitro-tpm` (the NitroTPM, with EC2's instance identity document as InstanceInfo).
+    /// `--ak` applies to qemu-vtpm, aws-sev-snp and aws-nitro-tpm only.
     #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
     variant: Variant,
     /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
@@ -55,6 +56,9 @@ struct Common {
     /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
     #[arg(long, env = "JOIN_CLIENT_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
     azure_quote_url: String,
+    /// aws-nitro-tpm: EC2's instance metadata service (IMDSv2), for the identity document.
+    #[arg(long, env = "JOIN_CLIENT_IMDS_URL", default_value = tpm_issuer::aws_nitro_tpm::IMDS_URL)]
+    imds_url: String,
     /// aws-sev-snp: the SEV guest device, for kernels without configfs-tsm.
     #[arg(long, env = "JOIN_CLIENT_SEV_GUEST_DEVICE", default_value = snp_issuer::sev_guest::DEFAULT_DEVICE)]
     sev_guest_device: PathBuf,
@@ -136,10 +140,11 @@ fn client(common: &Common) -> anyhow::Result<Client> {
         | Variant::AwsSevSnp
         | Variant::AzureSevSnp
         | Variant::QemuTdx
-        | Variant::AzureTdx => {}
+        | Variant::AzureTdx
+        | Variant::AwsNitroTpm => {}
         other => anyhow::bail!(
-            "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx and azure-tdx \
-             documents only, not {other}"
+            "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, qemu-tdx, azure-tdx and \
+             aws-nitro-tpm documents only, not {other}"
         ),
     }
     // Likewise a service policy that cannot be used.
@@ -213,6 +218,16 @@ fn issuer(common: &Common) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
     config.event_log = common.event_log.clone();
     let tpm = tpm_issuer::TpmIssuer::open(&config)
         .with_context(|| format!("opening the TPM at {}", common.tcti))?;
+    if common.variant == Variant::AwsNitroTpm {
+        let imds = tpm_issuer::aws_nitro_tpm::ImdsClient::new(
+            &common.imds_url,
+            tpm_issuer::aws_nitro_tpm::DEFAULT_IMDS_TIMEOUT,
+        )?;
+        return Ok(Arc::new(tpm_issuer::aws_nitro_tpm::AwsNitroTpmIssuer::new(
+            tpm,
+            Box::new(imds),
+        )));
+    }
     Ok(if common.variant == Variant::AwsSevSnp {
         let source =
             snp_issuer::open_kernel_source(&common.tsm_report_dir, &common.sev_guest_device)
@@ -364,11 +379,13 @@ mod tests {
         assert!(err.contains("not gcp-sev-snp"), "{err}");
         // The supported ones get as far as the TPM, or for qemu-tdx the TSM (the test's
         // --tsm-report-dir does not exist).
-        let err = format!("{:#}", client(&common("aws-sev-snp")).unwrap_err());
-        assert!(
-            err.contains("opening the TPM at device:/nonexistent/tpm"),
-            "{err}"
-        );
+        for tpm in ["aws-sev-snp", "aws-nitro-tpm"] {
+            let err = format!("{:#}", client(&common(tpm)).unwrap_err());
+            assert!(
+                err.contains("opening the TPM at device:/nonexistent/tpm"),
+                "{tpm}: {err}"
+            );
+        }
         for azure in ["azure-sev-snp", "azure-tdx"] {
             let err = format!("{:#}", client(&common(azure)).unwrap_err());
             assert!(

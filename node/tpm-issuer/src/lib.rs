@@ -10,6 +10,7 @@
 //! documents with a report from `snp-issuer`, [`azure`] azure-sev-snp and azure-tdx documents
 //! from the HCL report Azure's paravisor leaves in the vTPM.
 
+pub mod aws_nitro_tpm;
 pub mod aws_sev_snp;
 pub mod azure;
 
