@@ -59,7 +59,7 @@ fn the_example_is_a_valid_policy_pinning_its_keys_once_filled_in() {
         .as_object_mut()
         .expect("object")
         .remove("trustedAkDigests");
-    let err = AwsNitroTpmValidator::from_attestation_config(keyless.to_string().as_bytes())
-        .unwrap_err();
+    let err =
+        AwsNitroTpmValidator::from_attestation_config(keyless.to_string().as_bytes()).unwrap_err();
     assert!(matches!(err, PolicyError::NoAkTrust), "{err}");
 }
