@@ -1,10 +1,12 @@
 //! Test and local-run support: a real swtpm per test, a harness that starts the whole system
 //! as real processes over real Unix sockets, simulated SEV-SNP machines with AMD's KDS
 //! stand-in for the SNP variants, and simulated TDX machines with Intel's PCS stand-in for the
-//! TDX variants, and Azure's paravisor played on a swtpm for the Azure variants.
+//! TDX variants, Azure's paravisor played on a swtpm for the Azure variants, and the EC2 stand-in
+//! for aws-nitro-tpm.
 
 pub mod azure;
 pub mod harness;
+pub mod nitro;
 pub mod process;
 pub mod snp;
 pub mod swtpm;
