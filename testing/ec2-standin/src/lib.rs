@@ -357,13 +357,13 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
 }
 
 /// Checks the request's Signature Version 4 as EC2 does; the error answer if it fails.
-fn check_signature(state: &State, req: &Request<hyper::body::Incoming>) -> Result<(), Answer> {
+fn check_signature(state: &State, req: &Request<hyper::body::Incoming>) -> Result<(), Box<Answer>> {
     let auth_failure = || {
-        ec2_error(
+        Box::new(ec2_error(
             StatusCode::UNAUTHORIZED,
             "AuthFailure",
             "AWS was not able to validate the provided access credentials",
-        )
+        ))
     };
     let header = |name: &str| {
         req.headers()
@@ -396,11 +396,11 @@ fn check_signature(state: &State, req: &Request<hyper::body::Incoming>) -> Resul
             return Err(auth_failure());
         };
         if Instant::now() >= found.expires {
-            return Err(ec2_error(
+            return Err(Box::new(ec2_error(
                 StatusCode::BAD_REQUEST,
                 "RequestExpired",
                 "Request has expired.",
-            ));
+            )));
         }
         (found.secret.clone(), found.token.clone())
     };
@@ -443,11 +443,11 @@ fn check_signature(state: &State, req: &Request<hyper::body::Incoming>) -> Resul
         "ec2",
     );
     if expected != authorization {
-        return Err(ec2_error(
+        return Err(Box::new(ec2_error(
             StatusCode::FORBIDDEN,
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",
-        ));
+        )));
     }
     Ok(())
 }
@@ -455,7 +455,7 @@ fn check_signature(state: &State, req: &Request<hyper::body::Incoming>) -> Resul
 async fn ec2_answer(state: &State, req: Request<hyper::body::Incoming>) -> Answer {
     state.describe_requests.fetch_add(1, Ordering::SeqCst);
     if let Err(answer) = check_signature(state, &req) {
-        return answer;
+        return *answer;
     }
     let fault = *lock(&state.fault);
     match fault {
