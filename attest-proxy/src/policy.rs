@@ -623,6 +623,48 @@ mod tests {
         }
     }
 
+    fn ec2() -> Hardware {
+        Hardware::Ec2 {
+            images: Arc::new(attestation::variants::aws_nitro_tpm::StaticEc2Images::new()),
+        }
+    }
+
+    /// aws-nitro-tpm reads qemu-vtpm's config and its key trust: trustAnyAk is flagged as for
+    /// qemu-vtpm, a config trusting no key is refused at start, and without ec2-identity the
+    /// variant is not served.
+    #[test]
+    fn aws_nitro_tpm_needs_ec2_and_explicit_key_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        std::fs::write(&path, config(1, false)).unwrap();
+        assert!(matches!(
+            Current::load(Variant::AwsNitroTpm, &path, None),
+            Err(PolicyError::Unsupported(Variant::AwsNitroTpm))
+        ));
+        let current = Current::load(Variant::AwsNitroTpm, &path, Some(ec2())).unwrap();
+        assert_eq!(current.get().validator.variant(), Variant::AwsNitroTpm);
+        assert!(!current.get().trust_any_ak);
+        std::fs::write(&path, trust_any(4)).unwrap();
+        assert!(matches!(current.reload(), Reload::Applied { .. }));
+        assert!(current.get().trust_any_ak);
+        assert!(current.trust_any_ak_note().is_some());
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"measurements": {{"4": {{"expected": "{}"}}}}}}"#,
+                hex::encode([4u8; 32])
+            ),
+        )
+        .unwrap();
+        let err = Current::load(Variant::AwsNitroTpm, &path, Some(ec2())).unwrap_err();
+        assert!(err.to_string().contains("aws-nitro-tpm"), "{err}");
+        assert!(
+            std::error::Error::source(&err)
+                .is_some_and(|e| e.to_string().contains("trustedAkDigests")),
+            "{err}"
+        );
+    }
+
     fn intel() -> Hardware {
         Hardware::Intel {
             collateral: Arc::new(attestation::tdx::StaticCollateral::new()),
