@@ -80,7 +80,8 @@ async fn it_refuses_what_aws_refuses() {
         ("Version", "2016-11-15"),
     ];
     let url = format!("{ec2}/?{}", sigv4::canonical_query(&query));
-    let signed = |credential: &Credential| {
+    // A DescribeImages call signed with `credential`, as ec2-identity signs it.
+    let signed_call = async |credential: &Credential| {
         let date = sigv4::amz_date(SystemTime::now());
         let token = credential.session_token.clone().unwrap_or_default();
         let headers = [
@@ -101,7 +102,17 @@ async fn it_refuses_what_aws_refuses() {
             "us-east-1",
             "ec2",
         );
-        (date, token, auth)
+        call(
+            &client,
+            http::Method::GET,
+            &url,
+            &[
+                ("x-amz-date", date.as_str()),
+                ("x-amz-security-token", token.as_str()),
+                ("authorization", auth.as_str()),
+            ],
+        )
+        .await
     };
 
     // Unsigned: AuthFailure.
@@ -110,13 +121,7 @@ async fn it_refuses_what_aws_refuses() {
     assert!(body.contains("<Code>AuthFailure</Code>"), "{body}");
 
     // Signed right: the image, with its tpmSupport.
-    let (date, token, auth) = signed(&credential);
-    let headers = [
-        ("x-amz-date", date.as_str()),
-        ("x-amz-security-token", token.as_str()),
-        ("authorization", auth.as_str()),
-    ];
-    let (status, body) = call(&client, http::Method::GET, &url, &headers).await;
+    let (status, body) = signed_call(&credential).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("<tpmSupport>v2.0</tpmSupport>"), "{body}");
 
@@ -125,13 +130,7 @@ async fn it_refuses_what_aws_refuses() {
         secret_access_key: "not-the-secret".to_owned(),
         ..credential.clone()
     };
-    let (date, token, auth) = signed(&wrong);
-    let headers = [
-        ("x-amz-date", date.as_str()),
-        ("x-amz-security-token", token.as_str()),
-        ("authorization", auth.as_str()),
-    ];
-    let (status, body) = call(&client, http::Method::GET, &url, &headers).await;
+    let (status, body) = signed_call(&wrong).await;
     assert_eq!(status, 403, "{body}");
     assert!(
         body.contains("<Code>SignatureDoesNotMatch</Code>"),
@@ -140,13 +139,7 @@ async fn it_refuses_what_aws_refuses() {
 
     // A revoked credential: AuthFailure.
     standin.revoke_credentials();
-    let (date, token, auth) = signed(&credential);
-    let headers = [
-        ("x-amz-date", date.as_str()),
-        ("x-amz-security-token", token.as_str()),
-        ("authorization", auth.as_str()),
-    ];
-    let (status, body) = call(&client, http::Method::GET, &url, &headers).await;
+    let (status, body) = signed_call(&credential).await;
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("<Code>AuthFailure</Code>"), "{body}");
 }

@@ -13,33 +13,15 @@ use attestation::{IssueError, Issuer, Variant};
 use ec2_standin::{Ec2Standin, Fault};
 use soft_issuer::SoftIssuer;
 use testsupport::harness::{Ec2Endpoints, Options, System, join_request, refusal};
+use testsupport::nitro::{REGION, identity_document};
 use tpm_issuer::aws_nitro_tpm::{AwsNitroTpmIssuer, DEFAULT_IMDS_TIMEOUT, ImdsClient};
 
-const REGION: &str = "eu-west-1";
 const TPM_IMAGE: &str = "ami-0a1b2c3d4e5f60718";
 const SECOND_TPM_IMAGE: &str = "ami-0b1b2c3d4e5f60718";
 const LEGACY_IMAGE: &str = "ami-0c1b2c3d4e5f60718";
 
 fn identity(image: &str) -> String {
-    format!(
-        r#"{{
-  "accountId" : "123456789012",
-  "architecture" : "x86_64",
-  "availabilityZone" : "{REGION}a",
-  "billingProducts" : null,
-  "devpayProductCodes" : null,
-  "marketplaceProductCodes" : null,
-  "imageId" : "{image}",
-  "instanceId" : "i-0fedcba9876543210",
-  "instanceType" : "m6a.large",
-  "kernelId" : null,
-  "pendingTime" : "2026-11-28T10:00:00Z",
-  "privateIp" : "10.0.0.5",
-  "ramdiskId" : null,
-  "region" : "{REGION}",
-  "version" : "2017-09-30"
-}}"#
-    )
+    identity_document(image, "i-0fedcba9876543210")
 }
 
 /// A node whose AK is a software key the config does not list, with a well-formed identity
