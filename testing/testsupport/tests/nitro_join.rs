@@ -12,7 +12,7 @@ use std::time::Duration;
 use attestation::{IssueError, Issuer, Variant};
 use ec2_standin::{Ec2Standin, Fault};
 use soft_issuer::SoftIssuer;
-use testsupport::harness::{Ec2Endpoints, Options, System, join_request, refusal};
+use testsupport::harness::{Ec2Endpoints, Options, System, Uids, join_request, refusal};
 use testsupport::nitro::{REGION, identity_document};
 use tpm_issuer::aws_nitro_tpm::{AwsNitroTpmIssuer, DEFAULT_IMDS_TIMEOUT, ImdsClient};
 
@@ -77,6 +77,19 @@ async fn nitro_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
     })
     .await
     .unwrap();
+    // As root the harness runs every process as the pod's uids: ec2-identity under its own,
+    // which attest-proxy checks on the socket, and the socket checks attest-proxy's.
+    if system.uids.distinct() {
+        let ec2_identity = system.ec2_identity.as_ref().unwrap();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", ec2_identity.id())).unwrap();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap();
+        assert_eq!(uid, Uids::POD.ec2_identity.to_string());
+    }
     let tpm = tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(system.swtpm.tcti()))
         .unwrap();
     let node: Arc<dyn Issuer> = Arc::new(AwsNitroTpmIssuer::new(
