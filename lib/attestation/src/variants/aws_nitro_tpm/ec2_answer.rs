@@ -363,6 +363,10 @@ mod tests {
             let err = parse_describe_images(xml.as_bytes()).unwrap_err();
             assert!(err.to_string().contains(needle), "{xml}: {err}");
         }
+        let mut big = b"<a>".to_vec();
+        big.resize(MAX_ANSWER + 1, b' ');
+        let err = parse_describe_images(&big).unwrap_err();
+        assert!(err.to_string().contains("more than 262144"), "{err}");
         let deep = "<a>".repeat(40) + &"</a>".repeat(40);
         let err = parse_describe_images(deep.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("deeper"), "{err}");
