@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "certifier/certifier.proto",
         "components/components.proto",
+        "ec2identity/ec2identity.proto",
         "gceidentity/gceidentity.proto",
         "join/join.proto",
         "kms/kms.proto",

@@ -187,6 +187,40 @@ pub struct Config {
           value_parser = at_least_one)]
     pub gce_identity_max_instances: usize,
 
+    /// aws-nitro-tpm: ec2-identity's Unix socket, where EC2 is asked whether an image supports
+    /// TPM 2.0 (attest-proxy holds no AWS credential).
+    #[arg(
+        long,
+        env = "ATTEST_PROXY_EC2_IDENTITY_SOCKET",
+        default_value = "/run/joinservice/ec2-identity/ec2-identity.sock"
+    )]
+    pub ec2_identity_socket: PathBuf,
+
+    /// aws-nitro-tpm: the uid ec2-identity runs as; the process on its socket must run as it.
+    /// Required for aws-nitro-tpm.
+    #[arg(long, env = "ATTEST_PROXY_EC2_IDENTITY_UID")]
+    pub ec2_identity_uid: Option<u32>,
+
+    /// aws-nitro-tpm: how long EC2's answer about an image is reused (an image's tpmSupport
+    /// never changes; the image can be deregistered).
+    #[arg(long, env = "ATTEST_PROXY_EC2_IDENTITY_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub ec2_identity_ttl: Duration,
+
+    /// aws-nitro-tpm: how long a join waits for an image's answer that is not cached before it
+    /// is answered `Unavailable` (the node retries; the call goes on).
+    #[arg(long, env = "ATTEST_PROXY_EC2_IDENTITY_WAIT", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub ec2_identity_wait: Duration,
+
+    /// aws-nitro-tpm: after a failed call for an image (403, throttling, 5xx, timeout), how
+    /// long joins naming it are answered `Unavailable` at once.
+    #[arg(long, env = "ATTEST_PROXY_EC2_IDENTITY_BACKOFF", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub ec2_identity_backoff: Duration,
+
+    /// aws-nitro-tpm: at most this many images' answers are cached.
+    #[arg(long, env = "ATTEST_PROXY_EC2_IDENTITY_MAX_IMAGES", default_value_t = 1_000,
+          value_parser = at_least_one)]
+    pub ec2_identity_max_images: usize,
+
     /// The service's own attestation: the uid the certifier runs as. When set, attest-proxy
     /// presents nodes a server key certified by the certifier on `--certifier-socket` (the
     /// process there must run as this uid), so nodes with a service policy can verify the

@@ -46,6 +46,7 @@
 
 mod collateral_metrics;
 pub mod config;
+pub mod ec2_identity;
 pub mod gce_identity;
 
 mod admission;
@@ -86,6 +87,9 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The aws-nitro-tpm image source could not be set up.
+    #[error("cannot set up the EC2 identity source: {0}")]
+    Ec2Identity(String),
     /// The gcp-sev-snp key source could not be set up.
     #[error("cannot set up the GCE identity source: {0}")]
     GceIdentity(String),
@@ -132,6 +136,7 @@ impl Proxy {
         let snp = snp_collateral(&config)?;
         let tdx = tdx_collateral(&config)?;
         let gce = gce_identity::build(&config)?;
+        let ec2 = ec2_identity::build(&config)?;
         let hardware = match (&snp, &tdx, &gce) {
             (Some(snp), _, _) => Some(policy::Hardware::Amd {
                 collateral: Arc::new(snp.clone()),
@@ -143,7 +148,9 @@ impl Proxy {
                 collateral: Arc::new(tdx.clone()),
             }),
             (None, None, Some(gce)) => Some(policy::Hardware::Google { gce: gce.clone() }),
-            (None, None, None) => None,
+            (None, None, None) => ec2.clone().map(|images| policy::Hardware::Ec2 {
+                images: images as Arc<dyn attestation::variants::aws_nitro_tpm::Ec2Images>,
+            }),
         };
         // The one vendor cache the variant uses, for metrics and the readiness note.
         let collateral = snp
@@ -245,6 +252,9 @@ impl Proxy {
         }
         if let Some(gce) = &gce {
             gce_identity::register_metrics(admin_endpoint.registry(), gce.cache().clone());
+        }
+        if let Some(ec2) = &ec2 {
+            ec2_identity::register_metrics(admin_endpoint.registry(), ec2.cache().clone());
         }
         if let Some(rotator) = &rotator {
             rotator.register_metrics(admin_endpoint.registry());

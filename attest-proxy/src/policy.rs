@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use attestation::snp::{GceIdentity, SnpCollateral};
 use attestation::tdx::TdxCollateral;
+use attestation::variants::aws_nitro_tpm::{AwsNitroTpmValidator, Ec2Images};
 use attestation::variants::sev_snp::{Binding, SevSnpValidator};
 use attestation::variants::tdx::{TdxKind, TdxValidator};
 use attestation::{Validator, Variant};
@@ -77,6 +78,8 @@ pub enum Hardware {
     Intel { collateral: Arc<dyn TdxCollateral> },
     /// gcp-sev-es: no vendor collateral, only what the GCE API says about an instance.
     Google { gce: Arc<dyn GceIdentity> },
+    /// aws-nitro-tpm: what EC2 says about an image's TPM support.
+    Ec2 { images: Arc<dyn Ec2Images> },
 }
 
 /// A validator together with the digest of the policy it enforces.
@@ -112,6 +115,18 @@ fn build(
                 digest: config.digest(),
                 trust_any_ak: config.ak_trust.is_any(),
                 validator: Arc::new(attestation::QemuVtpmValidator::from_config(config)),
+            })
+        }
+        Variant::AwsNitroTpm => {
+            let Some(Hardware::Ec2 { images }) = hardware else {
+                return Err(PolicyError::Unsupported(variant));
+            };
+            let (validator, digest) =
+                AwsNitroTpmValidator::from_attestation_config(raw).map_err(invalid)?;
+            Ok(Active {
+                digest,
+                trust_any_ak: validator.ak_trust().is_any(),
+                validator: Arc::new(validator.with_ec2_images(images.clone())),
             })
         }
         Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp => {
@@ -825,6 +840,48 @@ mod tests {
                 Err(PolicyError::Unsupported(v)) if v == tdx
             ));
         }
+    }
+
+    fn ec2() -> Hardware {
+        Hardware::Ec2 {
+            images: Arc::new(attestation::variants::aws_nitro_tpm::StaticEc2Images::new()),
+        }
+    }
+
+    /// aws-nitro-tpm reads qemu-vtpm's config and its key trust: trustAnyAk is flagged as for
+    /// qemu-vtpm, a config trusting no key is refused at start, and without ec2-identity the
+    /// variant is not served.
+    #[test]
+    fn aws_nitro_tpm_needs_ec2_and_explicit_key_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attestationConfig");
+        std::fs::write(&path, config(1, false)).unwrap();
+        assert!(matches!(
+            Current::load(Variant::AwsNitroTpm, &path, None),
+            Err(PolicyError::Unsupported(Variant::AwsNitroTpm))
+        ));
+        let current = Current::load(Variant::AwsNitroTpm, &path, Some(ec2())).unwrap();
+        assert_eq!(current.get().validator.variant(), Variant::AwsNitroTpm);
+        assert!(!current.get().trust_any_ak);
+        std::fs::write(&path, trust_any(4)).unwrap();
+        assert!(matches!(current.reload(), Reload::Applied { .. }));
+        assert!(current.get().trust_any_ak);
+        assert!(current.trust_any_ak_note().is_some());
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"measurements": {{"4": {{"expected": "{}"}}}}}}"#,
+                hex::encode([4u8; 32])
+            ),
+        )
+        .unwrap();
+        let err = Current::load(Variant::AwsNitroTpm, &path, Some(ec2())).unwrap_err();
+        assert!(err.to_string().contains("aws-nitro-tpm"), "{err}");
+        assert!(
+            std::error::Error::source(&err)
+                .is_some_and(|e| e.to_string().contains("trustedAkDigests")),
+            "{err}"
+        );
     }
 
     fn intel() -> Hardware {

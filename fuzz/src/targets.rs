@@ -127,7 +127,7 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 17] = [
+pub const TARGETS: [(&str, Target); 18] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
@@ -148,7 +148,33 @@ pub const TARGETS: [(&str, Target); 17] = [
     ("tdx_collateral", tdx_collateral),
     ("tdx_outblob", tdx_outblob),
     ("gcp_sev_es", gcp_sev_es),
+    ("aws_nitro_tpm", aws_nitro_tpm),
 ];
+
+/// aws-nitro-tpm's untrusted inputs: the node's InstanceInfo (the EC2 instance identity
+/// document and the image it names) and EC2's XML answers as ec2-identity reads them.
+pub fn aws_nitro_tpm(data: &[u8]) {
+    use attestation::variants::aws_nitro_tpm::{IdentityDocument, ImageRef, ec2_answer};
+    if let Ok(doc) = IdentityDocument::parse(data)
+        && let Ok(image) = ImageRef::from_identity(&doc)
+    {
+        // What passes must be safe in an endpoint host and a query.
+        assert!(
+            image
+                .region
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        );
+        assert!(
+            image
+                .image_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        );
+    }
+    let _ = ec2_answer::parse_describe_images(data);
+    let _ = ec2_answer::parse_error(data);
+}
 
 /// A real Milan VCEK with its ASK and ARK (bare-metal vector), for targets that need a chain.
 struct Amd {

@@ -4,6 +4,7 @@
 //! - [`kms`]: the key service API join-core calls (Constellation's `kms.API`).
 //! - [`tokenissuer`]: the internal API between join-core and token-issuer.
 //! - [`gceidentity`]: the internal API between attest-proxy and gce-identity (gcp-sev-snp).
+//! - [`ec2identity`]: the internal API between attest-proxy and ec2-identity (aws-nitro-tpm).
 //! - [`certifier`]: the internal API between attest-proxy and the certifier (the service's own
 //!   attestation).
 //! - [`components`]: Kubernetes component descriptors carried in join tickets.
@@ -41,6 +42,14 @@ pub mod tokenissuer {
 pub mod gceidentity {
     pub mod v1 {
         tonic::include_proto!("gceidentity.v1");
+    }
+    pub use v1::*;
+}
+
+/// The internal attest-proxy ↔ ec2-identity API (aws-nitro-tpm).
+pub mod ec2identity {
+    pub mod v1 {
+        tonic::include_proto!("ec2identity.v1");
     }
     pub use v1::*;
 }

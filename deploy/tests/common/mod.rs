@@ -123,6 +123,7 @@ pub fn command_of(container: &str) -> Option<clap::Command> {
         "join-core" => join_core::Config::command(),
         "token-issuer" => token_issuer::Config::command(),
         "gce-identity" => gce_identity::Config::command(),
+        "ec2-identity" => ec2_identity::Config::command(),
         "certifier" => certifier::Config::command(),
         _ => return None,
     })

@@ -106,8 +106,9 @@ struct IssuerArgs {
     /// `azure-tdx` (the vTPM, attesting with the key of Azure's paravisor, and the SEV-SNP
     /// report or TD quote its HCL report holds), `azure-trustedlaunch` (the vTPM, attesting with
     /// the key Azure persisted and Azure's certificate for it), `gcp-sev-es` (the vTPM, attesting
-    /// with Google's AK, and the instance the metadata server names) or `qemu-tdx` (a TD quote alone,
-    /// no TPM). `--ak` applies to qemu-vtpm and aws-sev-snp only.
+    /// with Google's AK, and the instance the metadata server names), `qemu-tdx` (a TD quote alone,
+    /// no TPM) or `aws-nitro-tpm` (the NitroTPM, with EC2's instance identity document as
+    /// InstanceInfo). `--ak` applies to qemu-vtpm, aws-sev-snp and aws-nitro-tpm only.
     #[arg(long, env = "JOIN_CLIENT_VARIANT", default_value = "qemu-vtpm")]
     variant: Variant,
     /// aws-sev-snp and qemu-tdx: Linux's configfs-tsm report directory. aws-sev-snp uses the
@@ -117,6 +118,9 @@ struct IssuerArgs {
     /// azure-tdx: Azure's quote service, which turns the HCL's TD report into a TD quote.
     #[arg(long, env = "JOIN_CLIENT_AZURE_QUOTE_URL", default_value = tpm_issuer::azure::tdx::IMDS_QUOTE_URL)]
     azure_quote_url: String,
+    /// aws-nitro-tpm: EC2's instance metadata service (IMDSv2), for the identity document.
+    #[arg(long, env = "JOIN_CLIENT_IMDS_URL", default_value = tpm_issuer::aws_nitro_tpm::IMDS_URL)]
+    imds_url: String,
     /// gcp-sev-es: the GCE metadata server, which names this instance (project, zone, name).
     #[arg(long, env = "JOIN_CLIENT_GCE_METADATA_URL", default_value = tpm_issuer::gce::METADATA_URL)]
     gce_metadata_url: String,
@@ -177,10 +181,11 @@ fn check_issuable(variant: Variant) -> anyhow::Result<()> {
         | Variant::AzureTrustedLaunch
         | Variant::GcpSevEs
         | Variant::QemuTdx
-        | Variant::AzureTdx => Ok(()),
+        | Variant::AzureTdx
+        | Variant::AwsNitroTpm => Ok(()),
         other => anyhow::bail!(
             "join-client issues qemu-vtpm, aws-sev-snp, azure-sev-snp, azure-trustedlaunch, \
-             gcp-sev-es, qemu-tdx and azure-tdx documents only, not {other}"
+             gcp-sev-es, qemu-tdx, azure-tdx and aws-nitro-tpm documents only, not {other}"
         ),
     }
 }
@@ -294,6 +299,16 @@ fn issuer(common: &IssuerArgs) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
     config.event_log = common.event_log.clone();
     let tpm = tpm_issuer::TpmIssuer::open(&config)
         .with_context(|| format!("opening the TPM at {}", common.tcti))?;
+    if common.variant == Variant::AwsNitroTpm {
+        let imds = tpm_issuer::aws_nitro_tpm::ImdsClient::new(
+            &common.imds_url,
+            tpm_issuer::aws_nitro_tpm::DEFAULT_IMDS_TIMEOUT,
+        )?;
+        return Ok(Arc::new(tpm_issuer::aws_nitro_tpm::AwsNitroTpmIssuer::new(
+            tpm,
+            Box::new(imds),
+        )));
+    }
     Ok(if common.variant == Variant::AwsSevSnp {
         let source =
             snp_issuer::open_kernel_source(&common.tsm_report_dir, &common.sev_guest_device)
@@ -493,11 +508,13 @@ mod tests {
         assert!(err.contains("not gcp-sev-snp"), "{err}");
         // The supported ones get as far as the TPM, or for qemu-tdx the TSM (the test's
         // --tsm-report-dir does not exist).
-        let err = format!("{:#}", client(&common("aws-sev-snp")).unwrap_err());
-        assert!(
-            err.contains("opening the TPM at device:/nonexistent/tpm"),
-            "{err}"
-        );
+        for tpm in ["aws-sev-snp", "aws-nitro-tpm"] {
+            let err = format!("{:#}", client(&common(tpm)).unwrap_err());
+            assert!(
+                err.contains("opening the TPM at device:/nonexistent/tpm"),
+                "{tpm}: {err}"
+            );
+        }
         let err = format!("{:#}", client(&common("gcp-sev-es")).unwrap_err());
         assert!(
             err.contains(

@@ -12,6 +12,7 @@
 //! the AK certificate Azure leaves there, and [`gce`] gcp-sev-es documents with the GCE
 //! attestation key and the instance the metadata server names.
 
+pub mod aws_nitro_tpm;
 pub mod aws_sev_snp;
 pub mod azure;
 pub mod gce;

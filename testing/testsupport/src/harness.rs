@@ -124,6 +124,9 @@ pub struct Options {
     /// gcp-sev-snp: the Google endpoints gce-identity calls (the test's GCE stand-in). With
     /// them the harness starts gce-identity as its own process and points attest-proxy at it.
     pub gce: Option<GceEndpoints>,
+    /// aws-nitro-tpm: the AWS endpoints ec2-identity calls (the test's EC2 stand-in). With
+    /// them the harness starts ec2-identity as its own process and points attest-proxy at it.
+    pub ec2: Option<Ec2Endpoints>,
     /// The service attests itself: the harness starts a second swtpm (the control-plane
     /// node's TPM), the certifier on it as its own process, points attest-proxy at it
     /// (`--certifier-uid`), and writes the nodes' service policy to [`Paths::service_policy`].
@@ -176,6 +179,49 @@ pub fn gce_proxy_args(socket: &Path, uid: u32, gce: &GceEndpoints) -> Vec<String
     .collect()
 }
 
+/// Where ec2-identity finds the instance metadata service and EC2.
+#[derive(Clone, Debug)]
+pub struct Ec2Endpoints {
+    pub imds_url: String,
+    pub ec2_url: String,
+    /// EC2's CA (PEM), readable by every uid.
+    pub ec2_ca_file: PathBuf,
+    /// Further arguments for attest-proxy's aws-nitro-tpm cache (e.g. `--ec2-identity-backoff`).
+    pub proxy_args: Vec<String>,
+}
+
+/// ec2-identity serving attest-proxy (`peer_uid`) on `socket`, asking `ec2`'s endpoints.
+pub fn ec2_identity_command(
+    socket: &Path,
+    peer_uid: u32,
+    ec2: &Ec2Endpoints,
+) -> anyhow::Result<Command> {
+    let mut ec2_identity = command("ec2-identity")?;
+    ec2_identity
+        .arg("--socket")
+        .arg(socket)
+        .args(["--peer-uid", &peer_uid.to_string()])
+        .args(["--imds-url", &ec2.imds_url])
+        .args(["--ec2-url", &ec2.ec2_url])
+        .arg("--ec2-ca-file")
+        .arg(&ec2.ec2_ca_file)
+        .args(["--request-timeout", "2s"]);
+    Ok(ec2_identity)
+}
+
+/// attest-proxy's flags for the ec2-identity on `socket` running as `uid`, and `ec2`'s own.
+pub fn ec2_proxy_args(socket: &Path, uid: u32, ec2: &Ec2Endpoints) -> Vec<String> {
+    [
+        "--ec2-identity-socket".to_owned(),
+        socket.display().to_string(),
+        "--ec2-identity-uid".to_owned(),
+        uid.to_string(),
+    ]
+    .into_iter()
+    .chain(ec2.proxy_args.iter().cloned())
+    .collect()
+}
+
 /// The uids the three service processes run as, and the group they share for the sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Uids {
@@ -186,6 +232,8 @@ pub struct Uids {
     pub gce_identity: u32,
     /// The certifier's (when the service attests itself).
     pub certifier: u32,
+    /// ec2-identity's (aws-nitro-tpm only).
+    pub ec2_identity: u32,
     /// In the pod, the fsGroup every container has; here every process's primary group.
     pub gid: u32,
 }
@@ -198,6 +246,7 @@ impl Uids {
         token_issuer: 10003,
         gce_identity: 10004,
         certifier: 10005,
+        ec2_identity: 10006,
         gid: 10000,
     };
 
@@ -209,6 +258,7 @@ impl Uids {
             token_issuer: uid,
             gce_identity: uid,
             certifier: uid,
+            ec2_identity: uid,
             gid,
         }
     }
@@ -232,6 +282,8 @@ pub enum Service {
     KeyService,
     /// gce-identity; only with [`Options::gce`].
     GceIdentity,
+    /// ec2-identity; only with [`Options::ec2`].
+    Ec2Identity,
 }
 
 /// A running system. Dropping it stops every process; so does the end of the process that
@@ -245,6 +297,8 @@ pub struct System {
     pub keyservice: Process,
     /// gce-identity, for gcp-sev-snp ([`Options::gce`]).
     pub gce_identity: Option<Process>,
+    /// ec2-identity, for aws-nitro-tpm ([`Options::ec2`]).
+    pub ec2_identity: Option<Process>,
     /// The certifier and the control-plane node's swtpm it holds ([`Options::certifier`]).
     pub certifier: Option<(Process, Swtpm)>,
     pub kube: Running,
@@ -270,6 +324,7 @@ pub struct Paths {
     pub join_core_socket: PathBuf,
     pub token_issuer_socket: PathBuf,
     pub gce_identity_socket: PathBuf,
+    pub ec2_identity_socket: PathBuf,
     pub certifier_socket: PathBuf,
     pub attestation_config: PathBuf,
     /// The nodes' service policy ([`Options::certifier`]): the control-plane swtpm's boot
@@ -294,6 +349,7 @@ impl Paths {
             join_core_socket: p("run/join-core/join-core.sock"),
             token_issuer_socket: p("run/token-issuer/token-issuer.sock"),
             gce_identity_socket: p("run/gce-identity/gce-identity.sock"),
+            ec2_identity_socket: p("run/ec2-identity/ec2-identity.sock"),
             certifier_socket: p("run/certifier/certifier.sock"),
             attestation_config: p("config/attestationConfig"),
             service_policy: p("config/servicePolicy"),
@@ -675,6 +731,20 @@ impl System {
             Some(gce) => gce_proxy_args(&paths.gce_identity_socket, uids.gce_identity, gce),
             None => Vec::new(),
         };
+        // aws-nitro-tpm: the process with the AWS credential, asked by attest-proxy only.
+        let mut ec2_identity = match &options.ec2 {
+            Some(ec2) => Some(Process::spawn_as(
+                "ec2-identity",
+                &ec2_identity_command(&paths.ec2_identity_socket, uids.proxy, ec2)?,
+                &paths.logs,
+                uids.user(uids.ec2_identity),
+            )?),
+            None => None,
+        };
+        let ec2_proxy_args: Vec<String> = match &options.ec2 {
+            Some(ec2) => ec2_proxy_args(&paths.ec2_identity_socket, uids.ec2_identity, ec2),
+            None => Vec::new(),
+        };
         // The only process with the control-plane TPM; it certifies attest-proxy's key.
         let certifier = match control_plane_tpm {
             Some(tpm) => {
@@ -745,6 +815,7 @@ impl System {
                 .args(["--admin-listen", &admin.proxy.to_string()])
                 .args(&options.proxy_args)
                 .args(&gce_proxy_args)
+                .args(&ec2_proxy_args)
                 .args(&certifier_proxy_args)
                 .args(&evidence_proxy_args)
                 .args(per_peer_rate(&options.proxy_args)),
@@ -757,6 +828,9 @@ impl System {
         join_core.wait_for_socket(&paths.join_core_socket)?;
         if let Some(gce_identity) = &mut gce_identity {
             gce_identity.wait_for_socket(&paths.gce_identity_socket)?;
+        }
+        if let Some(ec2_identity) = &mut ec2_identity {
+            ec2_identity.wait_for_socket(&paths.ec2_identity_socket)?;
         }
         let connect_addr = if proxy_addr.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], proxy_addr.port()))
@@ -778,6 +852,7 @@ impl System {
             token_issuer,
             keyservice,
             gce_identity,
+            ec2_identity,
             certifier,
             kube,
             swtpm,
@@ -827,7 +902,8 @@ impl System {
     /// The process running `service`.
     ///
     /// # Panics
-    /// For [`Service::GceIdentity`] in a system started without [`Options::gce`].
+    /// For [`Service::GceIdentity`] (or [`Service::Ec2Identity`]) in a system started without
+    /// [`Options::gce`] (or [`Options::ec2`]).
     pub fn process(&mut self, service: Service) -> &mut Process {
         match service {
             Service::Proxy => &mut self.proxy,
@@ -837,6 +913,10 @@ impl System {
             Service::GceIdentity => match &mut self.gce_identity {
                 Some(process) => process,
                 None => panic!("this system runs no gce-identity (Options::gce unset)"),
+            },
+            Service::Ec2Identity => match &mut self.ec2_identity {
+                Some(process) => process,
+                None => panic!("this system runs no ec2-identity (Options::ec2 unset)"),
             },
         }
     }
@@ -854,6 +934,7 @@ impl System {
             Service::TokenIssuer => process.wait_for_socket(&paths.token_issuer_socket),
             Service::KeyService => process.wait_for_tcp(kms_addr),
             Service::GceIdentity => process.wait_for_socket(&paths.gce_identity_socket),
+            Service::Ec2Identity => process.wait_for_socket(&paths.ec2_identity_socket),
         }
     }
 
@@ -865,6 +946,7 @@ impl System {
             Some(&self.token_issuer),
             Some(&self.keyservice),
             self.gce_identity.as_ref(),
+            self.ec2_identity.as_ref(),
             self.certifier.as_ref().map(|(process, _)| process),
         ]
         .into_iter()
@@ -925,6 +1007,7 @@ fn hand_out_files(paths: &Paths, uids: &Uids) -> anyhow::Result<()> {
         (&paths.join_core_socket, uids.join_core),
         (&paths.token_issuer_socket, uids.token_issuer),
         (&paths.gce_identity_socket, uids.gce_identity),
+        (&paths.ec2_identity_socket, uids.ec2_identity),
         (&paths.certifier_socket, uids.certifier),
     ] {
         let dir = socket.parent().context("socket path without a directory")?;

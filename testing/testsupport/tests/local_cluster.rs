@@ -1,7 +1,8 @@
 //! The `local-cluster` binary: `--attested-service`, as `scripts/local-join.sh` runs it (the demo
 //! node verifies the service before it joins, and the `join-client --service-policy` command line
 //! it prints joins a second node through the real join-client binary, which verifies the service
-//! too); and the processes it starts ending with it, however it ends.
+//! too); `--variant aws-nitro-tpm` with its printed join-client command; and the processes it
+//! starts ending with it, however it ends.
 //!
 //! Needs the workspace binaries (`cargo build --workspace --bins`).
 
@@ -310,6 +311,24 @@ fn killed_with_gcp_sev_snp_it_leaves_no_gce_identity_running() {
     );
 }
 
+/// The same for aws-nitro-tpm, which also runs ec2-identity (the process with the AWS
+/// credential) and local-cluster's EC2 stand-in.
+#[test]
+fn killed_with_aws_nitro_tpm_it_leaves_no_ec2_identity_running() {
+    ends_with_everything_it_started(
+        Signal::Kill,
+        &["--variant", "aws-nitro-tpm"],
+        &[
+            "swtpm",
+            "keyservice",
+            "token-issuer",
+            "join-core",
+            "attest-proxy",
+            "ec2-identity",
+        ],
+    );
+}
+
 /// SIGTERM: local-cluster stops its services itself.
 #[test]
 fn terminated_it_stops_every_process_it_started() {
@@ -426,4 +445,64 @@ fn a_gcp_sev_es_cluster_joins_its_demo_node() {
     }
     let config = std::fs::read_to_string(site.path().join("attestationConfig")).unwrap();
     assert!(config.contains("allowedGcpProjects"), "{config}");
+}
+
+/// `--variant aws-nitro-tpm`: the demo node (the swtpm as its NitroTPM, its identity document
+/// from the EC2 stand-in's IMDSv2) joins and rejoins, and the `join-client --variant
+/// aws-nitro-tpm` command line it prints joins a second node through the real join-client
+/// binary, which reads IMDS itself.
+#[test]
+fn the_demo_node_and_the_printed_join_client_command_join_as_aws_nitro_tpm() {
+    const HEADING: &str = "an aws-nitro-tpm node";
+    let logs = tempfile::tempdir().unwrap();
+    let log_file = logs.path().join("local-cluster.log");
+    let process = Process::spawn(
+        "local-cluster",
+        Command::new(bin("local-cluster").unwrap())
+            .env("RUST_LOG", "info")
+            .args(["--variant", "aws-nitro-tpm", "--serve"]),
+        logs.path(),
+    )
+    .unwrap();
+    let mut cluster = Cluster {
+        process,
+        _logs: logs,
+    };
+    cluster
+        .process
+        .wait_until(
+            "the join-client command line",
+            Duration::from_secs(90),
+            || {
+                std::fs::read_to_string(&log_file)
+                    .is_ok_and(|log| line_after(&log, HEADING).is_some_and(|l| !l.is_empty()))
+            },
+        )
+        .unwrap();
+    let log = cluster.process.log();
+    assert!(
+        log.contains("attested with swtpm as a NitroTPM, aws-nitro-tpm"),
+        "{log}"
+    );
+    assert!(log.contains("node worker-local rejoined"), "{log}");
+
+    let command = line_after(&log, HEADING).unwrap();
+    let mut words = command.split_whitespace();
+    let program = words.next().unwrap();
+    assert!(program.ends_with("/join-client"), "{command}");
+    let args: Vec<&str> = words.collect();
+    let joined = Command::new(program)
+        .args(&args)
+        .args(["--retry-for", "0s"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&joined.stderr);
+    assert!(joined.status.success(), "{command}\n{stderr}\n{log}");
+    let out = PathBuf::from(args[args.iter().position(|a| *a == "--out").unwrap() + 1]);
+    assert!(
+        std::fs::read_dir(&out).is_ok_and(|mut entries| entries.next().is_some()),
+        "{command}\n{stderr}"
+    );
+    cluster.process.check_running().unwrap();
 }

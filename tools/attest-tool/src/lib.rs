@@ -14,6 +14,8 @@
 //! - `policy --document <file> [--service-policy]` prints the complete attestation config a
 //!   node's document shows, as attest-proxy (or, for a service policy, join-client) reads it,
 //!   and on stderr what it could not decide ([`derive`]);
+//!   for `--variant aws-nitro-tpm`, `--ec2-tpm-support v2.0|none` stands for EC2's answer about
+//!   the image the document names;
 //! - `policy --config <file> --variant qemu-vtpm` prints the measurement policy and the trusted
 //!   attestation keys the service would enforce from that attestation config, with the digest
 //!   attest-proxy logs;
@@ -40,6 +42,9 @@ use anyhow::{Context, bail};
 use attestation::audit::{Decision, Evidence, Subject};
 use attestation::eventlog::{EventLog, LogFormat};
 use attestation::tpm::HashAlg;
+use attestation::variants::aws_nitro_tpm::{
+    AwsNitroTpmValidator, IdentityDocument, ImageRef, StaticEc2Images,
+};
 use attestation::variants::azure_trustedlaunch::TrustedLaunchValidator;
 use attestation::{AkTrust, QemuVtpmConfig, QemuVtpmValidator, Validator, Variant};
 use clap::{Parser, Subcommand};
@@ -128,6 +133,12 @@ pub enum Command {
         /// AMD SEV confidential VM.
         #[arg(long)]
         gce_instance: Option<PathBuf>,
+        /// aws-nitro-tpm: EC2's answer for the image the document names, in place of
+        /// ec2-identity's: the `TpmSupport` that `aws ec2 describe-images --image-ids <imageId>
+        /// --region <region>` reports (`v2.0`), or `none` for an image without it. Without it,
+        /// the decision names EC2's answer as unavailable.
+        #[arg(long, value_name = "v2.0|none")]
+        ec2_tpm_support: Option<String>,
         /// The attestation document (the bytes of the certificate extension), or a saved
         /// attestation from `join-client attest`, which carries its variant, nonce and user data.
         document: PathBuf,
@@ -257,12 +268,16 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
             json,
             at,
             collateral_dir,
+            ec2_tpm_support,
             gce_identity,
             gce_instance,
             document,
         } => {
             let input = Input::read(&document, variant)?;
             let (variant, doc) = (input.variant, input.document);
+            if ec2_tpm_support.is_some() && variant != Variant::AwsNitroTpm {
+                bail!("--ec2-tpm-support is for aws-nitro-tpm");
+            }
             let nonce = match (nonce, input.nonce) {
                 (Some(nonce), saved) => {
                     let nonce = hex::decode(&nonce).context("--nonce is not hex")?;
@@ -363,6 +378,25 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                     .with_context(|| {
                         format!("{} is not a valid attestation config", config.display())
                     })?;
+                    decide(
+                        &validator,
+                        &digest,
+                        variant,
+                        &doc,
+                        &nonce,
+                        user_data.as_deref(),
+                        &name,
+                    )
+                }
+                Variant::AwsNitroTpm => {
+                    if at.is_some() || collateral_dir.is_some() {
+                        bail!("--at and --collateral-dir are for the SEV-SNP variants");
+                    }
+                    let raw = read(&config)?;
+                    let (validator, digest) =
+                        nitro_validator(&raw, &doc, ec2_tpm_support.as_deref()).with_context(
+                            || format!("{} is not a valid attestation config", config.display()),
+                        )?;
                     decide(
                         &validator,
                         &digest,
@@ -573,7 +607,8 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
 /// The config attest-proxy would load for `variant`; the variants it cannot validate, and the
 /// configs it refuses at start, are refused here as there.
 fn load_config(path: &Path, variant: Variant) -> anyhow::Result<QemuVtpmConfig> {
-    if variant != Variant::QemuVtpm {
+    // aws-nitro-tpm's config is qemu-vtpm's: measurements and the keys to trust.
+    if !matches!(variant, Variant::QemuVtpm | Variant::AwsNitroTpm) {
         bail!("attestation variant {variant} is not supported by this build");
     }
     QemuVtpmConfig::from_attestation_config(&read(path)?)
@@ -733,6 +768,38 @@ pub fn verify(
         user_data,
         name,
     ))
+}
+
+/// aws-nitro-tpm's validator for `config`, with EC2's answer for the image `document` names
+/// given as `tpm_support` (`v2.0`, or `none`); without it EC2 counts as unreachable.
+fn nitro_validator(
+    config: &[u8],
+    document: &[u8],
+    tpm_support: Option<&str>,
+) -> anyhow::Result<(AwsNitroTpmValidator, String)> {
+    let (validator, digest) = AwsNitroTpmValidator::from_attestation_config(config)?;
+    let mut ec2 = StaticEc2Images::new();
+    match tpm_support {
+        None => {
+            ec2 = ec2.unavailable(
+                "offline: give EC2's answer for the document's image with --ec2-tpm-support",
+            );
+        }
+        Some(answer) => {
+            // The image the document names; a document that names none is refused by the
+            // validator with its own reason.
+            let image = attestation::vtpm::document::AttestationDocument::parse(document)
+                .ok()
+                .and_then(|d| d.instance_info)
+                .and_then(|info| IdentityDocument::parse(&info).ok())
+                .and_then(|id| ImageRef::from_identity(&id).ok());
+            if let Some(image) = image {
+                let answer = (answer != "none").then_some(answer);
+                ec2 = ec2.with_image(image, answer);
+            }
+        }
+    }
+    Ok((validator.with_ec2_images(std::sync::Arc::new(ec2)), digest))
 }
 
 /// The audit record of `validator`'s decision on `document`.

@@ -11,6 +11,7 @@
 //! parsers), gets a [`Variant`](crate::Variant) value and OID in [`crate::variant`], and is
 //! re-exported from the crate root.
 
+pub mod aws_nitro_tpm;
 pub mod azure_trustedlaunch;
 pub mod gcp_sev_es;
 pub mod qemu_vtpm;

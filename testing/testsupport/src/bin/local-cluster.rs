@@ -25,6 +25,12 @@
 //! Google's firmware measures). The attestation config enforces that record's PCR 0 and admits
 //! the simulated project only (`allowedGcpProjects`); files go to `--gce-dir`.
 //!
+//! With `--variant aws-nitro-tpm` it also stands in for AWS: an EC2 stand-in (IMDSv2 and
+//! `DescribeImages`, in this process) that the ec2-identity process asks whether the node's image
+//! supports TPM 2.0. The demo node quotes with the swtpm, as a NitroTPM, and reads its identity
+//! document from the stand-in's IMDS; with `--serve`, local-cluster prints the `join-client
+//! --variant aws-nitro-tpm --imds-url` command line that does the same.
+//!
 //! With `--variant qemu-tdx` or `azure-tdx` it simulates Intel: a simulated Intel SGX root the
 //! attestation config trusts as `intelRootKey`, and a PCS stand-in (in this process) that
 //! attest-proxy fetches TCB info, QE identity and CRLs from into a collateral directory. The
@@ -56,6 +62,7 @@ use clap::Parser;
 use node_client::{ServicePolicy, keys, ticket};
 use soft_issuer::snp::SimulatedAmd;
 use testsupport::harness::{Options, System, Uids, own_uid};
+use testsupport::nitro::NitroSite;
 use testsupport::snp::{GceSite, SnpMachines, SnpSite};
 use testsupport::tdx::{TdxMachines, TdxSite};
 use testsupport::trustedlaunch::TrustedLaunchSite;
@@ -88,8 +95,10 @@ struct Args {
     /// gcp-sev-snp on simulated AMD hardware (a KDS stand-in in this process; for gcp-sev-snp
     /// also a GCE stand-in, and the gce-identity process asking it), or qemu-tdx / azure-tdx on
     /// simulated Intel hardware (a PCS stand-in in this process), azure-trustedlaunch with a
-    /// simulated Azure vTPM CA (the CA published by a stand-in in this process), or gcp-sev-es on
-    /// a simulated GCE confidential VM (a GCE stand-in in this process, and gce-identity asking it).
+    /// simulated Azure vTPM CA (the CA published by a stand-in in this process), gcp-sev-es on a
+    /// simulated GCE confidential VM (a GCE stand-in in this process, and gce-identity asking it),
+    /// or aws-nitro-tpm (the swtpm as the NitroTPM, an EC2 stand-in in this process, and the
+    /// ec2-identity process asking it).
     #[arg(long, default_value = "qemu-vtpm")]
     variant: Variant,
     /// With gcp-sev-es: where the GCE stand-in's CA and control address and the attestation
@@ -283,7 +292,8 @@ fn site_dir(
 
 async fn simulate_hardware(args: &Args) -> anyhow::Result<Option<Simulated>> {
     match args.variant {
-        Variant::QemuVtpm => Ok(None),
+        // aws-nitro-tpm's simulated AWS is no hardware: main starts it beside the swtpm.
+        Variant::QemuVtpm | Variant::AwsNitroTpm => Ok(None),
         Variant::QemuTdx | Variant::AzureTdx => simulate_intel(args).await.map(Some),
         Variant::AzureTrustedLaunch => simulate_azure_vtpm(args).map(Some),
         Variant::GcpSevEs => simulate_google(args).await.map(Some),
@@ -465,6 +475,23 @@ async fn main() -> anyhow::Result<()> {
         args.variant
     );
     let simulated = simulate_hardware(&args).await?;
+    // aws-nitro-tpm: the swtpm is the node's NitroTPM; AWS is simulated beside it.
+    let (nitro, _nitro_dir) = if args.variant == Variant::AwsNitroTpm {
+        // Only ec2-identity reads it (the stand-in's CA): removed when local-cluster ends.
+        let (dir, temp) = site_dir(None, "nitro-site-", false)?;
+        let site = NitroSite::start(&dir).await?;
+        println!(
+            "EC2 stand-in: instance metadata (IMDSv2) on {}, EC2 API on {} (image {} in {} \
+             supports TPM 2.0)",
+            site.ec2.imds_url(),
+            site.ec2.ec2_url(),
+            testsupport::nitro::IMAGE,
+            testsupport::nitro::REGION
+        );
+        (Some(site), temp)
+    } else {
+        (None, None)
+    };
     if let Some(url) = args.kds_url.as_ref().or(args.pcs_url.as_ref()) {
         println!("attest-proxy fetches collateral from {url}, not from the stand-in");
     }
@@ -482,6 +509,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|s| s.proxy_args(&args))
             .unwrap_or_default(),
         gce: simulated.as_ref().and_then(Simulated::gce),
+        ec2: nitro.as_ref().map(|site| site.endpoints(Vec::new())),
         certifier: args.attested_service,
         ..Options::default()
     };
@@ -512,7 +540,13 @@ async fn main() -> anyhow::Result<()> {
                 let (issuer, machine) = simulated.node()?;
                 (issuer, format!("{machine}, {}", args.variant))
             }
-            None => (system.issuer()?, "swtpm, qemu-vtpm".to_owned()),
+            None => match &nitro {
+                Some(site) => (
+                    site.node(&system.swtpm.tcti())?,
+                    "swtpm as a NitroTPM, aws-nitro-tpm".to_owned(),
+                ),
+                None => (system.issuer()?, "swtpm, qemu-vtpm".to_owned()),
+            },
         };
         if let Err(error) = demo(&system, issuer, &how, service_policy.as_ref()).await {
             eprintln!("{}", system.logs());
@@ -530,6 +564,21 @@ async fn main() -> anyhow::Result<()> {
             println!(
                 "a node that verifies the service before it joins (the node's swtpm):\n  {}",
                 join_client_command(&system)?
+            );
+        }
+        if let Some(site) = &nitro {
+            println!(
+                "an aws-nitro-tpm node (the swtpm, its identity document from the stand-in):\n  \
+                 {} join --variant aws-nitro-tpm --imds-url {} --endpoint {} --tcti {} \
+                 --disk-uuid 3f0e9c1a-7d2b-4e5f-8a6c-1b9d0e2f4a7d --node-name worker-2 \
+                 --ip 10.0.0.8 --out {}",
+                std::env::current_exe()?
+                    .with_file_name("join-client")
+                    .display(),
+                site.ec2.imds_url(),
+                system.proxy_addr,
+                system.swtpm.tcti(),
+                system.paths.root.join("node-2").display()
             );
         }
         plumbing::shutdown::signal().await;

@@ -1,0 +1,65 @@
+//! deploy/examples/aws-nitro-tpm.attestationConfig.json: a valid aws-nitro-tpm policy once the
+//! image's measurements and the nodes' AK digests are filled in, and one that names the keys it
+//! trusts: it does not fall back to trusting any key.
+
+mod common;
+
+use attestation::PolicyError;
+use attestation::variants::aws_nitro_tpm::AwsNitroTpmValidator;
+use common::*;
+use serde_json::Value;
+
+fn example() -> Value {
+    let text =
+        std::fs::read_to_string(deploy_dir().join("examples/aws-nitro-tpm.attestationConfig.json"))
+            .expect("the example config");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// The example with every placeholder replaced by 32 bytes of hex.
+fn filled() -> Value {
+    let mut config = example();
+    for (_, m) in config["measurements"]
+        .as_object_mut()
+        .expect("measurements")
+        .iter_mut()
+    {
+        m["expected"] = Value::String("ab".repeat(32));
+    }
+    for digest in config["trustedAkDigests"]
+        .as_array_mut()
+        .expect("trustedAkDigests")
+    {
+        *digest = Value::String("cd".repeat(32));
+    }
+    config
+}
+
+#[test]
+fn the_example_is_a_valid_policy_pinning_its_keys_once_filled_in() {
+    let (validator, digest) =
+        AwsNitroTpmValidator::from_attestation_config(filled().to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(digest.len(), 64);
+    assert!(validator.policy().enforces_any());
+    assert!(
+        !validator.ak_trust().is_any(),
+        "the example must not trust any key"
+    );
+    assert!(example().get("trustAnyAk").is_none());
+
+    // As shipped, the placeholders are refused by name rather than read as values.
+    let err = AwsNitroTpmValidator::from_attestation_config(example().to_string().as_bytes())
+        .unwrap_err();
+    assert!(err.to_string().contains("not valid hex"), "{err}");
+
+    // Without its key list it trusts no key, and says which settings exist.
+    let mut keyless = filled();
+    keyless
+        .as_object_mut()
+        .expect("object")
+        .remove("trustedAkDigests");
+    let err =
+        AwsNitroTpmValidator::from_attestation_config(keyless.to_string().as_bytes()).unwrap_err();
+    assert!(matches!(err, PolicyError::NoAkTrust), "{err}");
+}
