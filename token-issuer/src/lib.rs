@@ -27,7 +27,7 @@ pub mod service;
 use std::path::PathBuf;
 
 use plumbing::shutdown::Shutdown;
-use plumbing::unix::{self, PeerPolicy};
+use plumbing::unix;
 use proto::tokenissuer::token_issuer_server::TokenIssuerServer;
 
 pub use config::Config;
@@ -153,20 +153,21 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
         api_server_endpoint: endpoint,
     });
 
-    let listener = unix::bind(&config.socket, config.socket_mode).map_err(Error::Bind)?;
-    let incoming = unix::incoming(listener, PeerPolicy::uids([config.peer_uid]));
+    let server = unix::UnixServer::bind(&config.socket, config.socket_mode, config.peer_uid)
+        .map_err(Error::Bind)?;
     tracing::info!(socket = %config.socket.display(), peer_uid = config.peer_uid, "token-issuer serving");
-    let server = tonic::transport::Server::builder()
-        .add_service(TokenIssuerServer::new(service))
-        .serve_with_incoming_shutdown(incoming, shutdown.clone().wait());
     let admin = admin.map(|admin| admin.spawn(shutdown.clone()));
-    let result = plumbing::shutdown::drain(server, shutdown, config.grace_period)
+    let result = server
+        .serve(
+            tonic::service::Routes::new(TokenIssuerServer::new(service)),
+            shutdown,
+            config.grace_period,
+        )
         .await
         .map_err(Error::Serve);
     if let Some(admin) = admin {
         admin.abort();
     }
-    let _ = std::fs::remove_file(&config.socket);
     result
 }
 

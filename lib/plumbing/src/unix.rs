@@ -136,6 +136,49 @@ pub fn incoming(
     })
 }
 
+/// A gRPC server on a Unix socket that only one peer uid may reach: how token-issuer, the
+/// certifier and the cloud-identity sidecars serve the process that calls them.
+#[derive(Debug)]
+pub struct UnixServer {
+    listener: UnixListener,
+    socket: PathBuf,
+    peer_uid: u32,
+}
+
+impl UnixServer {
+    /// Binds `socket` with `mode` (see [`bind`]); connections from any uid but `peer_uid` are
+    /// closed at accept.
+    pub fn bind(socket: &Path, mode: u32, peer_uid: u32) -> Result<Self, Error> {
+        Ok(Self {
+            listener: bind(socket, mode)?,
+            socket: socket.to_owned(),
+            peer_uid,
+        })
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Serves `routes` until `shutdown` fires, lets calls in flight finish for at most `grace`
+    /// ([`crate::shutdown::drain`]), then removes the socket file.
+    pub async fn serve(
+        self,
+        routes: tonic::service::Routes,
+        shutdown: crate::shutdown::Shutdown,
+        grace: std::time::Duration,
+    ) -> Result<(), tonic::transport::Error> {
+        let incoming = incoming(self.listener, PeerPolicy::uids([self.peer_uid]));
+        let server = tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(incoming, shutdown.clone().wait());
+        let result = crate::shutdown::drain(server, shutdown, grace).await;
+        let _ = std::fs::remove_file(&self.socket);
+        result
+    }
+}
+
 /// Connects to the server on `path` and checks, before anything is sent, that the process
 /// listening there runs as `server_uid` (`SO_PEERCRED`).
 ///

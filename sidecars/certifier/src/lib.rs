@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use attestation::Issuer;
 use plumbing::shutdown::Shutdown;
-use plumbing::unix::{self, PeerPolicy};
+use plumbing::unix;
 use proto::certifier::certifier_server::CertifierServer;
 
 pub use config::Config;
@@ -41,20 +41,17 @@ pub enum Error {
 /// Serves Certifier on `config.socket`, with documents from `issuer`, until `shutdown` fires;
 /// then lets a call in flight finish for at most `config.grace_period`.
 pub async fn run(config: Config, issuer: Arc<dyn Issuer>, shutdown: Shutdown) -> Result<(), Error> {
-    let listener = unix::bind(&config.socket, config.socket_mode).map_err(Error::Bind)?;
-    let incoming = unix::incoming(listener, PeerPolicy::uids([config.peer_uid]));
+    let server = unix::UnixServer::bind(&config.socket, config.socket_mode, config.peer_uid)
+        .map_err(Error::Bind)?;
     tracing::info!(
         socket = %config.socket.display(),
         peer_uid = config.peer_uid,
         variant = %issuer.variant(),
         "certifier serving"
     );
-    let server = tonic::transport::Server::builder()
-        .add_service(CertifierServer::new(service::Service::new(issuer)))
-        .serve_with_incoming_shutdown(incoming, shutdown.clone().wait());
-    let result = plumbing::shutdown::drain(server, shutdown, config.grace_period)
+    let routes = tonic::service::Routes::new(CertifierServer::new(service::Service::new(issuer)));
+    server
+        .serve(routes, shutdown, config.grace_period)
         .await
-        .map_err(Error::Serve);
-    let _ = std::fs::remove_file(&config.socket);
-    result
+        .map_err(Error::Serve)
 }

@@ -28,7 +28,7 @@ pub mod sigv4;
 use std::sync::Arc;
 
 use plumbing::shutdown::Shutdown;
-use plumbing::unix::{self, PeerPolicy};
+use plumbing::unix;
 use proto::ec2identity::ec2_identity_server::Ec2IdentityServer;
 
 pub use config::Config;
@@ -78,23 +78,24 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
         None => None,
     };
     let service = service::Service::new(Arc::new(client), lookups);
-    let listener = unix::bind(&config.socket, config.socket_mode).map_err(Error::Bind)?;
-    let incoming = unix::incoming(listener, PeerPolicy::uids([config.peer_uid]));
+    let server = unix::UnixServer::bind(&config.socket, config.socket_mode, config.peer_uid)
+        .map_err(Error::Bind)?;
     tracing::info!(
         socket = %config.socket.display(),
         peer_uid = config.peer_uid,
         ec2 = %config.ec2_url,
         "ec2-identity serving"
     );
-    let server = tonic::transport::Server::builder()
-        .add_service(Ec2IdentityServer::new(service))
-        .serve_with_incoming_shutdown(incoming, shutdown.clone().wait());
-    let result = plumbing::shutdown::drain(server, shutdown, config.grace_period)
+    let result = server
+        .serve(
+            tonic::service::Routes::new(Ec2IdentityServer::new(service)),
+            shutdown,
+            config.grace_period,
+        )
         .await
         .map_err(Error::Serve);
     if let Some(admin) = admin {
         admin.abort();
     }
-    let _ = std::fs::remove_file(&config.socket);
     result
 }

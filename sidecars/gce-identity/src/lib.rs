@@ -26,7 +26,7 @@ pub mod service;
 use std::sync::Arc;
 
 use plumbing::shutdown::Shutdown;
-use plumbing::unix::{self, PeerPolicy};
+use plumbing::unix;
 use proto::gceidentity::gce_identity_server::GceIdentityServer;
 
 pub use config::Config;
@@ -76,23 +76,24 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
         None => None,
     };
     let service = service::Service::new(Arc::new(client), lookups);
-    let listener = unix::bind(&config.socket, config.socket_mode).map_err(Error::Bind)?;
-    let incoming = unix::incoming(listener, PeerPolicy::uids([config.peer_uid]));
+    let server = unix::UnixServer::bind(&config.socket, config.socket_mode, config.peer_uid)
+        .map_err(Error::Bind)?;
     tracing::info!(
         socket = %config.socket.display(),
         peer_uid = config.peer_uid,
         compute = %config.compute_url,
         "gce-identity serving"
     );
-    let server = tonic::transport::Server::builder()
-        .add_service(GceIdentityServer::new(service))
-        .serve_with_incoming_shutdown(incoming, shutdown.clone().wait());
-    let result = plumbing::shutdown::drain(server, shutdown, config.grace_period)
+    let result = server
+        .serve(
+            tonic::service::Routes::new(GceIdentityServer::new(service)),
+            shutdown,
+            config.grace_period,
+        )
         .await
         .map_err(Error::Serve);
     if let Some(admin) = admin {
         admin.abort();
     }
-    let _ = std::fs::remove_file(&config.socket);
     result
 }
