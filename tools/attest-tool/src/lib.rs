@@ -50,6 +50,10 @@ use attestation::{AkTrust, QemuVtpmConfig, QemuVtpmValidator, Validator, Variant
 use clap::{Parser, Subcommand};
 use serde::ser::{SerializeMap, Serializer};
 
+/// The refusal of `verify --at` or `--collateral-dir` for a variant that takes neither.
+const TIME_AND_COLLATERAL_ONLY: &str = "--at and --collateral-dir are for the SEV-SNP and TDX \
+    variants (and --at for azure-trustedlaunch)";
+
 pub mod audit;
 pub mod derive;
 pub mod dry_run;
@@ -367,7 +371,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                 }
                 Variant::GcpSevEs => {
                     if at.is_some() || collateral_dir.is_some() {
-                        bail!("--at and --collateral-dir are for the SEV-SNP and TDX variants");
+                        bail!(TIME_AND_COLLATERAL_ONLY);
                     }
                     let (validator, digest) = gce::document_validator(
                         &read(&config)?,
@@ -390,7 +394,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                 }
                 Variant::AwsNitroTpm => {
                     if at.is_some() || collateral_dir.is_some() {
-                        bail!("--at and --collateral-dir are for the SEV-SNP variants");
+                        bail!(TIME_AND_COLLATERAL_ONLY);
                     }
                     let raw = read(&config)?;
                     let (validator, digest) =
@@ -409,10 +413,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                 }
                 _ => {
                     if at.is_some() || collateral_dir.is_some() {
-                        bail!(
-                            "--at is for the SEV-SNP variants and azure-trustedlaunch, \
-                             --collateral-dir for the SEV-SNP variants"
-                        );
+                        bail!(TIME_AND_COLLATERAL_ONLY);
                     }
                     if gce_identity.is_some() || gce_instance.is_some() {
                         bail!("--gce-identity and --gce-instance are for gcp-sev-es");
