@@ -304,46 +304,31 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                 None => input.user_data,
             };
             let name = document.display().to_string();
-            let decision = match variant {
+            // Each hardware or cloud variant builds its validator from the config and what
+            // stands in for its vendor or cloud; qemu-vtpm verifies from the config alone.
+            let config_name = config.display().to_string();
+            let invalid = || format!("{config_name} is not a valid attestation config");
+            let built: Option<(Box<dyn Validator>, String)> = match variant {
                 Variant::QemuTdx | Variant::AzureTdx => {
                     let at = snp::parse_time(at.as_deref())?;
                     let dir = collateral_dir.as_deref().with_context(|| {
                         format!("--collateral-dir (Intel's collateral) is required for {variant}")
                     })?;
                     let (validator, digest) =
-                        tdx::document_validator(&read(&config)?, variant, dir, at).with_context(
-                            || format!("{} is not a valid attestation config", config.display()),
-                        )?;
-                    decide(
-                        &validator,
-                        &digest,
-                        variant,
-                        &doc,
-                        &nonce,
-                        user_data.as_deref(),
-                        &name,
-                    )
+                        tdx::document_validator(&read(&config)?, variant, dir, at)
+                            .with_context(invalid)?;
+                    Some((Box::new(validator), digest))
                 }
                 Variant::AwsSevSnp | Variant::AzureSevSnp => {
                     let at = snp::parse_time(at.as_deref())?;
-                    let snp = snp::document_validator(
+                    let (validator, digest) = snp::document_validator(
                         &read(&config)?,
                         variant,
                         collateral_dir.as_deref(),
                         at,
                     )
-                    .with_context(|| {
-                        format!("{} is not a valid attestation config", config.display())
-                    })?;
-                    decide(
-                        &snp.0,
-                        &snp.1,
-                        variant,
-                        &doc,
-                        &nonce,
-                        user_data.as_deref(),
-                        &name,
-                    )
+                    .with_context(invalid)?;
+                    Some((Box::new(validator), digest))
                 }
                 Variant::AzureTrustedLaunch => {
                     if collateral_dir.is_some() {
@@ -355,19 +340,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                     let at = snp::parse_time(at.as_deref())?;
                     let (validator, digest) =
                         TrustedLaunchValidator::from_attestation_config(&read(&config)?)
-                            .with_context(|| {
-                                format!("{} is not a valid attestation config", config.display())
-                            })?;
+                            .with_context(invalid)?;
                     let validator = validator.with_clock(std::sync::Arc::new(move || at));
-                    decide(
-                        &validator,
-                        &digest,
-                        variant,
-                        &doc,
-                        &nonce,
-                        user_data.as_deref(),
-                        &name,
-                    )
+                    Some((Box::new(validator), digest))
                 }
                 Variant::GcpSevEs => {
                     if at.is_some() || collateral_dir.is_some() {
@@ -379,39 +354,31 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                         gce_identity.as_deref(),
                         gce_instance.as_deref(),
                     )
-                    .with_context(|| {
-                        format!("{} is not a valid attestation config", config.display())
-                    })?;
-                    decide(
-                        &validator,
-                        &digest,
-                        variant,
-                        &doc,
-                        &nonce,
-                        user_data.as_deref(),
-                        &name,
-                    )
+                    .with_context(invalid)?;
+                    Some((Box::new(validator), digest))
                 }
                 Variant::AwsNitroTpm => {
                     if at.is_some() || collateral_dir.is_some() {
                         bail!(TIME_AND_COLLATERAL_ONLY);
                     }
-                    let raw = read(&config)?;
                     let (validator, digest) =
-                        nitro_validator(&raw, &doc, ec2_tpm_support.as_deref()).with_context(
-                            || format!("{} is not a valid attestation config", config.display()),
-                        )?;
-                    decide(
-                        &validator,
-                        &digest,
-                        variant,
-                        &doc,
-                        &nonce,
-                        user_data.as_deref(),
-                        &name,
-                    )
+                        nitro_validator(&read(&config)?, &doc, ec2_tpm_support.as_deref())
+                            .with_context(invalid)?;
+                    Some((Box::new(validator), digest))
                 }
-                _ => {
+                _ => None,
+            };
+            let decision = match built {
+                Some((validator, digest)) => decide(
+                    validator.as_ref(),
+                    &digest,
+                    variant,
+                    &doc,
+                    &nonce,
+                    user_data.as_deref(),
+                    &name,
+                ),
+                None => {
                     if at.is_some() || collateral_dir.is_some() {
                         bail!(TIME_AND_COLLATERAL_ONLY);
                     }
