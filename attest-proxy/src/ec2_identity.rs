@@ -16,13 +16,10 @@
 //! `ec2_identity_hits_total` and `ec2_identity_unavailable_total`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use attestation::variants::aws_nitro_tpm::{Ec2ImageError, Ec2Images, ImageRef};
 use collateral::{Cache, FetchError, FetchFuture, Fetched, Source};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use proto::ec2identity::GetImageTpmSupportRequest;
 use proto::ec2identity::ec2_identity_client::Ec2IdentityClient;
@@ -148,44 +145,16 @@ impl Ec2Images for CachedEc2Images {
     }
 }
 
-/// The EC2 image cache's counters, read from the cache at each scrape.
-#[derive(Debug)]
-struct Ec2CacheCollector(Cache);
-
 /// Registers the EC2 image cache's metrics (see the module docs).
 pub fn register_metrics(registry: &mut Registry, cache: Cache) {
-    registry.register_collector(Box::new(Ec2CacheCollector(cache)));
-}
-
-impl Collector for Ec2CacheCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use crate::collateral_metrics::{counter, labelled_counters};
-        let stats = self.0.stats();
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        labelled_counters(
-            &mut encoder,
-            "ec2_identity_lookups",
-            "Images asked of ec2-identity (and so of EC2's DescribeImages), by result; \
-             an image EC2 does not know is an ok lookup",
-            "result",
-            &[
-                ("ok", load(&stats.fetch_ok)),
-                ("failed", load(&stats.fetch_failed)),
-            ],
-        )?;
-        counter(
-            &mut encoder,
-            "ec2_identity_hits",
-            "Images' TPM support answered from the cache",
-            load(&stats.hits) + load(&stats.stale_hits),
-        )?;
-        counter(
-            &mut encoder,
-            "ec2_identity_unavailable",
-            "Joins whose image's TPM support could not be had in time: answered Unavailable",
-            load(&stats.unavailable),
-        )
-    }
+    registry.register_collector(Box::new(crate::sidecar_cache::Counters {
+        cache,
+        prefix: "ec2_identity",
+        lookups_help: "Images asked of ec2-identity (and so of EC2's DescribeImages), by result; an image \
+             EC2 does not know is an ok lookup",
+        hits_help: "Images' TPM support answered from the cache",
+        unavailable_help: "Joins whose image's TPM support could not be had in time: answered Unavailable",
+    }));
 }
 
 /// The cache in front of ec2-identity, for `config`.
@@ -205,19 +174,13 @@ pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedEc2Images>>, cra
         // The call itself may take ec2-identity's own timeouts; the join waits less and retries.
         config.ec2_identity_wait.max(Duration::from_secs(15)),
     );
-    let cache = Cache::new(
+    let cache = crate::sidecar_cache::build(
         Arc::new(source),
-        collateral::CacheConfig {
-            dir: None,
-            max_stale: Duration::ZERO,
-            wait: config.ec2_identity_wait,
-            backoff: config.ec2_identity_backoff,
-            max_entries: Some(config.ec2_identity_max_images),
-            ..collateral::CacheConfig::default()
-        },
-        tokio::runtime::Handle::current(),
+        config.ec2_identity_wait,
+        config.ec2_identity_backoff,
+        config.ec2_identity_max_images,
     )
-    .map_err(|e| crate::Error::Ec2Identity(e.to_string()))?;
+    .map_err(crate::Error::Ec2Identity)?;
     tracing::info!(
         socket = %config.ec2_identity_socket.display(),
         uid,

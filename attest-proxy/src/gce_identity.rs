@@ -22,13 +22,10 @@
 //! here first.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use attestation::gce::{ConfidentialCompute, GceIdentity, GceKeyError, InstanceRef};
 use collateral::{Cache, FetchError, FetchFuture, Fetched, Source};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use proto::gceidentity::gce_identity_client::GceIdentityClient;
 use proto::gceidentity::{GetConfidentialComputeRequest, GetSigningKeyRequest};
@@ -230,46 +227,17 @@ impl GceIdentity for CachedGceIdentity {
     }
 }
 
-/// The GCE key cache's counters, read from the cache at each scrape.
-#[derive(Debug)]
-struct GceCacheCollector(Cache);
-
 /// Registers the GCE key cache's metrics (see the module docs).
 pub fn register_metrics(registry: &mut Registry, cache: Cache) {
-    registry.register_collector(Box::new(GceCacheCollector(cache)));
-}
-
-impl Collector for GceCacheCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use crate::collateral_metrics::{counter, labelled_counters};
-        let stats = self.0.stats();
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        labelled_counters(
-            &mut encoder,
-            "gce_identity_lookups",
-            "Instances' keys (and, for gcp-sev-es, confidential-computing configs) asked of \
-             gce-identity (and so of the GCE API), by result; an instance the API does not know \
-             is an ok lookup",
-            "result",
-            &[
-                ("ok", load(&stats.fetch_ok)),
-                ("failed", load(&stats.fetch_failed)),
-            ],
-        )?;
-        // An answer served while its refresh is due counts too: the node did not wait for it.
-        counter(
-            &mut encoder,
-            "gce_identity_hits",
-            "Instances' keys and configs answered from the cache",
-            load(&stats.hits) + load(&stats.stale_hits),
-        )?;
-        counter(
-            &mut encoder,
-            "gce_identity_unavailable",
-            "Joins whose instance's key could not be had in time: answered Unavailable",
-            load(&stats.unavailable),
-        )
-    }
+    registry.register_collector(Box::new(crate::sidecar_cache::Counters {
+        cache,
+        prefix: "gce_identity",
+        lookups_help: "Instances' keys (and, for gcp-sev-es, confidential-computing configs) asked of \
+             gce-identity (and so of the GCE API), by result; an instance the API does not \
+             know is an ok lookup",
+        hits_help: "Instances' keys and configs answered from the cache",
+        unavailable_help: "Joins whose instance's key could not be had in time: answered Unavailable",
+    }));
 }
 
 /// The cache in front of gce-identity, for `config`.
@@ -291,19 +259,13 @@ pub fn build(config: &crate::Config) -> Result<Option<Arc<CachedGceIdentity>>, c
         // The call itself may take gce-identity's own timeout; the join waits less and retries.
         config.gce_identity_wait.max(Duration::from_secs(10)),
     );
-    let cache = Cache::new(
+    let cache = crate::sidecar_cache::build(
         Arc::new(source),
-        collateral::CacheConfig {
-            dir: None,
-            max_stale: Duration::ZERO,
-            wait: config.gce_identity_wait,
-            backoff: config.gce_identity_backoff,
-            max_entries: Some(config.gce_identity_max_instances),
-            ..collateral::CacheConfig::default()
-        },
-        tokio::runtime::Handle::current(),
+        config.gce_identity_wait,
+        config.gce_identity_backoff,
+        config.gce_identity_max_instances,
     )
-    .map_err(|e| crate::Error::GceIdentity(e.to_string()))?;
+    .map_err(crate::Error::GceIdentity)?;
     tracing::info!(
         socket = %config.gce_identity_socket.display(),
         uid,

@@ -60,6 +60,7 @@ mod peer_limit;
 pub mod policy;
 mod rate_limit;
 pub mod server_identity;
+mod sidecar_cache;
 mod status;
 mod upstream;
 mod verify_pool;
