@@ -1,12 +1,17 @@
 //! The door: whether a new connection may start an attestation, decided at accept before any
-//! TLS work, where refusing costs nothing.
+//! TLS work, where refusing costs nothing, and again when the client starts talking.
 //!
-//! Three bounds apply, cheapest first:
+//! Four bounds apply, cheapest first:
 //! - per source address, attestations in progress ([`PeerLimit`], `--max-attestations-per-peer`);
-//! - globally, handshakes in progress (`--max-handshakes`): every connection between accept and
-//!   the end of its attestation holds TLS state and a task, so this bounds the memory and the
-//!   work a crowd of connections can pin, whatever their sources and however slowly they talk;
-//! - per source address, how often it may start one ([`RateLimit`], `--per-peer-rate`).
+//! - globally, connections that have not yet sent their first TLS record (`--max-waiting`): each
+//!   holds a socket and a small task, nothing more, until its bytes arrive or the handshake
+//!   deadline passes;
+//! - per source address, how often it may start one ([`RateLimit`], `--per-peer-rate`);
+//! - globally, handshakes in progress (`--max-handshakes`), taken only once the client's first
+//!   record has arrived in full: from there a connection holds TLS state and verification work,
+//!   so this bounds the memory and the work a crowd can pin, while a crowd that connects and
+//!   stays silent (or stalls inside its first record) takes none of these places from the nodes
+//!   that talk.
 //!
 //! A refused connection is closed at once; the node sees its handshake fail and retries with
 //! backoff. Behind the door, the verify queue answers `ResourceExhausted` when full, and the
@@ -26,6 +31,8 @@ use crate::rate_limit::{self, RateLimit};
 pub enum Shed {
     /// Its source already has its share of attestations in progress.
     PeerAttestations,
+    /// The proxy holds its maximum of connections that have not sent their first record.
+    Waiting,
     /// The proxy has its maximum of handshakes in progress.
     Handshakes,
     /// Its source started attestations faster than its rate allows.
@@ -37,6 +44,7 @@ impl Shed {
     pub fn label(self) -> &'static str {
         match self {
             Shed::PeerAttestations => "peer_attestations",
+            Shed::Waiting => "waiting",
             Shed::Handshakes => "handshakes",
             Shed::PeerRate => "peer_rate",
         }
@@ -47,12 +55,21 @@ impl Shed {
 #[derive(Debug)]
 pub struct Admission {
     peers: Option<Arc<PeerLimit>>,
+    waiting: Arc<Semaphore>,
+    max_waiting: usize,
     handshakes: Arc<Semaphore>,
     max_handshakes: usize,
     rate: Option<RateLimit>,
 }
 
-/// One admitted connection's places; dropped when its attestation ends, which frees them.
+/// An accepted connection's places until its first record has arrived.
+#[derive(Debug)]
+pub struct Waiting {
+    peer: Option<Slot>,
+    _waiting: OwnedSemaphorePermit,
+}
+
+/// One attesting connection's places; dropped when its attestation ends, which frees them.
 #[derive(Debug)]
 pub struct Admitted {
     _peer: Option<Slot>,
@@ -60,28 +77,38 @@ pub struct Admitted {
 }
 
 impl Admission {
-    /// `max_per_peer` and `rate` of zero turn those limits off; `max_handshakes` is at least one.
-    pub fn new(max_handshakes: usize, max_per_peer: usize, rate: f64, burst: u32) -> Self {
+    /// `max_per_peer` and `rate` of zero turn those limits off; `max_waiting` and
+    /// `max_handshakes` are at least one.
+    pub fn new(
+        max_waiting: usize,
+        max_handshakes: usize,
+        max_per_peer: usize,
+        rate: f64,
+        burst: u32,
+    ) -> Self {
+        let max_waiting = max_waiting.clamp(1, Semaphore::MAX_PERMITS);
         let max_handshakes = max_handshakes.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             peers: (max_per_peer > 0).then(|| PeerLimit::new(max_per_peer)),
+            waiting: Arc::new(Semaphore::new(max_waiting)),
+            max_waiting,
             handshakes: Arc::new(Semaphore::new(max_handshakes)),
             max_handshakes,
             rate: RateLimit::new(rate, burst),
         }
     }
 
-    /// Places for one more attestation from `ip`, or why not.
-    pub fn admit(&self, ip: IpAddr) -> Result<Admitted, Shed> {
+    /// At accept: places for a connection from `ip` to wait for its first record, or why not.
+    pub fn admit(&self, ip: IpAddr) -> Result<Waiting, Shed> {
         let peer = match &self.peers {
             Some(peers) => Some(peers.try_acquire(ip).ok_or(Shed::PeerAttestations)?),
             None => None,
         };
-        let handshake = self
-            .handshakes
+        let waiting = self
+            .waiting
             .clone()
             .try_acquire_owned()
-            .map_err(|_| Shed::Handshakes)?;
+            .map_err(|_| Shed::Waiting)?;
         // Last, so a connection refused by the other bounds does not use up its source's tokens.
         let limited = self
             .rate
@@ -90,10 +117,29 @@ impl Admission {
         if limited {
             return Err(Shed::PeerRate);
         }
+        Ok(Waiting {
+            peer,
+            _waiting: waiting,
+        })
+    }
+
+    /// Once the first record has arrived: a place for the handshake and attestation (the
+    /// waiting place is freed, the source's place kept), or why not.
+    pub fn start(&self, waiting: Waiting) -> Result<Admitted, Shed> {
+        let handshake = self
+            .handshakes
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Shed::Handshakes)?;
         Ok(Admitted {
-            _peer: peer,
+            _peer: waiting.peer,
             _handshake: handshake,
         })
+    }
+
+    /// Connections waiting for their first record now.
+    pub fn waiting(&self) -> usize {
+        self.max_waiting - self.waiting.available_permits()
     }
 
     /// Handshakes (with their attestations) in progress now.
@@ -114,24 +160,59 @@ mod tests {
     const A: [u8; 4] = [10, 0, 0, 1];
     const B: [u8; 4] = [10, 0, 0, 2];
 
+    /// Admits and starts one connection from `ip`.
+    fn attest(door: &Admission, ip: [u8; 4]) -> Result<Admitted, Shed> {
+        door.start(door.admit(ip.into())?)
+    }
+
     #[test]
     fn the_global_bound_holds_across_sources_and_frees_on_drop() {
-        let door = Admission::new(2, 0, 0.0, 0);
-        let first = door.admit(A.into()).unwrap();
-        let _second = door.admit(B.into()).unwrap();
+        let door = Admission::new(100, 2, 0, 0.0, 0);
+        let first = attest(&door, A).unwrap();
+        let _second = attest(&door, B).unwrap();
         assert_eq!(door.handshakes_in_progress(), 2);
-        assert_eq!(
-            door.admit([10, 0, 0, 3].into()).unwrap_err(),
-            Shed::Handshakes
-        );
+        assert_eq!(attest(&door, [10, 0, 0, 3]).unwrap_err(), Shed::Handshakes);
         drop(first);
         assert_eq!(door.handshakes_in_progress(), 1);
-        door.admit([10, 0, 0, 3].into()).unwrap();
+        attest(&door, [10, 0, 0, 3]).unwrap();
+    }
+
+    #[test]
+    fn connections_waiting_for_their_first_record_take_no_handshake_place() {
+        let door = Admission::new(3, 1, 0, 0.0, 0);
+        let silent: Vec<_> = [[10, 0, 0, 3], [10, 0, 0, 4]]
+            .into_iter()
+            .map(|ip| door.admit(ip.into()).unwrap())
+            .collect();
+        assert_eq!((door.waiting(), door.handshakes_in_progress()), (2, 0));
+        // A node that talks still gets the one handshake place.
+        let node = attest(&door, A).unwrap();
+        assert_eq!((door.waiting(), door.handshakes_in_progress()), (2, 1));
+        // The waiting bound is its own: full, it refuses at accept.
+        let _third = door.admit(B.into()).unwrap();
+        assert_eq!(door.admit([10, 0, 0, 5].into()).unwrap_err(), Shed::Waiting);
+        drop(silent);
+        assert_eq!(door.waiting(), 1);
+        // Starting frees the waiting place even when the handshake bound refuses.
+        let waiting = door.admit([10, 0, 0, 6].into()).unwrap();
+        assert_eq!(door.start(waiting).unwrap_err(), Shed::Handshakes);
+        assert_eq!(door.waiting(), 1);
+        drop(node);
+        assert_eq!(door.handshakes_in_progress(), 0);
+    }
+
+    #[test]
+    fn a_started_connection_keeps_its_sources_place() {
+        let door = Admission::new(100, 100, 1, 0.0, 0);
+        let started = attest(&door, A).unwrap();
+        assert_eq!(door.admit(A.into()).unwrap_err(), Shed::PeerAttestations);
+        drop(started);
+        door.admit(A.into()).unwrap();
     }
 
     #[test]
     fn zero_turns_the_per_source_limits_off() {
-        let door = Admission::new(1000, 0, 0.0, 0);
+        let door = Admission::new(1000, 1000, 0, 0.0, 0);
         // One address (a load balancer) with many connections at once and in quick succession.
         let held: Vec<_> = (0..500).map(|_| door.admit(A.into()).unwrap()).collect();
         assert_eq!(held.len(), 500);
@@ -140,13 +221,13 @@ mod tests {
 
     #[test]
     fn per_source_limits_bind_one_source_only() {
-        let door = Admission::new(1000, 2, 0.0, 0);
+        let door = Admission::new(1000, 1000, 2, 0.0, 0);
         let _a1 = door.admit(A.into()).unwrap();
         let _a2 = door.admit(A.into()).unwrap();
         assert_eq!(door.admit(A.into()).unwrap_err(), Shed::PeerAttestations);
         door.admit(B.into()).unwrap();
 
-        let door = Admission::new(1000, 0, 1.0, 3);
+        let door = Admission::new(1000, 1000, 0, 1.0, 3);
         for _ in 0..3 {
             drop(door.admit(A.into()).unwrap());
         }
@@ -157,9 +238,9 @@ mod tests {
 
     #[test]
     fn refusals_by_other_bounds_keep_the_sources_tokens() {
-        let door = Admission::new(1, 0, 1.0, 1);
+        let door = Admission::new(1, 1000, 0, 1.0, 1);
         let held = door.admit(B.into()).unwrap();
-        assert_eq!(door.admit(A.into()).unwrap_err(), Shed::Handshakes);
+        assert_eq!(door.admit(A.into()).unwrap_err(), Shed::Waiting);
         drop(held);
         door.admit(A.into()).unwrap();
     }

@@ -267,10 +267,19 @@ pub struct Config {
     #[arg(long, env = "ATTEST_PROXY_UPSTREAM_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
     pub upstream_timeout: Duration,
 
-    /// Connections between accept and the end of their attestation, from all sources together;
-    /// beyond that new connections are closed at accept, before any TLS work. Bounds the memory
-    /// a crowd of slow or stalled clients can pin (each holds TLS state until the handshake
-    /// deadline).
+    /// Connections accepted whose first TLS record has not fully arrived, from all sources
+    /// together; beyond that new connections are closed at accept. Each costs a socket and a
+    /// small task until its bytes arrive or the handshake deadline passes, so a crowd that
+    /// connects and stays silent is held here, apart from the handshakes of the nodes that talk.
+    /// The process raises its open-file limit to the hard limit at start to fit them.
+    #[arg(long, env = "ATTEST_PROXY_MAX_WAITING", default_value_t = 16384,
+          value_parser = at_least_one)]
+    pub max_waiting: usize,
+
+    /// Connections between their first TLS record and the end of their attestation, from all
+    /// sources together; beyond that a connection is closed when its first record arrives,
+    /// before any TLS work. Bounds the memory and the work a crowd of slow clients can pin (each
+    /// holds TLS state until the handshake deadline).
     #[arg(long, env = "ATTEST_PROXY_MAX_HANDSHAKES", default_value_t = 512,
           value_parser = at_least_one)]
     pub max_handshakes: usize,

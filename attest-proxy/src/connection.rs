@@ -12,8 +12,9 @@ use tower::ServiceBuilder;
 use atls::VerifyError;
 use attestation::audit;
 
-use crate::admission::{Admission, Admitted};
+use crate::admission::{Admission, Admitted, Waiting};
 use crate::allowlist::AllowlistLayer;
+use crate::first_record::{self, Prefixed};
 use crate::identity::{IdentityLayer, PeerIdentity};
 use crate::metrics::{Handshake, Metrics};
 use crate::policy::Current;
@@ -59,50 +60,51 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Serves one node connection: attestation, then its one call, within the connection's deadlines.
 ///
-/// Until the client sends its first bytes, the connection's task holds only a socket and this
-/// small future: the state of a handshake, a verification and HTTP/2 serving (tens of KiB) is
-/// allocated when the client starts talking, so a crowd of silent connections held until the
-/// deadline costs little. The deadline runs from accept either way.
-pub async fn handle(
-    shared: Arc<Shared>,
-    tcp: TcpStream,
-    peer_addr: SocketAddr,
-    admitted: Admitted,
-) {
+/// Until the client's first TLS record has arrived, the connection's task holds only a socket,
+/// the bytes sent so far and its waiting place: a handshake place, the state of a handshake, a
+/// verification and HTTP/2 serving (tens of KiB) are taken when the client has shown it talks,
+/// so a crowd of silent connections held until the deadline costs little and delays no node.
+/// The deadline runs from accept either way.
+pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer_addr: SocketAddr, waiting: Waiting) {
     let started = Instant::now();
     let expires = tokio::time::Instant::now() + shared.lifetime.max_age;
     let deadline = tokio::time::Instant::now() + shared.handshake_timeout;
-    let first_bytes = tokio::time::timeout_at(deadline, async {
-        // `readable` may wake spuriously; a peek waits until a byte has really arrived.
-        let mut first = [0u8; 1];
-        match tcp.peek(&mut first).await {
-            Ok(0) => Err(atls::HandshakeError::UnexpectedEof),
-            Ok(_) => Ok(()),
-            Err(error) => Err(atls::HandshakeError::Io(error)),
+    let first = tokio::time::timeout_at(deadline, first_record::read(tcp)).await;
+    let stream = match first {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            drop(waiting);
+            return gave_up(&shared, peer_addr, started, Some(&error));
         }
-    })
-    .await;
-    match first_bytes {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => return gave_up(&shared, admitted, peer_addr, started, Some(&error)),
-        Err(_) => return gave_up(&shared, admitted, peer_addr, started, None),
-    }
+        Err(_) => {
+            drop(waiting);
+            return gave_up(&shared, peer_addr, started, None);
+        }
+    };
+    let admitted = shared.admission.start(waiting);
+    shared.metrics.admission(&shared.admission);
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        Err(reason) => {
+            tracing::debug!(peer = %peer_addr, reason = reason.label(), "connection refused at its first record");
+            shared.metrics.shed(reason);
+            return;
+        }
+    };
     Box::pin(attest_and_serve(
-        shared, tcp, peer_addr, admitted, started, deadline, expires,
+        shared, stream, peer_addr, admitted, started, deadline, expires,
     ))
     .await;
 }
 
-/// Ends a connection that did not attest: frees its places, counts and logs why (`None`: the
-/// deadline passed).
+/// Ends a connection that did not attest (its places already freed): counts and logs why
+/// (`None`: the deadline passed).
 fn gave_up(
     shared: &Shared,
-    admitted: Admitted,
     peer_addr: SocketAddr,
     started: Instant,
     error: Option<&atls::HandshakeError>,
 ) {
-    drop(admitted);
     shared.metrics.admission(&shared.admission);
     match error {
         Some(error) => {
@@ -122,7 +124,7 @@ fn gave_up(
 
 async fn attest_and_serve(
     shared: Arc<Shared>,
-    tcp: TcpStream,
+    tcp: Prefixed,
     peer_addr: SocketAddr,
     admitted: Admitted,
     started: Instant,
@@ -133,8 +135,14 @@ async fn attest_and_serve(
         tokio::time::timeout_at(deadline, attest(&shared, tcp, peer_addr, started)).await;
     let (tls, outcome) = match attested {
         Ok(Ok(attested)) => attested,
-        Ok(Err(error)) => return gave_up(&shared, admitted, peer_addr, started, Some(&error)),
-        Err(_) => return gave_up(&shared, admitted, peer_addr, started, None),
+        Ok(Err(error)) => {
+            drop(admitted);
+            return gave_up(&shared, peer_addr, started, Some(&error));
+        }
+        Err(_) => {
+            drop(admitted);
+            return gave_up(&shared, peer_addr, started, None);
+        }
     };
     // The places are for attesting only; serving the join does not count against them.
     drop(admitted);
@@ -162,7 +170,7 @@ async fn attest_and_serve(
     }
 }
 
-type Tls = atls::TlsStream<TcpStream>;
+type Tls = atls::TlsStream<Prefixed>;
 
 /// The most of a refused call's body read before it is answered: a join request is a few
 /// kilobytes.
@@ -184,7 +192,7 @@ async fn read_call(body: hyper::body::Incoming) {
 /// handshake outcome is timed from there, as the node experiences it.
 async fn attest(
     shared: &Shared,
-    tcp: TcpStream,
+    tcp: Prefixed,
     peer_addr: SocketAddr,
     started: Instant,
 ) -> Result<(Tls, Result<PeerIdentity, tonic::Status>), atls::HandshakeError> {

@@ -54,6 +54,7 @@ mod allowlist;
 mod connection;
 mod dry_run;
 mod evidence;
+mod first_record;
 mod identity;
 pub mod metrics;
 mod peer_limit;
@@ -134,6 +135,7 @@ pub struct Proxy {
 impl Proxy {
     /// Loads the policy, prepares aTLS and binds the listening socket.
     pub async fn bind(config: Config) -> Result<Self, Error> {
+        raise_open_file_limit(&config);
         let snp = snp_collateral(&config)?;
         let tdx = tdx_collateral(&config)?;
         let gce = gce_identity::build(&config)?;
@@ -195,6 +197,7 @@ impl Proxy {
             acceptor: Arc::new(atls::Acceptor::new().map_err(Error::Atls)?),
             policy: Arc::new(policy),
             admission: admission::Admission::new(
+                config.max_waiting,
                 config.max_handshakes,
                 config.max_attestations_per_peer,
                 config.per_peer_rate,
@@ -322,10 +325,10 @@ impl Proxy {
                 accepted = self.listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
                         // Refused before TLS, where it costs nothing (see `admission`).
-                        let admitted = self.shared.admission.admit(peer.ip());
+                        let waiting = self.shared.admission.admit(peer.ip());
                         self.shared.metrics.admission(&self.shared.admission);
-                        let admitted = match admitted {
-                            Ok(admitted) => admitted,
+                        let waiting = match waiting {
+                            Ok(waiting) => waiting,
                             Err(reason) => {
                                 tracing::debug!(%peer, reason = reason.label(), "connection refused at accept");
                                 self.shared.metrics.shed(reason);
@@ -333,7 +336,7 @@ impl Proxy {
                             }
                         };
                         let _ = tcp.set_nodelay(true);
-                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, admitted));
+                        tracker.spawn(connection::handle(self.shared.clone(), tcp, peer, waiting));
                     }
                     Err(error) => {
                         // Out of file descriptors and the like: back off instead of spinning.
@@ -577,6 +580,26 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Binds and serves until `shutdown`.
+/// Raises the soft open-file limit to the hard one, so that the connections the admission bounds
+/// allow fit (a common default soft limit is 1024, far below `--max-waiting`); says so when they
+/// still do not.
+fn raise_open_file_limit(config: &Config) {
+    // Beside the connections: the listeners, upstream connections, sidecar sockets, files.
+    let wanted = config
+        .max_waiting
+        .saturating_add(config.max_handshakes)
+        .saturating_add(256);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < u64::try_from(wanted).unwrap_or(u64::MAX) => tracing::warn!(
+            limit,
+            wanted,
+            "the open-file limit is below what --max-waiting and --max-handshakes allow: beyond it, accept fails and new connections wait in the kernel's queue"
+        ),
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "could not raise the open-file limit"),
+    }
+}
+
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     Proxy::bind(config).await?.serve(shutdown).await
 }

@@ -38,6 +38,7 @@ pub struct Metrics {
     handshakes: Family<OutcomeLabels, Histogram>,
     verification: Histogram,
     shed: Family<ShedLabels, Counter>,
+    waiting: Gauge,
     handshakes_in_progress: Gauge,
     rate_limited_sources: Gauge,
 }
@@ -51,6 +52,7 @@ impl Default for Metrics {
             }),
             verification: Histogram::new(plumbing::admin::LATENCY_BUCKETS),
             shed: Family::default(),
+            waiting: Gauge::default(),
             handshakes_in_progress: Gauge::default(),
             rate_limited_sources: Gauge::default(),
         }
@@ -89,14 +91,20 @@ impl Metrics {
         );
         registry.register(
             "connections_shed",
-            "Connections closed at accept, before any TLS work, by reason: peer_attestations (their \
-             source had too many in progress), handshakes (the global bound on handshakes in \
-             progress), peer_rate (their source's rate limit)",
+            "Connections closed before any TLS work, by reason: at accept peer_attestations (their \
+             source had too many in progress), waiting (the global bound on connections that have \
+             not sent their first record), peer_rate (their source's rate limit); when their first \
+             record arrived handshakes (the global bound on handshakes in progress)",
             metrics.shed.clone(),
         );
         registry.register(
+            "connections_waiting",
+            "Connections accepted whose first TLS record has not fully arrived",
+            metrics.waiting.clone(),
+        );
+        registry.register(
             "handshakes_in_progress",
-            "Connections between accept and the end of their attestation",
+            "Connections between their first TLS record and the end of their attestation",
             metrics.handshakes_in_progress.clone(),
         );
         registry.register(
@@ -148,6 +156,7 @@ impl Metrics {
     /// Records how full the admission bounds are now.
     pub(crate) fn admission(&self, admission: &Admission) {
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.waiting.set(gauge(admission.waiting()));
         self.handshakes_in_progress
             .set(gauge(admission.handshakes_in_progress()));
         self.rate_limited_sources

@@ -81,7 +81,8 @@ async fn a_source_over_its_rate_is_refused_at_accept() {
         "0",
     ])
     .await;
-    // The burst is held open (silent clients mid-handshake); the rest are closed at once.
+    // The burst is held open (silent clients, waiting for their first record); the rest are
+    // closed at once.
     let mut held = Vec::new();
     let started = Instant::now();
     for n in 0..8 {
@@ -103,7 +104,7 @@ async fn a_source_over_its_rate_is_refused_at_accept() {
         5.0
     );
     assert_eq!(
-        metric(proxy.admin, "attest_proxy_handshakes_in_progress").await,
+        metric(proxy.admin, "attest_proxy_connections_waiting").await,
         3.0
     );
     assert_eq!(
@@ -130,7 +131,7 @@ async fn zero_turns_the_per_source_limits_off() {
         assert!(!closed_within(tcp, Duration::from_millis(50)).await);
     }
     assert_eq!(
-        metric(proxy.admin, "attest_proxy_handshakes_in_progress").await,
+        metric(proxy.admin, "attest_proxy_connections_waiting").await,
         40.0
     );
     assert_eq!(
@@ -146,6 +147,7 @@ fn defaults_are_the_documented_ones() {
     assert!(attest_proxy::Config::try_parse_from(["attest-proxy"]).is_err());
     let config =
         attest_proxy::Config::try_parse_from(["attest-proxy", "--upstream-uid", "10002"]).unwrap();
+    assert_eq!(config.max_waiting, 16384);
     assert_eq!(config.max_handshakes, 512);
     assert_eq!(config.verify_queue, 256);
     assert_eq!(config.max_attestations_per_peer, 4);
@@ -162,6 +164,7 @@ fn defaults_are_the_documented_ones() {
     // Nonsense is refused at startup rather than silently meaning "unlimited".
     for bad in [
         ["--max-handshakes", "0"],
+        ["--max-waiting", "0"],
         ["--per-peer-rate", "-1"],
         ["--per-peer-burst", "0"],
     ] {

@@ -1,12 +1,13 @@
-//! 10,000 connections held open mid-handshake: the proxy's memory stays bounded and every one of
-//! them is closed by the handshake deadline.
+//! 10,000 connections held open before their handshake: the proxy's memory stays bounded, every
+//! one of them is closed by the handshake deadline, and nodes that talk attest beside them.
 //!
 //! The real attest-proxy binary runs as its own process, so its resident memory can be read from
 //! `/proc/<pid>/status`. Clients from 10,000 distinct loopback addresses (as many nodes would
 //! come from) connect and then stall: half send the first bytes of a ClientHello, half send
-//! nothing. Twice: with the default bound on handshakes in progress (all but that many are closed
-//! at accept), and with the bound raised above the crowd (every connection is held until the
-//! deadline, which shows what one held connection costs).
+//! nothing. Twice: with the defaults (every connection waits for its first record until the
+//! deadline, which shows what one waiting connection costs), and with the bound on waiting
+//! connections below the crowd (all but that many are closed at accept). Then a crowd that is
+//! opened again as the proxy closes it, while nodes attest.
 //!
 //! Then 10,000 connections that complete their handshake (half attested, half refused by the
 //! policy) and then stay silent: each is closed at the idle deadline, and the proxy's memory
@@ -38,7 +39,7 @@ const FIXED_GROWTH: u64 = 16 << 20;
 /// What one connection may cost the proxy while it is held silent after its handshake: its TLS
 /// state with record buffers and its HTTP/2 connection.
 const PER_HELD_CONNECTION: u64 = 80 << 10;
-/// The proxy's default `--max-handshakes`.
+/// The proxy's default `--max-handshakes`, used as a waiting bound below the crowd.
 const DEFAULT_MAX_HANDSHAKES: usize = 512;
 
 /// One crowd at a time: the tests of this file each fill the open-file limit, and a crowd's
@@ -200,26 +201,29 @@ async fn crowd(proxy: &Proxy, n: usize) -> (u64, usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_stalled_handshakes_stay_bounded_and_are_shed_at_the_deadline() {
+async fn ten_thousand_stalled_connections_wait_apart_stay_bounded_and_are_shed_at_the_deadline() {
     let _alone = ONE_CROWD.lock().await;
     let n = crowd_size();
 
-    // Defaults: at most 512 handshakes in progress; the rest are closed at accept.
+    // Defaults: every connection waits for its first record until the deadline, holding a
+    // socket and a small task but no handshake place and no TLS state.
     let proxy = start_proxy(&[]);
     let (growth, held) = crowd(&proxy, n).await;
     assert!(
-        held <= DEFAULT_MAX_HANDSHAKES,
-        "{held} connections held, beyond the bound"
+        held >= n * 9 / 10,
+        "only {held} of {n} connections were held until the deadline"
     );
-    let shed = metric(
-        &proxy,
-        "attest_proxy_connections_shed_total{reason=\"handshakes\"}",
-    )
-    .await;
-    assert!(
-        shed >= (n - DEFAULT_MAX_HANDSHAKES) as f64,
-        "{shed} connections shed at accept of {n}"
-    );
+    for reason in ["waiting", "handshakes"] {
+        assert_eq!(
+            metric(
+                &proxy,
+                &format!("attest_proxy_connections_shed_total{{reason=\"{reason}\"}}")
+            )
+            .await,
+            0.0,
+            "shed by {reason}"
+        );
+    }
     let timed_out = metric(
         &proxy,
         "attest_proxy_handshake_duration_seconds_count{outcome=\"timeout\"}",
@@ -229,41 +233,39 @@ async fn ten_thousand_stalled_handshakes_stay_bounded_and_are_shed_at_the_deadli
         timed_out >= held as f64,
         "{timed_out} timeouts for {held} held"
     );
-    assert_eq!(
-        metric(&proxy, "attest_proxy_handshakes_in_progress").await,
-        0.0
-    );
+    for gauge in [
+        "attest_proxy_connections_waiting",
+        "attest_proxy_handshakes_in_progress",
+    ] {
+        assert_eq!(metric(&proxy, gauge).await, 0.0, "{gauge}");
+    }
+    let per_connection = growth / u64::try_from(n).unwrap();
     assert!(
-        growth < 48 << 20,
-        "the proxy grew by {} KiB holding at most {DEFAULT_MAX_HANDSHAKES} handshakes",
-        growth / 1024
+        per_connection < 8 << 10,
+        "each waiting connection cost the proxy {per_connection} bytes"
     );
     drop(proxy);
 
-    // The bound out of the way: every connection is held until the deadline, and what they cost
-    // is what one stalled handshake costs (a task, a socket, TLS state), times the crowd.
-    let proxy = start_proxy(&["--max-handshakes", "100000"]);
+    // The waiting bound: beyond it connections are closed at accept.
+    let proxy = start_proxy(&["--max-waiting", &DEFAULT_MAX_HANDSHAKES.to_string()]);
     let (growth, held) = crowd(&proxy, n).await;
     assert!(
-        held >= n * 9 / 10,
-        "only {held} of {n} connections were held until the deadline"
+        held <= DEFAULT_MAX_HANDSHAKES,
+        "{held} connections held, beyond the bound"
     );
-    assert_eq!(
-        metric(
-            &proxy,
-            "attest_proxy_connections_shed_total{reason=\"handshakes\"}"
-        )
-        .await,
-        0.0
-    );
-    assert_eq!(
-        metric(&proxy, "attest_proxy_handshakes_in_progress").await,
-        0.0
-    );
-    let per_connection = growth / u64::try_from(n).unwrap();
+    let shed = metric(
+        &proxy,
+        "attest_proxy_connections_shed_total{reason=\"waiting\"}",
+    )
+    .await;
     assert!(
-        per_connection < 48 << 10,
-        "each stalled handshake cost the proxy {per_connection} bytes"
+        shed >= (n - DEFAULT_MAX_HANDSHAKES) as f64,
+        "{shed} connections shed at accept of {n}"
+    );
+    assert!(
+        growth < 48 << 20,
+        "the proxy grew by {} KiB holding at most {DEFAULT_MAX_HANDSHAKES} waiting connections",
+        growth / 1024
     );
 }
 
@@ -429,5 +431,73 @@ async fn ten_thousand_silent_connections_after_the_handshake_are_closed_and_stay
         growth / 1024,
         per_held / 1024,
         FIXED_GROWTH / 1024
+    );
+}
+
+/// Nodes that talk keep attesting while a crowd of 10,000 that connected first stays silent or
+/// stalls inside its first record (each member from its own address, opened again whenever the
+/// proxy closes it): the crowd waits apart and takes none of the handshake places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_attest_while_ten_thousand_stalled_connections_are_held() {
+    let _alone = ONE_CROWD.lock().await;
+    let n = crowd_size();
+    let proxy = start_proxy(&[]);
+    let crowd = loadgen::crowd::Crowd::hold(proxy.addr, n).await.unwrap();
+    let waiting = metric(&proxy, "attest_proxy_connections_waiting").await;
+    eprintln!(
+        "crowd of {n}: {} open, {waiting} waiting at the proxy",
+        crowd.open()
+    );
+    const NODES: usize = 64;
+    let [attests, _] = connectors();
+    let at_once = Arc::new(tokio::sync::Semaphore::new(8));
+    let target = proxy.addr;
+    let mut nodes = tokio::task::JoinSet::new();
+    for index in 0..NODES {
+        let (connector, at_once) = (attests.clone(), at_once.clone());
+        nodes.spawn(async move {
+            let _turn = at_once.acquire().await.unwrap();
+            tokio::time::timeout(DEADLINE, async {
+                let tcp = connect_from(index, target)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut tls = connector.connect(tcp).await.map_err(|e| e.to_string())?;
+                // The proxy's first HTTP/2 bytes follow its decision on the node.
+                let mut buf = [0u8; 64];
+                match tls.read(&mut buf).await {
+                    Ok(1..) => Ok(()),
+                    other => Err(format!("no answer after the handshake: {other:?}")),
+                }
+            })
+            .await
+            .unwrap_or_else(|_| Err(format!("not decided within {DEADLINE:?}")))
+        });
+    }
+    let mut failed = Vec::new();
+    while let Some(result) = nodes.join_next().await {
+        if let Err(error) = result.unwrap() {
+            failed.push(error);
+        }
+    }
+    let held = crowd.open();
+    let stats = crowd.stop().await;
+    eprintln!("crowd: {stats:?}, {held} open when the nodes were done");
+    assert!(
+        failed.is_empty(),
+        "{} of {NODES} nodes did not attest beside the crowd, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(
+        metric(
+            &proxy,
+            "attest_proxy_connections_shed_total{reason=\"handshakes\"}"
+        )
+        .await,
+        0.0
+    );
+    assert!(
+        held >= n * 9 / 10,
+        "only {held} of the crowd's {n} were held open while the nodes attested"
     );
 }

@@ -22,6 +22,7 @@
 
 pub mod bench;
 pub mod collateral;
+pub mod crowd;
 pub mod mtls;
 pub mod node;
 pub mod plot;

@@ -181,6 +181,12 @@ struct RunArgs {
     /// 127.x.y.z (per-source limits then see all nodes as one source).
     #[arg(long)]
     same_source: bool,
+    /// Run the load three times: without a crowd, beside a crowd of this many connections that
+    /// connect and never finish their first TLS record (half silent, half stalled inside a
+    /// ClientHello, each from its own address, reconnecting when closed), and without again;
+    /// prints the three reports and the throughput ratio.
+    #[arg(long, conflicts_with = "rate")]
+    hold_silent: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -403,17 +409,64 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
         }),
         collateral_metrics: args.proxy_admin,
     };
-    let report = loadgen::run::run(Arc::new(target), &config, &watched).await?;
-    let json = serde_json::to_string_pretty(&report)?;
-    match args.json.as_deref() {
-        Some(path) if path.as_os_str() == "-" => println!("{json}"),
+    let target = Arc::new(target);
+    if let Some(size) = args.hold_silent {
+        let beside = beside_crowd(&target, &config, &watched, args.addr, size).await?;
+        let failed = beside.before.failed + beside.with_crowd.failed + beside.after.failed;
+        write_report(args.json.as_deref(), &beside)?;
+        return Ok(failed == 0);
+    }
+    let report = loadgen::run::run(target, &config, &watched).await?;
+    write_report(args.json.as_deref(), &report)?;
+    Ok(report.failed == 0)
+}
+
+/// Runs `config` without a crowd, beside a crowd of `size` held against `addr`, and without
+/// again; each run's nodes get names of their own.
+async fn beside_crowd(
+    target: &Arc<Target>,
+    config: &LoadConfig,
+    watched: &[Watched],
+    addr: SocketAddr,
+    size: usize,
+) -> anyhow::Result<loadgen::crowd::Beside> {
+    let named = |suffix: &str| LoadConfig {
+        node_prefix: format!("{}{suffix}", config.node_prefix),
+        ..config.clone()
+    };
+    let before = loadgen::run::run(target.clone(), &named("a"), watched).await?;
+    let crowd = loadgen::crowd::Crowd::hold(addr, size)
+        .await
+        .context("holding the crowd")?;
+    let with_crowd = loadgen::run::run(target.clone(), &named("b"), watched).await;
+    let held_at_end = crowd.open();
+    let crowd = crowd.stop().await;
+    let with_crowd = with_crowd?;
+    let after = loadgen::run::run(target.clone(), &named("c"), watched).await?;
+    Ok(loadgen::crowd::Beside {
+        before,
+        with_crowd,
+        after,
+        crowd,
+        held_at_end,
+    })
+}
+
+/// Prints `report`, and writes it as JSON where `json` says ("-": JSON on stdout instead).
+fn write_report<R: serde::Serialize + std::fmt::Display>(
+    json: Option<&std::path::Path>,
+    report: &R,
+) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    match json {
+        Some(path) if path.as_os_str() == "-" => println!("{text}"),
         Some(path) => {
-            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
             print!("{report}");
         }
         None => print!("{report}"),
     }
-    Ok(report.failed == 0)
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
