@@ -199,9 +199,37 @@ fn still_running(process: &ProcStat) -> bool {
         .is_some_and(|now| now.start_time == process.start_time && now.state != 'Z')
 }
 
+/// The inodes of the TCP sockets listening on `port` (any address, IPv4 or IPv6), from
+/// `/proc/net/tcp{,6}`: a socket's inode names it for as long as it is open.
+fn listening_sockets(port: u16) -> Vec<u64> {
+    const LISTEN: &str = "0A";
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let local_port = local
+                .rsplit_once(':')
+                .and_then(|(_, hex)| u16::from_str_radix(hex, 16).ok());
+            if *state == LISTEN && local_port == Some(port) {
+                inodes.extend(inode.parse::<u64>());
+            }
+        }
+    }
+    inodes
+}
+
 /// Starts `local-cluster --serve --no-demo` with `args`, waits until every service is up, checks
 /// that it started `expected` (by process name), ends it with `signal`, and requires every
-/// process it started to be gone within ten seconds and attest-proxy's port to be closed.
+/// process it started to be gone within ten seconds and attest-proxy's listening sockets to be
+/// closed.
 ///
 /// As root, its services run as the pod's uids, each switched to before the parent-death signal
 /// is set.
@@ -237,6 +265,15 @@ fn ends_with_everything_it_started(signal: Signal, args: &[&str], expected: &[&s
         )
         .unwrap();
     let started = children(process.id());
+    // The sockets themselves, not the port numbers: once they are closed, a test running beside
+    // this one may bind the same ephemeral port.
+    let listeners: Vec<(SocketAddr, Vec<u64>)> = [proxy, admin]
+        .into_iter()
+        .map(|addr| (addr, listening_sockets(addr.port())))
+        .collect();
+    for (addr, sockets) in &listeners {
+        assert!(!sockets.is_empty(), "no listening socket found for {addr}");
+    }
     let names: Vec<&str> = started.iter().map(|p| p.comm.as_str()).collect();
     for name in expected {
         assert!(names.contains(name), "no {name} among {names:?}");
@@ -258,10 +295,14 @@ fn ends_with_everything_it_started(signal: Signal, args: &[&str], expected: &[&s
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    for addr in [proxy, admin] {
+    for (addr, sockets) in listeners {
+        let still: Vec<u64> = listening_sockets(addr.port())
+            .into_iter()
+            .filter(|inode| sockets.contains(inode))
+            .collect();
         assert!(
-            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
-            "{addr} still accepts after local-cluster ended ({signal:?})"
+            still.is_empty(),
+            "{addr}'s listening socket (inode {still:?}) still open after local-cluster ended ({signal:?})"
         );
     }
     if let Some(dir) = dir {
