@@ -198,15 +198,11 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
         "{text}"
     );
 
-    // A config trusting the AME root (Constellation's, built in) and no simulated root.
-    let ame = attestation::variants::azure_trustedlaunch::builtin_roots()[0]
-        .der()
-        .to_vec();
-    let ame_pem = pem(&ame);
+    // A config with the built-in roots only (Azure's 2023 root and Constellation's AME root) and
+    // no simulated root.
     let builtin_only = TrustedLaunchValidator::from_attestation_config(
         serde_json::json!({
             "measurements": {"4": {"expected": hex::encode(PCR4)}},
-            "azureVtpmRoots": [ame_pem],
         })
         .to_string()
         .as_bytes(),
@@ -216,7 +212,9 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
     let (text, check) = refusal(&builtin_only, &document(&ak, good.clone(), azure.ca_der()));
     assert_eq!(check, "ak_cert_untrusted_root", "{text}");
     assert!(
-        text.contains("none of the trusted roots (DC=GBL, DC=AME, CN=ameroot"),
+        text.contains(
+            "none of the trusted roots (C=US, O=Microsoft Corporation, CN=Azure Virtual TPM Root Certificate Authority 2023"
+        ) && text.contains("DC=GBL, DC=AME, CN=ameroot"),
         "{text}"
     );
 

@@ -11,12 +11,13 @@
 //! qemu-vtpm); the AK certificate chains to a trusted Azure vTPM root at the verification time
 //! and certifies exactly that AK; only then are the quoted PCRs compared with `measurements`.
 //!
-//! The roots are [`builtin_roots`] (Constellation's: Azure's AME root, which expired on
-//! 2026-05-24, so it verifies only documents dated before) and the config's `azureVtpmRoots`
-//! (required, since the built-in root admits nobody now): PEM strings, each one or more CA
-//! certificates trusted as anchors. Azure runs more than one
-//! vTPM CA hierarchy; an operator lists the root (or, for a hierarchy deeper than AK ← CA ← root,
-//! the CA that issued the document's CA) their VMs' certificates chain to.
+//! The roots are [`builtin_roots`] (Azure Virtual TPM Root Certificate Authority 2023, valid to
+//! 2048, and Constellation's: Azure's AME root, which expired on 2026-05-24, so it verifies only
+//! documents dated before) and beside them the config's `azureVtpmRoots`: PEM strings, each one
+//! or more CA certificates trusted as anchors. Azure runs more than one vTPM CA hierarchy; where
+//! a VM's certificate is issued by a CA that the 2023 root certifies through an intermediate
+//! (AK ← CA ← intermediate ← root), the node's document carries only the first CA, so the
+//! operator lists that intermediate.
 
 pub mod ak_cert;
 
@@ -34,26 +35,30 @@ pub use ak_cert::{AkCertError, Anchor, InstanceInfo, VerifiedAkCert};
 /// 2016-05-24 to 2026-05-24.
 const AME_ROOT_PEM: &[u8] = include_bytes!("roots/ame-root.pem");
 
+/// Azure Virtual TPM Root Certificate Authority 2023 (Microsoft Corporation), the root of the AK
+/// certificates Azure's vTPMs carry, as Microsoft's Trusted Launch FAQ publishes it (serial
+/// 51f431da2c92088a4e29e0d929de4aa7, SHA-1 thumbprint cdb9bc34197a5355f652f1583fbd4e9a1d4801f0);
+/// valid 2023-06-01 to 2048-06-01.
+const AZURE_VTPM_ROOT_2023_PEM: &[u8] = include_bytes!("roots/azure-vtpm-root-2023.pem");
+
 /// The config key of the operator's Azure vTPM trust anchors.
 pub const ROOTS_KEY: &str = "azureVtpmRoots";
 
 /// What a document without its certificates is refused with.
 const NO_AK_CERT: &str = "the document has no InstanceInfo (the AK certificate and its CA)";
 
-/// The roots trusted without configuration: Constellation's.
+/// The roots trusted without configuration: Azure's current vTPM root, then Constellation's.
 pub fn builtin_roots() -> Vec<Anchor> {
-    // The built-in PEM is part of this crate and parsed by a test, so this cannot fail.
-    Anchor::from_pem(AME_ROOT_PEM).unwrap_or_default()
+    // The built-in PEMs are part of this crate and parsed by a test, so this cannot fail.
+    [AZURE_VTPM_ROOT_2023_PEM, AME_ROOT_PEM]
+        .into_iter()
+        .flat_map(|pem| Anchor::from_pem(pem).unwrap_or_default())
+        .collect()
 }
 
 /// Why an azure-trustedlaunch config is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TrustedLaunchConfigError {
-    /// No root of the operator's: the one built-in root expired, so such a config admits nobody.
-    #[error(
-        "azure-trustedlaunch config has no azureVtpmRoots: list the Azure vTPM root (PEM) your VMs' AK certificates chain to; the built-in root, Azure's AME root Constellation trusts, expired on 2026-05-24 (stricter than Constellation, which would refuse every node)"
-    )]
-    NoRoots,
     #[error("azureVtpmRoots entry {index} is not a PEM CA certificate: {source}")]
     Root {
         index: usize,
@@ -78,15 +83,13 @@ struct RawRoots {
 
 impl TrustedLaunchConfig {
     /// Parses `{"measurements": {...}, "azureVtpmRoots": ["<PEM>", ...]}`; at least one
-    /// measurement must be enforced and at least one root listed. Requiring the list keeps a
-    /// config Constellation's CLI rewrote without it (it knows no such field) from replacing a
-    /// working policy with one that admits nobody: attest-proxy refuses it and keeps the last.
+    /// measurement must be enforced, and the roots (optional) are added to the built-in ones. A
+    /// config Constellation's CLI rewrote without them (it knows no such field) therefore trusts
+    /// the built-in roots only; where the fleet chains to a listed intermediate, attest-proxy's
+    /// reload guard holds such a config back, as it would refuse the nodes accepted lately.
     pub fn from_attestation_config(json: &[u8]) -> Result<TrustedLaunchConfig, PolicyError> {
         let policy = Policy::enforcing_from_attestation_config(json)?;
         let raw: RawRoots = serde_json::from_slice(json).map_err(PolicyError::Json)?;
-        if raw.roots.is_empty() {
-            return Err(TrustedLaunchConfigError::NoRoots.into());
-        }
         let mut roots = builtin_roots();
         for (index, pem) in raw.roots.iter().enumerate() {
             let anchors = Anchor::from_pem(pem.as_bytes())
@@ -208,13 +211,37 @@ mod tests {
     const A: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
     #[test]
-    fn the_builtin_root_is_constellations_ame_root() {
+    fn the_builtin_roots_are_azures_2023_root_and_constellations_ame_root() {
         let roots = builtin_roots();
-        assert_eq!(roots.len(), 1);
-        assert_eq!(roots[0].subject(), "DC=GBL, DC=AME, CN=ameroot");
+        let subjects: Vec<String> = roots.iter().map(|r| r.subject().to_owned()).collect();
         assert_eq!(
-            hex::encode(roots[0].sha256()),
+            subjects,
+            [
+                "C=US, O=Microsoft Corporation, CN=Azure Virtual TPM Root Certificate Authority 2023",
+                "DC=GBL, DC=AME, CN=ameroot"
+            ]
+        );
+        // The SHA-1 thumbprint Microsoft publishes for the 2023 root, and Constellation's bytes.
+        assert_eq!(
+            hex::encode(ring::digest::digest(
+                &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+                roots[0].der()
+            )),
+            "cdb9bc34197a5355f652f1583fbd4e9a1d4801f0"
+        );
+        assert_eq!(
+            hex::encode(roots[1].sha256()),
             "ea76599d86897382aa519ff2bc0fa6b9c15d60da2ebe53e72139cd317b0797ed"
+        );
+        for root in &roots {
+            let parsed = ak_cert::parse_cert(root.der(), "trusted root").unwrap();
+            crate::issuer::may_sign(&parsed, crate::issuer::Usage::Certificates).unwrap();
+        }
+        let root_2023 = ak_cert::parse_cert(roots[0].der(), "trusted root").unwrap();
+        assert_eq!(
+            root_2023.validity().not_after.to_datetime().year(),
+            2048,
+            "the 2023 root is valid until 2048"
         );
     }
 
@@ -224,15 +251,12 @@ mod tests {
             format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}}}"#),
             format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}, "azureVtpmRoots": []}}"#),
         ] {
-            let err = TrustedLaunchConfig::from_attestation_config(plain.as_bytes()).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    PolicyError::TrustedLaunch(TrustedLaunchConfigError::NoRoots)
-                ),
-                "{err}"
+            let config = TrustedLaunchConfig::from_attestation_config(plain.as_bytes()).unwrap();
+            assert_eq!(
+                config.roots,
+                builtin_roots(),
+                "without a list: the built-in roots"
             );
-            assert!(err.to_string().contains("expired on 2026-05-24"), "{err}");
         }
 
         let ame = String::from_utf8(AME_ROOT_PEM.to_vec()).unwrap();
