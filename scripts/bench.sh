@@ -29,7 +29,8 @@
 # table with the ratios B/A and C/A (server CPU per operation and throughput), a table of
 # C-mutual against C (throughput, server CPU per join, p99, their ratios, and the load generator's
 # own CPU per join, where the nodes' check of the service runs, apart), and writes
-# target/bench/results.json, target/bench/results.svg and the processes' logs (target/bench/logs).
+# target/bench/results.json, target/bench/results.svg, target/bench/results.md (one Markdown table per
+# variant, as the README shows them) and the processes' logs (target/bench/logs).
 #
 # CPU per operation: utime + stime (/proc/<pid>/stat) of the setup's server-side processes during
 # the step, divided by its successful operations. A: the trivial mTLS server. B: attest-proxy plus

@@ -1612,5 +1612,18 @@ mod tests {
         assert_eq!(svg.matches("<title>A: mutual TLS").count(), 3);
         assert_eq!(svg.matches("(aws-sev-snp) at concurrency 16").count(), 3);
         assert!(!svg.contains("concurrency 64:"));
+
+        // The README's tables: one per variant, a row per concurrency that has B or C.
+        let md = crate::tables::markdown(&results);
+        assert_eq!(md.matches("\n#### ").count(), 2, "{md}");
+        let (qemu, snp) = md
+            .split_once("#### aws-sev-snp")
+            .unwrap_or_else(|| panic!("{md}"));
+        for (table, b_over_a) in [(qemu, "| 3.00 | - |"), (snp, "| 4.00 | - |")] {
+            let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| 16 ")).collect();
+            assert_eq!(rows.len(), 1, "{md}");
+            assert!(rows[0].contains(b_over_a), "{b_over_a} in {}", rows[0]);
+            assert!(!table.contains("| 64 "), "{md}");
+        }
     }
 }

@@ -29,6 +29,7 @@ pub mod plot;
 pub mod procstat;
 pub mod report;
 pub mod run;
+pub mod tables;
 pub mod trivial;
 
 pub use node::{NodeAttestation, SoftAttestation, Target};

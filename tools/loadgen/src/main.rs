@@ -516,7 +516,15 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let svg = out.join("results.svg");
     std::fs::write(&svg, loadgen::plot::svg(&results))
         .with_context(|| format!("writing {}", svg.display()))?;
-    println!("results: {} and {}", json.display(), svg.display());
+    let tables = out.join("results.md");
+    std::fs::write(&tables, loadgen::tables::markdown(&results))
+        .with_context(|| format!("writing {}", tables.display()))?;
+    println!(
+        "results: {}, {} and {}",
+        json.display(),
+        svg.display(),
+        tables.display()
+    );
     Ok(())
 }
 
