@@ -70,15 +70,11 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer_addr: SocketAddr, 
     let expires = tokio::time::Instant::now() + shared.lifetime.max_age;
     let deadline = tokio::time::Instant::now() + shared.handshake_timeout;
     let first = tokio::time::timeout_at(deadline, first_record::read(tcp)).await;
-    let stream = match first {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => {
+    let stream = match in_time(first) {
+        Ok(stream) => stream,
+        Err(error) => {
             drop(waiting);
-            return gave_up(&shared, peer_addr, started, Some(&error));
-        }
-        Err(_) => {
-            drop(waiting);
-            return gave_up(&shared, peer_addr, started, None);
+            return gave_up(&shared, peer_addr, started, error.as_ref());
         }
     };
     let admitted = shared.admission.start(waiting);
@@ -95,6 +91,18 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer_addr: SocketAddr, 
         shared, stream, peer_addr, admitted, started, deadline, expires,
     ))
     .await;
+}
+
+/// A step run against the connection's deadline: its value, or why the connection ends (`None`:
+/// the deadline passed).
+fn in_time<T>(
+    step: Result<Result<T, atls::HandshakeError>, tokio::time::error::Elapsed>,
+) -> Result<T, Option<atls::HandshakeError>> {
+    match step {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(Some(error)),
+        Err(_) => Err(None),
+    }
 }
 
 /// Ends a connection that did not attest (its places already freed): counts and logs why
@@ -133,15 +141,11 @@ async fn attest_and_serve(
 ) {
     let attested =
         tokio::time::timeout_at(deadline, attest(&shared, tcp, peer_addr, started)).await;
-    let (tls, outcome) = match attested {
-        Ok(Ok(attested)) => attested,
-        Ok(Err(error)) => {
+    let (tls, outcome) = match in_time(attested) {
+        Ok(attested) => attested,
+        Err(error) => {
             drop(admitted);
-            return gave_up(&shared, peer_addr, started, Some(&error));
-        }
-        Err(_) => {
-            drop(admitted);
-            return gave_up(&shared, peer_addr, started, None);
+            return gave_up(&shared, peer_addr, started, error.as_ref());
         }
     };
     // The places are for attesting only; serving the join does not count against them.
