@@ -48,8 +48,8 @@ pub struct NodeKeys {
 
 /// The keys every join gets alike, kept between joins.
 ///
-/// The measurement secret is wiped when the last join holding it is done. The CA key pair is
-/// ring's, which does not wipe its memory on drop; the seed it was made from is wiped at once.
+/// The measurement secret is wiped once neither the keeper nor a join holds it. The CA key pair
+/// is ring's, which does not wipe its memory on drop; the seed it was made from is wiped at once.
 #[derive(Debug)]
 pub struct ClusterKeys {
     /// The cluster's measurement secret.
