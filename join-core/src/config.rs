@@ -46,6 +46,15 @@ pub struct Config {
     #[arg(long, env = "JOIN_CORE_KMS_ATTEMPT_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub kms_attempt_timeout: Duration,
 
+    /// How long the measurement secret and the emergency SSH CA (made from its seed) are kept
+    /// after they were fetched; they are the same for every join, so a join with kept ones asks
+    /// the key service for its state disk key alone. They are derived from the key service's
+    /// master secret, fixed for the cluster's life: this bounds how long join-core's memory holds
+    /// them after a fetch and how long a key service with another master secret (a restore)
+    /// goes unnoticed. `0s` fetches them for every join.
+    #[arg(long, env = "JOIN_CORE_CLUSTER_KEYS_MAX_AGE", default_value = "5min", value_parser = humantime::parse_duration)]
+    pub cluster_keys_max_age: Duration,
+
     /// token-issuer's Unix socket, in a directory only token-issuer can write.
     #[arg(
         long,
@@ -137,6 +146,7 @@ mod tests {
         assert_eq!(config.socket_mode, 0o660);
         assert_eq!(config.kms_timeout, Duration::from_secs(5));
         assert_eq!(config.kms_attempt_timeout, Duration::from_secs(2));
+        assert_eq!(config.cluster_keys_max_age, Duration::from_secs(300));
         assert_eq!(config.ssh_cert_validity, crate::ssh::DEFAULT_VALIDITY);
         assert_eq!(
             config.kubeadm_config,

@@ -13,7 +13,9 @@
 //! ([`keys`], [`retry`]), reads the API server's cert SANs ([`kubeadm`]) and signs the node's
 //! SSH host certificate, and only then asks token-issuer for Kubernetes credentials
 //! ([`credentials`]), so every failure before that creates nothing in Kubernetes. It holds no
-//! Kubernetes credential, and keys only for the request that fetched them. [`error`] sorts
+//! Kubernetes credential; a node's state disk key only for the request that fetched it, and the
+//! keys every node gets alike (the measurement secret, the SSH CA) for a bounded time, so most
+//! joins ask the key service one question ([`keys`]). [`error`] sorts
 //! failures by layer and maps them to gRPC statuses in one place.
 //!
 //! The SSH host certificate names the principals the node asked for without checking them
@@ -82,12 +84,15 @@ impl JoinCore {
         let kubeadm = KubeadmConfig::open(&config.kubeadm_config).map_err(Error::KubeadmConfig)?;
         let mut admin = Admin::new("join_core");
         let metrics = Metrics::register(admin.registry());
+        let keys = KeyClient::new(
+            config.kms_endpoint.clone(),
+            RetryPolicy::new(config.kms_timeout, config.kms_attempt_timeout),
+        )
+        .keeping_cluster_keys(config.cluster_keys_max_age)
+        .with_metrics(metrics.clone());
+        tokio::spawn(keys.sweep());
         let service = TicketService::new(
-            KeyClient::new(
-                config.kms_endpoint.clone(),
-                RetryPolicy::new(config.kms_timeout, config.kms_attempt_timeout),
-            )
-            .with_metrics(metrics.clone()),
+            keys.clone(),
             CredentialsClient::new(
                 &config.token_issuer_socket,
                 config.token_issuer_uid,

@@ -195,10 +195,12 @@ pub fn principals(requested: &[String], api_server_sans: &[String], peer: IpAddr
     all
 }
 
-/// The emergency SSH CA, alive for one request.
+/// The emergency SSH CA. Its public key's encodings are made once, with the key pair: every
+/// certificate and every ticket carries them.
 #[derive(Debug)]
 pub struct SshCa {
     pair: Ed25519KeyPair,
+    public_key_wire: Vec<u8>,
 }
 
 impl SshCa {
@@ -206,21 +208,24 @@ impl SshCa {
     pub fn from_seed(seed: &[u8]) -> Result<Self, SshError> {
         let pair = Ed25519KeyPair::from_seed_unchecked(seed)
             .map_err(|_| SshError::CaSeed { len: seed.len() })?;
-        Ok(Self { pair })
+        let mut public_key_wire = Vec::with_capacity(51);
+        put_string(&mut public_key_wire, ED25519.as_bytes());
+        put_string(&mut public_key_wire, pair.public_key().as_ref());
+        Ok(Self {
+            pair,
+            public_key_wire,
+        })
     }
 
     /// The CA public key in SSH wire format.
-    pub fn public_key_wire(&self) -> Vec<u8> {
-        let mut wire = Vec::with_capacity(51);
-        put_string(&mut wire, ED25519.as_bytes());
-        put_string(&mut wire, self.pair.public_key().as_ref());
-        wire
+    pub fn public_key_wire(&self) -> &[u8] {
+        &self.public_key_wire
     }
 
     /// The CA public key as an `authorized_keys` / `known_hosts` key line, newline-terminated
     /// (as Go's `ssh.MarshalAuthorizedKey` writes it).
     pub fn authorized_key_line(&self) -> Vec<u8> {
-        key_line(ED25519, &self.public_key_wire())
+        key_line(ED25519, &self.public_key_wire)
     }
 
     /// A host certificate for `host_key`, valid for `principals` from five minutes ago for
@@ -268,7 +273,7 @@ impl SshCa {
         put_string(&mut cert, b"");
         put_string(&mut cert, b"");
         put_string(&mut cert, b"");
-        put_string(&mut cert, &self.public_key_wire());
+        put_string(&mut cert, &self.public_key_wire);
 
         let signature = self.pair.sign(&cert);
         let mut signature_blob = Vec::with_capacity(83);

@@ -17,7 +17,7 @@ use crate::keys::KeyClient;
 use crate::kubeadm::KubeadmConfig;
 use crate::metrics::Metrics;
 use crate::request::{self, Identity, MAX_DISK_UUID_LEN};
-use crate::ssh::{self, HostKey, SshCa};
+use crate::ssh::{self, HostKey};
 
 /// How join-core makes SSH host certificates.
 #[derive(Clone, Debug)]
@@ -82,26 +82,22 @@ impl TicketService {
             .kubeadm
             .api_server_cert_sans()
             .map_err(TicketError::KubeadmConfig)?;
-        let keys = self.keys.join_keys(&request.disk_uuid).await?;
-        let mut node_keys = keys.node;
+        let mut keys = self.keys.join_keys(&request.disk_uuid).await?;
         let principals = ssh::principals(
             &request.host_certificate_principals,
             &sans,
             identity.peer_addr.ip(),
         );
-        // The CA key lives only for this block; the seed is wiped with `keys`.
-        let (host_certificate, authorized_ca_public_key) = {
-            let ca = SshCa::from_seed(&keys.ssh_ca_seed).map_err(TicketError::Ssh)?;
-            let certificate = ca
-                .host_certificate(
-                    &host_key,
-                    &principals,
-                    &request.disk_uuid,
-                    self.host_certificates.validity,
-                )
-                .map_err(TicketError::Ssh)?;
-            (certificate, ca.authorized_key_line())
-        };
+        let ca = &keys.cluster.ssh_ca;
+        let host_certificate = ca
+            .host_certificate(
+                &host_key,
+                &principals,
+                &request.disk_uuid,
+                self.host_certificates.validity,
+            )
+            .map_err(TicketError::Ssh)?;
+        let authorized_ca_public_key = ca.authorized_key_line();
 
         let credentials = self
             .credentials
@@ -113,9 +109,9 @@ impl TicketService {
             )
             .await?;
         let ticket = IssueJoinTicketResponse {
-            state_disk_key: std::mem::take(&mut *node_keys.state_disk_key),
+            state_disk_key: std::mem::take(&mut *keys.state_disk_key),
             measurement_salt: self.measurement_salt.to_vec(),
-            measurement_secret: std::mem::take(&mut *node_keys.measurement_secret),
+            measurement_secret: keys.cluster.measurement_secret.to_vec(),
             kubelet_cert: credentials.kubelet_cert,
             api_server_endpoint: credentials.api_server_endpoint,
             token: credentials.token,

@@ -21,7 +21,7 @@ use plumbing::shutdown::{self, Trigger};
 use plumbing::telemetry::LogFormat;
 use plumbing::unix::PeerPolicy;
 use proto::join::api_client::ApiClient;
-use proto::join::{IssueJoinTicketRequest, IssueRejoinTicketRequest};
+use proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse, IssueRejoinTicketRequest};
 use proto::kms::api_server::{Api as KmsApi, ApiServer as KmsServer};
 use proto::kms::{GetDataKeyRequest, GetDataKeyResponse};
 use proto::tokenissuer::token_issuer_server::{TokenIssuer, TokenIssuerServer};
@@ -214,6 +214,7 @@ struct Setup {
     token_issuer_timeout: Duration,
     /// `apiServer.certSANs` of the mounted ClusterConfiguration.
     api_server_sans: Vec<&'static str>,
+    cluster_keys_max_age: Duration,
 }
 
 impl Default for Setup {
@@ -227,6 +228,7 @@ impl Default for Setup {
             token_issuer_uid: own_uid(),
             token_issuer_timeout: Duration::from_secs(5),
             api_server_sans: API_SERVER_SANS.to_vec(),
+            cluster_keys_max_age: Duration::from_secs(300),
         }
     }
 }
@@ -344,6 +346,7 @@ impl System {
             kms_endpoint: format!("http://{kms_endpoint}").parse::<Uri>().unwrap(),
             kms_timeout: setup.kms_timeout,
             kms_attempt_timeout: setup.kms_attempt_timeout,
+            cluster_keys_max_age: setup.cluster_keys_max_age,
             token_issuer_socket,
             token_issuer_timeout: setup.token_issuer_timeout,
             measurement_salt_file: salt_file,
@@ -800,6 +803,50 @@ async fn key_service_refusals_are_internal_and_not_retried() {
     system.stop().await;
 }
 
+/// Joins of a system whose key service counts its calls, with cluster keys kept `max_age`:
+/// the key service calls they took, and the tickets.
+async fn joins_counting_key_calls(
+    max_age: Duration,
+    joins: usize,
+) -> (u32, Vec<IssueJoinTicketResponse>) {
+    let system = System::start(Setup {
+        kms: Kms::UnavailableFirst(0),
+        cluster_keys_max_age: max_age,
+        ..Setup::default()
+    })
+    .await;
+    let mut tickets = Vec::new();
+    for _ in 0..joins {
+        tickets.push(system.join(join_request()).await.unwrap());
+    }
+    let calls = system.kms_calls.load(Ordering::SeqCst);
+    system.stop().await;
+    (calls, tickets)
+}
+
+#[tokio::test]
+async fn cluster_keys_are_kept_for_their_max_age_and_every_ticket_has_them() {
+    // Kept: the first join asks for three keys, each later one for its state disk key alone.
+    let (calls, tickets) = joins_counting_key_calls(Duration::from_secs(300), 3).await;
+    assert_eq!(calls, 3 + 1 + 1);
+    // Not kept: three keys for every join.
+    let (calls_unkept, unkept) = joins_counting_key_calls(Duration::ZERO, 2).await;
+    assert_eq!(calls_unkept, 3 + 3);
+    // Expired before the second join: fetched again.
+    let (calls_expired, _) = joins_counting_key_calls(Duration::from_nanos(1), 2).await;
+    assert_eq!(calls_expired, 3 + 3);
+
+    for ticket in tickets.iter().chain(&unkept) {
+        assert_eq!(ticket.state_disk_key, expected_key(DISK_UUID));
+        assert_eq!(ticket.measurement_secret, expected_key("measurementSecret"));
+        assert_eq!(
+            ticket.authorized_ca_public_key,
+            tickets[0].authorized_ca_public_key
+        );
+        verify_host_certificate(&ticket.host_certificate, &expected_ca_public_key());
+    }
+}
+
 #[tokio::test]
 async fn token_issuer_down_is_unavailable() {
     // Nothing can be created: token-issuer is the only process that creates anything.
@@ -849,8 +896,8 @@ async fn admin_endpoint_is_ready_and_counts_tickets_and_backend_calls() {
     for line in [
         r#"join_core_tickets_total{method="IssueJoinTicket",result="issued",reason="ok"} 1"#,
         r#"join_core_tickets_total{method="IssueRejoinTicket",result="issued",reason="ok"} 1"#,
-        // Three keys for the join, two for the rejoin.
-        r#"join_core_backend_call_duration_seconds_count{backend="key_service",outcome="ok"} 5"#,
+        // Three keys for the join; the rejoin's state disk key alone, the measurement secret kept.
+        r#"join_core_backend_call_duration_seconds_count{backend="key_service",outcome="ok"} 4"#,
         r#"join_core_backend_call_duration_seconds_count{backend="token_issuer",outcome="ok"} 1"#,
         r#"join_core_ticket_duration_seconds_count{method="IssueJoinTicket"} 1"#,
     ] {
@@ -959,6 +1006,7 @@ async fn bad_salt_or_kubeadm_config_stops_startup() {
         kms_endpoint: "http://127.0.0.1:9000".parse().unwrap(),
         kms_timeout: Duration::from_secs(1),
         kms_attempt_timeout: Duration::from_secs(1),
+        cluster_keys_max_age: Duration::from_secs(1),
         token_issuer_socket: dir.path().join("token-issuer.sock"),
         token_issuer_timeout: Duration::from_secs(1),
         measurement_salt_file: salt_file.clone(),

@@ -8,7 +8,8 @@
 //! The CEL is parsed and evaluated by the `cel` crate. Kubernetes' CEL environment is that of
 //! cel-go plus Kubernetes libraries; of those the crate lacks the strings extension's
 //! `substring`, registered here, and `string(bytes)` is made strict (invalid UTF-8 is an error,
-//! not a lossy conversion). The variables keep Kubernetes' types: Secret `data` values are
+//! not a lossy conversion). `matches` compiles each pattern once ([`matches`]), as cel-go does
+//! for a literal pattern, where the crate compiles it on every call. The variables keep Kubernetes' types: Secret `data` values are
 //! `bytes`, `metadata.creationTimestamp` is a `timestamp`, `object` is `null` on DELETE and
 //! `oldObject` on CREATE.
 //!
@@ -23,7 +24,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use base64::Engine as _;
 use cel::extractors::{Arguments, This};
@@ -383,6 +384,7 @@ fn context<'a>(req: &Request<'_>) -> Context<'a> {
     let mut ctx = Context::default();
     ctx.add_function("substring", substring);
     ctx.add_function("string", strict_string);
+    ctx.add_function("matches", matches);
     let secret = req.resource == "secrets" && req.group.is_empty();
     let object = |o: Option<&Json>| o.map_or(cel::Value::Null, |o| object_value(o, secret));
     let request: HashMap<Key, cel::Value> = HashMap::from([
@@ -515,6 +517,33 @@ fn strict_string(
     }
 }
 
+/// Compiled `matches` patterns. Bounded, since a pattern may be computed from the request; the
+/// deployed policies use a few literal ones.
+static PATTERNS: LazyLock<Mutex<HashMap<String, regex::Regex>>> = LazyLock::new(Mutex::default);
+const MAX_PATTERNS: usize = 64;
+
+/// `string.matches(pattern)`, the crate's function with each pattern compiled once.
+fn matches(
+    ftx: &FunctionContext<'_, '_>,
+    This(this): This<Arc<String>>,
+    pattern: Arc<String>,
+) -> Result<bool, ExecutionError> {
+    let mut patterns = PATTERNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(compiled) = patterns.get(pattern.as_str()) {
+        return Ok(compiled.is_match(&this));
+    }
+    let compiled = regex::Regex::new(&pattern)
+        .map_err(|err| ftx.error(format!("'{pattern}' not a valid regex:\n{err}")))?;
+    let matched = compiled.is_match(&this);
+    if patterns.len() >= MAX_PATTERNS {
+        patterns.clear();
+    }
+    patterns.insert(pattern.to_string(), compiled);
+    Ok(matched)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,5 +585,23 @@ mod tests {
         }
         assert!(eval("object.metadata.name.substring(40) == ''", &req).is_err());
         assert!(eval("string(object.data['missing']) == ''", &req).is_err());
+        // A kept pattern answers as a new one would; a bad pattern is an error every time.
+        for _ in 0..2 {
+            assert_eq!(
+                eval(
+                    "object.metadata.name.matches('^bootstrap-token-[a-z0-9]{6}$')",
+                    &req
+                ),
+                Ok(true)
+            );
+            assert_eq!(
+                eval(
+                    "object.metadata.name.matches('^bootstrap-token-[A-Z]{6}$')",
+                    &req
+                ),
+                Ok(false)
+            );
+            assert!(eval("object.metadata.name.matches('(')", &req).is_err());
+        }
     }
 }
