@@ -21,6 +21,7 @@
 //! [`Ec2ImageError::NotFound`] (the node is refused). The question is asked last, so a document
 //! that fails any other check costs no EC2 call.
 
+pub mod attestation_document;
 pub mod ec2_answer;
 
 use std::collections::HashMap;
