@@ -25,6 +25,7 @@
 pub mod azure;
 pub mod azure_vtpm;
 pub mod gce;
+pub mod nitro;
 mod marshal;
 pub mod snp;
 pub mod tdx;

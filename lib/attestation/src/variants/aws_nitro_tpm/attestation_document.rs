@@ -8,7 +8,8 @@
 //! > 0), `digest` (`"SHA384"`), `nitrotpm_pcrs` (1..=32 entries, index 0..31 → 32/48/64 bytes),
 //! `certificate` (DER, 1..=1024 bytes), `cabundle` (1 or more DER certificates, each 1..=1024
 //! bytes, root first), and the caller's optional `public_key` (1..=1024 bytes), `user_data` and
-//! `nonce` (0..=512 bytes each). No value may be null.
+//! `nonce` (0..=512 bytes each). No mandatory value may be null; an optional one that is null
+//! (as the NSM encodes an absent one) is absent.
 //!
 //! [`verify`] checks, in this order: the size of the whole document; the COSE structure and
 //! ES384; every payload field's type and bounds; the chain `certificate` ← `cabundle[n-1]` ←
@@ -102,6 +103,28 @@ pub enum NitroDocError {
     },
     #[error("the AWS NitroTPM attestation document's signature does not verify with its certificate: {0}")]
     Signature(String),
+    /// The document was made for another connection (or none): its nonce is not this
+    /// connection's extraData.
+    #[error("the AWS NitroTPM attestation document's nonce is not this connection's extraData (stale or from another connection)")]
+    NonceMismatch,
+    /// The document's user_data is not the SHA-256 of the attestation key's public area.
+    #[error("the AWS NitroTPM attestation document does not bind the attestation key: its user_data is not SHA-256 of the AK's TPMT_PUBLIC (sha256:{ak})")]
+    AkNotBound { ak: String },
+    /// AWS's word on a PCR differs from what the AK quoted.
+    #[error("the AWS NitroTPM attestation document's PCR {index} differs from the quote's SHA-384 PCR {index}")]
+    PcrMismatch { index: u32 },
+    /// A PCR the policy checks is absent from the document or the quote.
+    #[error("PCR {index}, which the policy checks, is absent from {from}")]
+    PcrMissing { index: u32, from: &'static str },
+    /// The policy's values are not of the bank AWS signs, so the document cannot vouch for them.
+    #[error("the AWS NitroTPM attestation document vouches for SHA-384 PCRs, but the policy's measurements are {len}-byte values: write them as SHA-384 values")]
+    PolicyBank { len: usize },
+    /// The node sent no document and the config requires one.
+    #[error("the node sent no AWS NitroTPM attestation document, and the attestation config requires one (requireNitroTpmAttestation)")]
+    Required,
+    /// InstanceInfo's document field is not base64.
+    #[error("InstanceInfo's nitroTpmAttestationDocument is not standard base64")]
+    Base64,
 }
 
 /// The Nitro roots a verifier trusts, as DER certificates.
@@ -219,7 +242,11 @@ fn parse_payload(payload: &[u8]) -> Result<NitroDocument, NitroDocError> {
             return Err(bad("a key is not text".to_owned()));
         };
         if value.is_null() {
-            return Err(bad(format!("{key} is null")));
+            // The NSM encodes an absent optional field as null; a null mandatory one is refused.
+            if matches!(key.as_str(), "public_key" | "user_data" | "nonce") {
+                continue;
+            }
+            return Err(bad(format!("{} is null", key.chars().take(40).collect::<String>())));
         }
         let shown = key.chars().take(40).collect::<String>();
         if fields.insert(key, value).is_some() {
