@@ -222,7 +222,11 @@ impl NitroPki {
         let rng = ring::rand::SystemRandom::new();
         let mut failed = false;
         let sign1 = CoseSign1Builder::new()
-            .protected(HeaderBuilder::new().algorithm(iana::Algorithm::ES384).build())
+            .protected(
+                HeaderBuilder::new()
+                    .algorithm(iana::Algorithm::ES384)
+                    .build(),
+            )
             .payload(bytes)
             .create_signature(b"", |data| match self.leaf_key.sign(&rng, data) {
                 Ok(sig) => sig.as_ref().to_vec(),

@@ -83,7 +83,9 @@ pub enum NitroDocError {
     Payload(String),
     #[error("the AWS NitroTPM attestation document's digest is {0:?}, not \"SHA384\"")]
     Digest(String),
-    #[error("the AWS NitroTPM attestation document's {which} is not an X.509 certificate: {reason}")]
+    #[error(
+        "the AWS NitroTPM attestation document's {which} is not an X.509 certificate: {reason}"
+    )]
     Certificate { which: String, reason: String },
     #[error(
         "the AWS NitroTPM attestation document does not chain to a trusted Nitro root: its cabundle starts with {subject} (SHA-256 {sha256}); trusted: {trusted}"
@@ -101,26 +103,38 @@ pub enum NitroDocError {
         when: &'static str,
         reason: String,
     },
-    #[error("the AWS NitroTPM attestation document's signature does not verify with its certificate: {0}")]
+    #[error(
+        "the AWS NitroTPM attestation document's signature does not verify with its certificate: {0}"
+    )]
     Signature(String),
     /// The document was made for another connection (or none): its nonce is not this
     /// connection's extraData.
-    #[error("the AWS NitroTPM attestation document's nonce is not this connection's extraData (stale or from another connection)")]
+    #[error(
+        "the AWS NitroTPM attestation document's nonce is not this connection's extraData (stale or from another connection)"
+    )]
     NonceMismatch,
     /// The document's user_data is not the SHA-256 of the attestation key's public area.
-    #[error("the AWS NitroTPM attestation document does not bind the attestation key: its user_data is not SHA-256 of the AK's TPMT_PUBLIC (sha256:{ak})")]
+    #[error(
+        "the AWS NitroTPM attestation document does not bind the attestation key: its user_data is not SHA-256 of the AK's TPMT_PUBLIC (sha256:{ak})"
+    )]
     AkNotBound { ak: String },
     /// AWS's word on a PCR differs from what the AK quoted.
-    #[error("the AWS NitroTPM attestation document's PCR {index} differs from the quote's SHA-384 PCR {index}")]
+    #[error(
+        "the AWS NitroTPM attestation document's PCR {index} differs from the quote's SHA-384 PCR {index}"
+    )]
     PcrMismatch { index: u32 },
     /// A PCR the policy checks is absent from the document or the quote.
     #[error("PCR {index}, which the policy checks, is absent from {from}")]
     PcrMissing { index: u32, from: &'static str },
     /// The policy's values are not of the bank AWS signs, so the document cannot vouch for them.
-    #[error("the AWS NitroTPM attestation document vouches for SHA-384 PCRs, but the policy's measurements are {len}-byte values: write them as SHA-384 values")]
+    #[error(
+        "the AWS NitroTPM attestation document vouches for SHA-384 PCRs, but the policy's measurements are {len}-byte values: write them as SHA-384 values"
+    )]
     PolicyBank { len: usize },
     /// The node sent no document and the config requires one.
-    #[error("the node sent no AWS NitroTPM attestation document, and the attestation config requires one (requireNitroTpmAttestation)")]
+    #[error(
+        "the node sent no AWS NitroTPM attestation document, and the attestation config requires one (requireNitroTpmAttestation)"
+    )]
     Required,
     /// InstanceInfo's document field is not base64.
     #[error("InstanceInfo's nitroTpmAttestationDocument is not standard base64")]
@@ -148,11 +162,9 @@ impl NitroRoots {
                 which: "configured root".to_owned(),
                 reason: e.to_string(),
             })?;
-            X509Certificate::from_der(&block.contents).map_err(|e| {
-                NitroDocError::Certificate {
-                    which: "configured root".to_owned(),
-                    reason: e.to_string(),
-                }
+            X509Certificate::from_der(&block.contents).map_err(|e| NitroDocError::Certificate {
+                which: "configured root".to_owned(),
+                reason: e.to_string(),
             })?;
             roots.push(block.contents);
         }
@@ -246,7 +258,10 @@ fn parse_payload(payload: &[u8]) -> Result<NitroDocument, NitroDocError> {
             if matches!(key.as_str(), "public_key" | "user_data" | "nonce") {
                 continue;
             }
-            return Err(bad(format!("{} is null", key.chars().take(40).collect::<String>())));
+            return Err(bad(format!(
+                "{} is null",
+                key.chars().take(40).collect::<String>()
+            )));
         }
         let shown = key.chars().take(40).collect::<String>();
         if fields.insert(key, value).is_some() {
@@ -370,7 +385,11 @@ pub fn verify(bytes: &[u8], roots: &NitroRoots, now: i64) -> Result<NitroDocumen
     let (sign1, doc) = parse(bytes)?;
     let timestamp = i64::try_from(doc.timestamp_ms / 1000)
         .map_err(|_| NitroDocError::Payload("timestamp is out of range".to_owned()))?;
-    let leaf_key = verify_chain(&doc, roots, &[(timestamp, "at the document's timestamp"), (now, "now")])?;
+    let leaf_key = verify_chain(
+        &doc,
+        roots,
+        &[(timestamp, "at the document's timestamp"), (now, "now")],
+    )?;
     let key = ring::signature::UnparsedPublicKey::new(
         &ring::signature::ECDSA_P384_SHA384_FIXED,
         leaf_key,
@@ -411,12 +430,11 @@ fn verify_chain(
         } else {
             format!("cabundle[{i}]")
         };
-        let (rest, cert) = X509Certificate::from_der(der).map_err(|e| {
-            NitroDocError::Certificate {
+        let (rest, cert) =
+            X509Certificate::from_der(der).map_err(|e| NitroDocError::Certificate {
                 which: which.clone(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         if !rest.is_empty() {
             return Err(NitroDocError::Certificate {
                 which,
@@ -471,7 +489,9 @@ fn verify_chain(
         subject
             .verify_signature(Some(issuer.public_key()))
             .map_err(|e| {
-                NitroDocError::Chain(format!("{subject_name} is not signed by {issuer_name}: {e}"))
+                NitroDocError::Chain(format!(
+                    "{subject_name} is not signed by {issuer_name}: {e}"
+                ))
             })?;
     }
     let (_, leaf) = &chain[chain.len() - 1];
@@ -483,7 +503,9 @@ fn verify_chain(
         .as_ref()
         .and_then(|p| p.as_oid().ok())
         .is_some_and(|oid| oid == p384);
-    if spki.algorithm.algorithm != x509_parser::oid_registry::OID_KEY_TYPE_EC_PUBLIC_KEY || !curve_ok {
+    if spki.algorithm.algorithm != x509_parser::oid_registry::OID_KEY_TYPE_EC_PUBLIC_KEY
+        || !curve_ok
+    {
         return Err(NitroDocError::Chain(
             "the signing certificate's key is not an ECDSA P-384 key".to_owned(),
         ));
@@ -499,7 +521,10 @@ mod tests {
     #[test]
     fn the_built_in_root_is_awss_published_g1() {
         let roots = NitroRoots::aws();
-        assert_eq!(roots.fingerprints(), vec![AWS_NITRO_ROOT_G1_SHA256.to_owned()]);
+        assert_eq!(
+            roots.fingerprints(),
+            vec![AWS_NITRO_ROOT_G1_SHA256.to_owned()]
+        );
         let (_, cert) = X509Certificate::from_der(&roots.roots[0]).unwrap();
         assert!(cert.subject().to_string().contains("CN=aws.nitro-enclaves"));
         may_sign(&cert, Usage::Certificates).unwrap();
