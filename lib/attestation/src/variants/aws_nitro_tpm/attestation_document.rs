@@ -5,7 +5,7 @@
 //! attestation process of `aws-nitro-enclaves-nsm-api` for the limits): a `COSE_Sign1`
 //! (RFC 9052; tagged 18 or not) whose protected header names ES384 and whose payload is a CBOR
 //! map with text keys `module_id` (non-empty text), `timestamp` (milliseconds since the epoch,
-//! > 0), `digest` (`"SHA384"`), `nitrotpm_pcrs` (1..=32 entries, index 0..31 → 32/48/64 bytes),
+//! positive), `digest` (`"SHA384"`), `nitrotpm_pcrs` (1..=32 entries, index 0..31 → 48 bytes, as `digest` says),
 //! `certificate` (DER, 1..=1024 bytes), `cabundle` (1 or more DER certificates, each 1..=1024
 //! bytes, root first), and the caller's optional `public_key` (1..=1024 bytes), `user_data` and
 //! `nonce` (0..=512 bytes each). No mandatory value may be null; an optional one that is null
