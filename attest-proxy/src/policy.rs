@@ -125,7 +125,7 @@ fn build(
                 AwsNitroTpmValidator::from_attestation_config(raw).map_err(invalid)?;
             Ok(Active {
                 digest,
-                trust_any_ak: validator.ak_trust().is_any(),
+                trust_any_ak: validator.ak_trust().is_some_and(|t| t.is_any()),
                 validator: Arc::new(validator.with_ec2_images(images.clone())),
             })
         }

@@ -349,6 +349,28 @@ pub fn check_name(error: &Error) -> &'static str {
         Error::GcePlatform(_) => "gce_platform",
         Error::CollateralUnavailable(_) => "collateral_unavailable",
         Error::AkCertificate(e) => ak_cert_check_name(e),
+        Error::NitroDocument(e) => nitro_check_name(e),
+    }
+}
+
+fn nitro_check_name(
+    error: &crate::variants::aws_nitro_tpm::attestation_document::NitroDocError,
+) -> &'static str {
+    use crate::variants::aws_nitro_tpm::attestation_document::NitroDocError as E;
+    match error {
+        E::TooLarge { .. } | E::Cose(_) | E::Payload(_) | E::Digest(_) | E::Base64 => {
+            "nitro_document_format"
+        }
+        E::Algorithm(_) => "nitro_document_algorithm",
+        E::Certificate { .. } | E::Chain(_) => "nitro_document_chain",
+        E::ForeignRoot { .. } => "nitro_document_root",
+        E::Validity { .. } => "nitro_document_validity",
+        E::Signature(_) => "nitro_document_signature",
+        E::NonceMismatch => "nitro_document_nonce",
+        E::AkNotBound { .. } => "nitro_document_ak_binding",
+        E::PcrMismatch { .. } | E::PcrMissing { .. } => "nitro_document_pcrs",
+        E::PolicyBank { .. } => "nitro_document_policy_bank",
+        E::Required => "nitro_document_required",
     }
 }
 

@@ -130,6 +130,10 @@ pub enum Error {
     /// measured or what Google's API says about the instance (gcp-sev-es).
     #[error("not a GCE AMD SEV confidential VM: {0}")]
     GcePlatform(String),
+    /// aws-nitro-tpm: the AWS NitroTPM attestation document the node sent is refused (it is
+    /// never a reason to fall back to the config's key opt-in).
+    #[error(transparent)]
+    NitroDocument(#[from] crate::variants::aws_nitro_tpm::attestation_document::NitroDocError),
 
     /// Collateral (a certificate, a CRL) the verification needs cannot be had now; the node
     /// should retry (gRPC `Unavailable`), it was not found wanting.

@@ -84,6 +84,9 @@ pub enum PolicyError {
         "measurement policy enforces no measurement (it is empty or every entry is warnOnly), so it would admit any machine"
     )]
     NothingEnforced,
+    /// aws-nitro-tpm's settings for AWS's NitroTPM attestation document are invalid.
+    #[error("attestation config: {0}")]
+    NitroAttestation(String),
     /// The SEV-SNP settings of an SNP variant's config are invalid.
     #[error(transparent)]
     Snp(#[from] crate::snp::SnpConfigError),

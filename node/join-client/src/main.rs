@@ -121,6 +121,12 @@ struct IssuerArgs {
     /// aws-nitro-tpm: EC2's instance metadata service (IMDSv2), for the identity document.
     #[arg(long, env = "JOIN_CLIENT_IMDS_URL", default_value = tpm_issuer::aws_nitro_tpm::IMDS_URL)]
     imds_url: String,
+    /// aws-nitro-tpm: AWS's `nitro-tpm-attest` utility (e.g. /usr/bin/nitro-tpm-attest on an
+    /// Attestable AMI). When given, each document also carries AWS's NitroTPM attestation
+    /// document binding the AK to this connection, which lets the service trust the AK without
+    /// `trustedAkDigests`; unset, documents are Constellation's as they are.
+    #[arg(long, env = "JOIN_CLIENT_NITRO_TPM_ATTEST")]
+    nitro_tpm_attest: Option<PathBuf>,
     /// gcp-sev-es: the GCE metadata server, which names this instance (project, zone, name).
     #[arg(long, env = "JOIN_CLIENT_GCE_METADATA_URL", default_value = tpm_issuer::gce::METADATA_URL)]
     gce_metadata_url: String,
@@ -304,10 +310,13 @@ fn issuer(common: &IssuerArgs) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
             &common.imds_url,
             tpm_issuer::aws_nitro_tpm::DEFAULT_IMDS_TIMEOUT,
         )?;
-        return Ok(Arc::new(tpm_issuer::aws_nitro_tpm::AwsNitroTpmIssuer::new(
-            tpm,
-            Box::new(imds),
-        )));
+        let mut issuer = tpm_issuer::aws_nitro_tpm::AwsNitroTpmIssuer::new(tpm, Box::new(imds));
+        if let Some(path) = &common.nitro_tpm_attest {
+            issuer = issuer.with_nitro_document(Box::new(
+                tpm_issuer::aws_nitro_tpm::NitroTpmAttestCommand { path: path.clone() },
+            ));
+        }
+        return Ok(Arc::new(issuer));
     }
     Ok(if common.variant == Variant::AwsSevSnp {
         let source =

@@ -45,6 +45,8 @@ pub enum NitroIssuerError {
     Identity(#[source] ImdsError),
     #[error("quoting the TPM")]
     Quote(#[source] TpmIssuerError),
+    #[error("AWS's NitroTPM attestation document: {0}")]
+    NitroDocument(String),
 }
 
 /// The SDK's `imds.InstanceIdentityDocument`, in its field order.
@@ -82,6 +84,11 @@ struct GoIdentityDocument {
     ramdisk_id: String,
     #[serde(default, deserialize_with = "null_as_empty")]
     architecture: String,
+    /// AWS's NitroTPM attestation document, base64; not IMDS's, added by this issuer when it
+    /// has a [`NitroDocumentSource`]. Go's decoder ignores it, so Constellation's validator
+    /// accepts the document as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nitro_tpm_attestation_document: Option<String>,
 }
 
 fn zero_time() -> String {
@@ -100,9 +107,71 @@ fn null_as_zero_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D
 /// IMDS's identity document (`/latest/dynamic/instance-identity/document`) as Constellation's
 /// issuer re-marshals it into InstanceInfo.
 pub fn instance_info(imds_document: &[u8]) -> Result<Vec<u8>, ImdsError> {
-    let doc: GoIdentityDocument =
+    instance_info_with(imds_document, None)
+}
+
+/// [`instance_info`] with AWS's NitroTPM attestation document in the field the validator reads
+/// (`nitroTpmAttestationDocument`), after IMDS's fields.
+pub fn instance_info_with(
+    imds_document: &[u8],
+    nitro_document: Option<&[u8]>,
+) -> Result<Vec<u8>, ImdsError> {
+    use base64::Engine as _;
+    let mut doc: GoIdentityDocument =
         serde_json::from_slice(imds_document).map_err(|e| ImdsError::Document(e.to_string()))?;
+    doc.nitro_tpm_attestation_document =
+        nitro_document.map(|d| base64::engine::general_purpose::STANDARD.encode(d));
     serde_json::to_vec(&doc).map_err(|e| ImdsError::Document(e.to_string()))
+}
+
+/// Where the node gets AWS's NitroTPM attestation document for a `user_data` and `nonce`.
+pub trait NitroDocumentSource: Send + Sync + std::fmt::Debug {
+    fn document(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// AWS's `nitro-tpm-attest` utility (package `aws-nitro-tpm-tools`): `--user-data FILE --nonce
+/// FILE`, the CBOR document on stdout. It sends the NSM request to the NitroTPM with AWS's TPM
+/// vendor command through an NV index; it opens the TPM device itself (`TPM_DEVICE`, default
+/// `/dev/tpm0`), so join-client's own TCTI should be the resource manager (`/dev/tpmrm0`).
+#[derive(Clone, Debug)]
+pub struct NitroTpmAttestCommand {
+    pub path: std::path::PathBuf,
+}
+
+impl NitroDocumentSource for NitroTpmAttestCommand {
+    fn document(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+        let user_data_file = dir.path().join("user-data");
+        let nonce_file = dir.path().join("nonce");
+        std::fs::write(&user_data_file, user_data).map_err(|e| e.to_string())?;
+        std::fs::write(&nonce_file, nonce).map_err(|e| e.to_string())?;
+        let out = std::process::Command::new(&self.path)
+            .arg("--user-data")
+            .arg(&user_data_file)
+            .arg("--nonce")
+            .arg(&nonce_file)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("running {}: {e}", self.path.display()))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(format!(
+                "{} failed ({}): {}",
+                self.path.display(),
+                out.status,
+                stderr.chars().take(400).collect::<String>()
+            ));
+        }
+        let limit = attestation::variants::aws_nitro_tpm::attestation_document::MAX_DOCUMENT;
+        if out.stdout.is_empty() || out.stdout.len() > limit {
+            return Err(format!(
+                "{} wrote {} bytes, not a document of 1..={limit}",
+                self.path.display(),
+                out.stdout.len()
+            ));
+        }
+        Ok(out.stdout)
+    }
 }
 
 /// Where the identity document comes from.
@@ -228,11 +297,23 @@ impl IdentitySource for ImdsClient {
 pub struct AwsNitroTpmIssuer {
     tpm: TpmIssuer,
     identity: Box<dyn IdentitySource>,
+    nitro: Option<Box<dyn NitroDocumentSource>>,
 }
 
 impl AwsNitroTpmIssuer {
     pub fn new(tpm: TpmIssuer, identity: Box<dyn IdentitySource>) -> Self {
-        AwsNitroTpmIssuer { tpm, identity }
+        AwsNitroTpmIssuer {
+            tpm,
+            identity,
+            nitro: None,
+        }
+    }
+
+    /// Also send AWS's NitroTPM attestation document, made for each connection with nonce =
+    /// extraData (SHA-256(UserData ‖ nonce)) and user_data = SHA-256 of the AK's TPMT_PUBLIC.
+    pub fn with_nitro_document(mut self, source: Box<dyn NitroDocumentSource>) -> Self {
+        self.nitro = Some(source);
+        self
     }
 
     /// A document binding `user_data` to `nonce`.
@@ -245,7 +326,20 @@ impl AwsNitroTpmIssuer {
             .identity
             .identity_document()
             .map_err(NitroIssuerError::Identity)?;
-        let info = instance_info(&doc).map_err(NitroIssuerError::Identity)?;
+        let nitro = match &self.nitro {
+            Some(source) => {
+                let ak = self.tpm.ak_public().map_err(NitroIssuerError::Quote)?;
+                let extra = attestation::vtpm::make_extra_data(user_data, nonce);
+                Some(
+                    source
+                        .document(&attestation::ak_digest(&ak), &extra)
+                        .map_err(NitroIssuerError::NitroDocument)?,
+                )
+            }
+            None => None,
+        };
+        let info =
+            instance_info_with(&doc, nitro.as_deref()).map_err(NitroIssuerError::Identity)?;
         self.tpm
             .issue_document_with_instance_info(user_data, nonce, Some(&info))
             .map_err(NitroIssuerError::Quote)

@@ -26,6 +26,7 @@ pub mod azure;
 pub mod azure_vtpm;
 pub mod gce;
 mod marshal;
+pub mod nitro;
 pub mod snp;
 pub mod tdx;
 pub mod tsm;
@@ -100,6 +101,8 @@ pub struct SoftIssuer {
     ak_pub: Arc<[u8]>,
     ak_name: Arc<[u8]>,
     pcrs: BTreeMap<u32, Vec<u8>>,
+    /// SHA-384 values of a second quote, if the node has that bank (a NitroTPM does).
+    sha384_pcrs: Option<BTreeMap<u32, Vec<u8>>>,
     event_log: Arc<[u8]>,
     /// The TPM clock: it only moves forward, one tick per quote.
     clock: Arc<AtomicU64>,
@@ -199,6 +202,7 @@ impl SoftIssuer {
             ak_pub: ak_pub.into(),
             ak_name: ak_name.into(),
             pcrs: (0..PCR_COUNT).map(|i| (i, vec![0u8; 32])).collect(),
+            sha384_pcrs: None,
             event_log: Arc::from(Vec::new()),
             clock: Arc::new(AtomicU64::new(0)),
             rng: SystemRandom::new(),
@@ -216,6 +220,22 @@ impl SoftIssuer {
             }
             self.pcrs.insert(index, value.to_vec());
         }
+        Ok(self)
+    }
+
+    /// Quotes a SHA-384 bank too, with these values (every other PCR of it zero).
+    pub fn with_sha384_pcrs(
+        mut self,
+        pcrs: impl IntoIterator<Item = (u32, [u8; 48])>,
+    ) -> Result<SoftIssuer, SoftIssuerError> {
+        let mut bank: BTreeMap<u32, Vec<u8>> = (0..PCR_COUNT).map(|i| (i, vec![0u8; 48])).collect();
+        for (index, value) in pcrs {
+            if index >= PCR_COUNT {
+                return Err(SoftIssuerError::PcrIndex(index));
+            }
+            bank.insert(index, value.to_vec());
+        }
+        self.sha384_pcrs = Some(bank);
         Ok(self)
     }
 
@@ -273,33 +293,43 @@ impl SoftIssuer {
             instance_info.unwrap_or_default(),
             &make_extra_data(user_data, nonce),
         );
-        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
-        for value in self.pcrs.values() {
-            digest.update(value);
+        let mut quotes = Vec::new();
+        for (bank, pcrs) in [
+            (HashAlg::Sha256, Some(&self.pcrs)),
+            (HashAlg::Sha384, self.sha384_pcrs.as_ref()),
+        ] {
+            let Some(pcrs) = pcrs else { continue };
+            // TPM2_Quote digests the selected values with the signing scheme's hash (SHA-256).
+            let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+            for value in pcrs.values() {
+                digest.update(value);
+            }
+            let indices: Vec<u32> = pcrs.keys().copied().collect();
+            let attest = marshal::attest_quote(
+                &self.ak_name,
+                &qualifying,
+                &marshal::QuoteBody {
+                    clock: self.clock.fetch_add(1, Ordering::Relaxed),
+                    firmware_version: FIRMWARE_VERSION,
+                    bank: bank.id(),
+                    indices: &indices,
+                    pcr_digest: digest.finish().as_ref(),
+                },
+            );
+            let raw_sig = self.sign(&attest)?;
+            quotes.push(Quote {
+                quote: attest,
+                raw_sig,
+                pcrs: Some(Pcrs {
+                    hash: i32::from(bank.id()),
+                    pcrs: pcrs.clone(),
+                }),
+            });
         }
-        let indices: Vec<u32> = self.pcrs.keys().copied().collect();
-        let attest = marshal::attest_quote(
-            &self.ak_name,
-            &qualifying,
-            &marshal::QuoteBody {
-                clock: self.clock.fetch_add(1, Ordering::Relaxed),
-                firmware_version: FIRMWARE_VERSION,
-                indices: &indices,
-                pcr_digest: digest.finish().as_ref(),
-            },
-        );
-        let raw_sig = self.sign(&attest)?;
         let doc = AttestationDocument {
             attestation: Some(Attestation {
                 ak_pub: self.ak_pub.to_vec(),
-                quotes: vec![Quote {
-                    quote: attest,
-                    raw_sig,
-                    pcrs: Some(Pcrs {
-                        hash: i32::from(HashAlg::Sha256.id()),
-                        pcrs: self.pcrs.clone(),
-                    }),
-                }],
+                quotes,
                 event_log: self.event_log.to_vec(),
             }),
             instance_info: instance_info.map(<[u8]>::to_vec),

@@ -67,7 +67,9 @@ pub(crate) fn name(public: &[u8]) -> Vec<u8> {
 pub(crate) struct QuoteBody<'a> {
     pub clock: u64,
     pub firmware_version: u64,
-    /// The SHA-256 bank's selected PCR indices, ascending.
+    /// The bank's TPM algorithm ID (SHA-256's, or SHA-384's for the second quote).
+    pub bank: u16,
+    /// The bank's selected PCR indices, ascending.
     pub indices: &'a [u32],
     /// SHA-256 over the selected values in index order.
     pub pcr_digest: &'a [u8],
@@ -92,7 +94,7 @@ pub(crate) fn attest_quote(signer: &[u8], extra_data: &[u8], body: &QuoteBody<'_
         select[(i / 8) as usize] |= 1 << (i % 8);
     }
     out.extend_from_slice(&1u32.to_be_bytes());
-    out.extend_from_slice(&alg::SHA256.to_be_bytes());
+    out.extend_from_slice(&body.bank.to_be_bytes());
     out.push(select.len() as u8);
     out.extend_from_slice(&select);
     tpm2b(&mut out, body.pcr_digest);
@@ -148,6 +150,7 @@ mod tests {
         let body = QuoteBody {
             clock: 5,
             firmware_version: 7,
+            bank: alg::SHA256,
             indices: &indices,
             pcr_digest: &[9; 32],
         };

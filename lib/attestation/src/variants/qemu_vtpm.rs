@@ -64,7 +64,7 @@ impl AkTrust {
     }
 
     /// The lines this setting adds to the canonical text the config digest hashes.
-    fn canonical(&self) -> String {
+    pub(crate) fn canonical(&self) -> String {
         match self {
             AkTrust::AnyKey => "ak:any\n".to_owned(),
             AkTrust::Pinned(digests) => digests

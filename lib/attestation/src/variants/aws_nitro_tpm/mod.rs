@@ -21,6 +21,7 @@
 //! [`Ec2ImageError::NotFound`] (the node is refused). The question is asked last, so a document
 //! that fails any other check costs no EC2 call.
 
+pub mod attestation_document;
 pub mod ec2_answer;
 
 use std::collections::HashMap;
@@ -29,16 +30,26 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use attestation_document::{NitroDocError, NitroDocument, NitroRoots};
+
 use crate::policy::{Policy, PolicyError};
+use crate::tpm::HashAlg;
 use crate::variants::qemu_vtpm::{AkTrust, QemuVtpmConfig, ak_digest};
-use crate::vtpm::{compare_pcrs, verify_document};
+use crate::vtpm::{VerifiedQuote, compare_pcrs, make_extra_data, verify_document};
 use crate::{Error, Validator, Variant, Verified};
 
 /// The `tpmSupport` value of an image that boots with a NitroTPM.
 pub const TPM_SUPPORT_V2: &str = "v2.0";
 
-/// The largest `InstanceInfo` read: a real identity document is well under 1 KiB.
-pub const MAX_IDENTITY_DOCUMENT: usize = 4096;
+/// The largest `InstanceInfo` read: a real identity document is well under 1 KiB; with AWS's
+/// NitroTPM attestation document (at most 17 KiB) in base64 it stays under 32 KiB.
+pub const MAX_IDENTITY_DOCUMENT: usize = 32 * 1024;
+
+/// The InstanceInfo field that carries AWS's NitroTPM attestation document (standard base64).
+/// Constellation's validator decodes InstanceInfo with Go's `encoding/json` into the SDK's
+/// `imds.InstanceIdentityDocument`, which ignores unknown fields, so its nodes' documents and
+/// ours stay valid for each other.
+pub const NITRO_DOCUMENT_FIELD: &str = "nitroTpmAttestationDocument";
 
 /// What aws-nitro-tpm documents without their identity document are refused with.
 const NO_IDENTITY: &str = "the document has no InstanceInfo (EC2 instance identity document)";
@@ -60,9 +71,25 @@ pub struct IdentityDocument {
     pub availability_zone: String,
     #[serde(default)]
     pub instance_type: String,
+    /// AWS's NitroTPM attestation document ([`NITRO_DOCUMENT_FIELD`]), base64.
+    #[serde(default)]
+    pub nitro_tpm_attestation_document: Option<String>,
 }
 
 impl IdentityDocument {
+    /// AWS's NitroTPM attestation document, if the node sent one.
+    pub fn nitro_document(&self) -> Result<Option<Vec<u8>>, NitroDocError> {
+        use base64::Engine as _;
+        self.nitro_tpm_attestation_document
+            .as_deref()
+            .map(|b64| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|_| NitroDocError::Base64)
+            })
+            .transpose()
+    }
+
     /// Parses `InstanceInfo` bytes (at most [`MAX_IDENTITY_DOCUMENT`]).
     pub fn parse(bytes: &[u8]) -> Result<IdentityDocument, Error> {
         if bytes.len() > MAX_IDENTITY_DOCUMENT {
@@ -203,17 +230,97 @@ impl Ec2Images for StaticEc2Images {
     }
 }
 
-/// The aws-nitro-tpm attestation config: the same fields as qemu-vtpm's (`measurements`, and
-/// `trustedAkDigests` or `trustAnyAk`), read by the same code, with the same refusals.
-pub type AwsNitroTpmConfig = QemuVtpmConfig;
+/// The aws-nitro-tpm attestation config: qemu-vtpm's fields (`measurements`, and
+/// `trustedAkDigests` or `trustAnyAk`, read by the same code) and the settings of AWS's NitroTPM
+/// attestation document: `requireNitroTpmAttestation` (every node must send one; the opt-in
+/// fields must then be absent, and the measurements must be SHA-384 values, the bank AWS signs)
+/// and `nitroTpmRoots` (PEM; the Nitro roots trusted instead of AWS's built-in G1 root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwsNitroTpmConfig {
+    pub policy: Policy,
+    /// The key opt-in for nodes without an AWS document; `None` when the document is required.
+    pub ak_trust: Option<AkTrust>,
+    pub nitro_roots: NitroRoots,
+    pub require_nitro_attestation: bool,
+}
 
-/// Validates aws-nitro-tpm documents: the quotes verify with a trusted AK, their PCRs satisfy
-/// the policy, and EC2 says the instance's image supports TPM 2.0.
+#[derive(Deserialize)]
+struct RawNitro {
+    #[serde(default, rename = "requireNitroTpmAttestation")]
+    require: bool,
+    #[serde(default, rename = "nitroTpmRoots")]
+    roots: Option<String>,
+    #[serde(default, rename = "trustedAkDigests")]
+    trusted_ak_digests: Option<Vec<String>>,
+    #[serde(default, rename = "trustAnyAk")]
+    trust_any_ak: bool,
+}
+
+impl AwsNitroTpmConfig {
+    pub fn from_attestation_config(json: &[u8]) -> Result<AwsNitroTpmConfig, PolicyError> {
+        let policy = Policy::from_attestation_config(json)?;
+        let raw: RawNitro = serde_json::from_slice(json).map_err(PolicyError::Json)?;
+        let nitro_roots = match &raw.roots {
+            Some(pem) => NitroRoots::from_pem(pem)
+                .map_err(|e| PolicyError::NitroAttestation(format!("nitroTpmRoots: {e}")))?,
+            None => NitroRoots::aws(),
+        };
+        let ak_trust = if raw.require {
+            if raw.trust_any_ak || raw.trusted_ak_digests.is_some() {
+                return Err(PolicyError::NitroAttestation(
+                    "requireNitroTpmAttestation trusts keys only through AWS's document: remove trustedAkDigests and trustAnyAk".to_owned(),
+                ));
+            }
+            if let Some(len) = policy.digest_len().filter(|&l| l != 48) {
+                return Err(PolicyError::NitroAttestation(format!(
+                    "requireNitroTpmAttestation compares the measurements with the SHA-384 PCRs AWS signs, but they are {len}-byte values"
+                )));
+            }
+            if !policy.enforces_any() {
+                return Err(PolicyError::NothingEnforced);
+            }
+            None
+        } else {
+            Some(QemuVtpmConfig::from_attestation_config(json)?.ak_trust)
+        };
+        Ok(AwsNitroTpmConfig {
+            policy,
+            ak_trust,
+            nitro_roots,
+            require_nitro_attestation: raw.require,
+        })
+    }
+
+    /// qemu-vtpm's digest, plus the document settings when they differ from the defaults.
+    pub fn digest(&self) -> String {
+        let mut more = match &self.ak_trust {
+            Some(trust) => trust.canonical(),
+            None => String::new(),
+        };
+        if self.require_nitro_attestation {
+            more.push_str("nitro:required\n");
+        }
+        if self.nitro_roots != NitroRoots::aws() {
+            for root in self.nitro_roots.fingerprints() {
+                more.push_str(&format!("nitro-root:{root}\n"));
+            }
+        }
+        self.policy.digest_with(&more)
+    }
+}
+
+/// Validates aws-nitro-tpm documents: the quotes verify with an AK that AWS's NitroTPM
+/// attestation document binds (or, without one, that the config's opt-in trusts), their PCRs
+/// satisfy the policy, and EC2 says the instance's image supports TPM 2.0.
 #[derive(Clone)]
 pub struct AwsNitroTpmValidator {
     policy: Policy,
-    ak_trust: AkTrust,
+    ak_trust: Option<AkTrust>,
+    nitro_roots: NitroRoots,
+    require_nitro: bool,
     ec2: Option<Arc<dyn Ec2Images>>,
+    /// The verification time; `None` is the system clock.
+    at: Option<i64>,
 }
 
 impl fmt::Debug for AwsNitroTpmValidator {
@@ -221,30 +328,44 @@ impl fmt::Debug for AwsNitroTpmValidator {
         f.debug_struct("AwsNitroTpmValidator")
             .field("policy", &self.policy)
             .field("ak_trust", &self.ak_trust)
+            .field("nitro_roots", &self.nitro_roots.fingerprints())
+            .field("require_nitro", &self.require_nitro)
             .field("ec2", &self.ec2)
             .finish()
     }
 }
 
 impl AwsNitroTpmValidator {
+    /// A validator that trusts keys through `ak_trust` or AWS's document under the built-in root.
     pub fn new(policy: Policy, ak_trust: AkTrust) -> Self {
         AwsNitroTpmValidator {
             policy,
-            ak_trust,
+            ak_trust: Some(ak_trust),
+            nitro_roots: NitroRoots::aws(),
+            require_nitro: false,
             ec2: None,
+            at: None,
         }
     }
 
-    /// The validator a config describes, with its digest (measurements and key trust).
+    pub fn from_config(config: AwsNitroTpmConfig) -> Self {
+        AwsNitroTpmValidator {
+            policy: config.policy,
+            ak_trust: config.ak_trust,
+            nitro_roots: config.nitro_roots,
+            require_nitro: config.require_nitro_attestation,
+            ec2: None,
+            at: None,
+        }
+    }
+
+    /// The validator a config describes, with its digest.
     pub fn from_attestation_config(
         json: &[u8],
     ) -> Result<(AwsNitroTpmValidator, String), PolicyError> {
         let config = AwsNitroTpmConfig::from_attestation_config(json)?;
         let digest = config.digest();
-        Ok((
-            AwsNitroTpmValidator::new(config.policy, config.ak_trust),
-            digest,
-        ))
+        Ok((AwsNitroTpmValidator::from_config(config), digest))
     }
 
     /// Where the validator asks what EC2 says about an image; without one every document is
@@ -254,12 +375,75 @@ impl AwsNitroTpmValidator {
         self
     }
 
+    /// Trust these Nitro roots instead of the configured ones (tests, attest-tool).
+    pub fn with_nitro_roots(mut self, roots: NitroRoots) -> Self {
+        self.nitro_roots = roots;
+        self
+    }
+
+    /// Verify AWS documents as of `unix_seconds` instead of now (offline verification).
+    pub fn at(mut self, unix_seconds: i64) -> Self {
+        self.at = Some(unix_seconds);
+        self
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
 
-    pub fn ak_trust(&self) -> &AkTrust {
-        &self.ak_trust
+    /// The key opt-in for nodes without an AWS document; `None` when the document is required.
+    pub fn ak_trust(&self) -> Option<&AkTrust> {
+        self.ak_trust.as_ref()
+    }
+
+    /// Checks AWS's document against this connection: verified under the trusted roots, nonce =
+    /// extraData, user_data = SHA-256 of the AK's public area, and every PCR the policy checks
+    /// equal in the document and the verified SHA-384 quote, so the policy's values are AWS's.
+    fn check_nitro(
+        &self,
+        bytes: &[u8],
+        ak_pub: &[u8],
+        extra_data: &[u8],
+        quotes: &[VerifiedQuote],
+    ) -> Result<NitroDocument, Error> {
+        let now = self.at.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+                .unwrap_or(0)
+        });
+        let doc = attestation_document::verify(bytes, &self.nitro_roots, now)?;
+        if doc.nonce.as_deref() != Some(extra_data) {
+            return Err(NitroDocError::NonceMismatch.into());
+        }
+        let ak = ak_digest(ak_pub);
+        if doc.user_data.as_deref() != Some(&ak[..]) {
+            return Err(NitroDocError::AkNotBound {
+                ak: hex::encode(ak),
+            }
+            .into());
+        }
+        if let Some(len) = self.policy.digest_len().filter(|&l| l != 48) {
+            return Err(NitroDocError::PolicyBank { len }.into());
+        }
+        let quote = quotes
+            .iter()
+            .find(|q| q.bank == HashAlg::Sha384)
+            .ok_or(Error::MissingBank(HashAlg::Sha384))?;
+        for &index in self.policy.measurements().keys() {
+            let signed = doc.pcrs.get(&index).ok_or(NitroDocError::PcrMissing {
+                index,
+                from: "the AWS document",
+            })?;
+            let quoted = quote.pcrs.get(&index).ok_or(NitroDocError::PcrMissing {
+                index,
+                from: "the SHA-384 quote",
+            })?;
+            if signed != quoted {
+                return Err(NitroDocError::PcrMismatch { index }.into());
+            }
+        }
+        Ok(doc)
     }
 }
 
@@ -300,20 +484,34 @@ impl Validator for AwsNitroTpmValidator {
             .as_ref()
             .map(|a| a.ak_pub.as_slice())
             .unwrap_or_default();
-        self.ak_trust.check(ak_pub)?;
+        let nitro = match identity.nitro_document()? {
+            Some(bytes) => {
+                let extra = make_extra_data(doc.user_data.as_deref().unwrap_or_default(), nonce);
+                Some(self.check_nitro(&bytes, ak_pub, &extra, &quotes)?)
+            }
+            None if self.require_nitro => return Err(NitroDocError::Required.into()),
+            None => None,
+        };
+        if nitro.is_none() {
+            match &self.ak_trust {
+                Some(trust) => trust.check(ak_pub)?,
+                None => return Err(NitroDocError::Required.into()),
+            }
+        }
         let warnings = compare_pcrs(&self.policy, &quotes)?;
         // Last: only a document that passed everything else costs an EC2 call.
         check_image(&image, self.ec2.as_deref())?;
-        let key = if self.ak_trust.is_any() {
-            format!(
-                "AK sha256:{} trusted unchecked (trustAnyAk)",
-                hex::encode(ak_digest(ak_pub))
-            )
-        } else {
-            format!(
-                "AK sha256:{} listed in trustedAkDigests",
-                hex::encode(ak_digest(ak_pub))
-            )
+        let digest = hex::encode(ak_digest(ak_pub));
+        let key = match (&nitro, &self.ak_trust) {
+            (Some(n), _) => format!(
+                "AK sha256:{digest} bound by AWS's NitroTPM attestation document (module {}, timestamp {} ms)",
+                n.module_id.chars().take(64).collect::<String>(),
+                n.timestamp_ms
+            ),
+            (None, Some(t)) if t.is_any() => {
+                format!("AK sha256:{digest} trusted unchecked (trustAnyAk)")
+            }
+            (None, _) => format!("AK sha256:{digest} listed in trustedAkDigests"),
         };
         let clip = |s: &str| s.chars().take(64).collect::<String>();
         Ok(Verified {
@@ -422,7 +620,7 @@ mod tests {
             format!(r#"{{"measurements": {{"4": {{"expected": "{a}"}}}}, "trustAnyAk": true}}"#);
         let (validator, digest) =
             AwsNitroTpmValidator::from_attestation_config(any.as_bytes()).unwrap();
-        assert!(validator.ak_trust().is_any());
+        assert!(validator.ak_trust().unwrap().is_any());
         assert!(!digest.is_empty());
         assert_eq!(validator.variant(), Variant::AwsNitroTpm);
     }
