@@ -14,7 +14,7 @@ seconds="${1:-120}"
 shift || true
 cd "$(dirname "$0")/../fuzz"
 
-all_targets=(cert_extension server_certificate server_collateral document_json tpmt_public tpmt_signature tpms_attest event_log snp_report snp_instance_info snp_cert snp_crl snp_certtable tdx_quote qemu_tdx_document azure_tdx_instance_info azure_trustedlaunch_instance_info gcp_sev_es tdx_collateral tdx_outblob aws_nitro_tpm)
+all_targets=(cert_extension server_certificate server_collateral document_json tpmt_public tpmt_signature tpms_attest event_log snp_report snp_instance_info snp_cert snp_crl snp_certtable tdx_quote qemu_tdx_document azure_tdx_instance_info azure_trustedlaunch_instance_info gcp_sev_es tdx_collateral tdx_outblob aws_nitro_tpm nitro_tpm_document)
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
     targets=("${all_targets[@]}")

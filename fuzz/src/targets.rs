@@ -127,7 +127,7 @@ pub fn event_log(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// The attestation targets by name, as the regression test walks them.
-pub const TARGETS: [(&str, Target); 18] = [
+pub const TARGETS: [(&str, Target); 19] = [
     ("document_json", document_json),
     ("tpmt_public", tpmt_public),
     ("tpmt_signature", tpmt_signature),
@@ -149,7 +149,27 @@ pub const TARGETS: [(&str, Target); 18] = [
     ("tdx_outblob", tdx_outblob),
     ("gcp_sev_es", gcp_sev_es),
     ("aws_nitro_tpm", aws_nitro_tpm),
+    ("nitro_tpm_document", nitro_tpm_document),
 ];
+
+/// AWS's NitroTPM attestation document (COSE_Sign1, its CBOR payload, the certificate chain and
+/// the signature), against AWS's root and, to reach every check past the root, against the root
+/// the input's own `cabundle` names at the input's own timestamp; and the input as the PEM of
+/// configured roots.
+pub fn nitro_tpm_document(data: &[u8]) {
+    use attestation::variants::aws_nitro_tpm::attestation_document::{NitroRoots, parse, verify};
+    let _ = verify(data, &NitroRoots::aws(), 1_764_000_000);
+    if let Ok((_, doc)) = parse(data)
+        && let Some(root) = doc.cabundle.first()
+        && let Ok(roots) = NitroRoots::from_der(vec![root.clone()])
+        && let Ok(at) = i64::try_from(doc.timestamp_ms / 1000)
+    {
+        let _ = verify(data, &roots, at);
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = NitroRoots::from_pem(text);
+    }
+}
 
 /// aws-nitro-tpm's untrusted inputs: the node's InstanceInfo (the EC2 instance identity
 /// document and the image it names) and EC2's XML answers as ec2-identity reads them.

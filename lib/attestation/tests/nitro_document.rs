@@ -355,3 +355,17 @@ fn the_simulated_chain_passes_openssl_strict_verification() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The fuzz target's seed reaches every check: it verifies against the root it names, at its own
+/// time (`fuzz/src/targets.rs`, `nitro_tpm_document`).
+#[test]
+fn the_fuzz_seed_passes_every_check_against_its_own_root() {
+    use attestation::variants::aws_nitro_tpm::attestation_document::{NitroRoots, parse, verify};
+    let seed = include_bytes!("../../../fuzz/seeds/nitro_tpm_document/simulated-nitro-pki.cbor");
+    let (_, doc) = parse(seed).unwrap();
+    let roots = NitroRoots::from_der(vec![doc.cabundle[0].clone()]).unwrap();
+    let at = i64::try_from(doc.timestamp_ms / 1000).unwrap();
+    let verified = verify(seed, &roots, at).unwrap();
+    assert_eq!(verified.nonce.as_deref(), Some(&[4u8; 32][..]));
+    assert!(verify(seed, &NitroRoots::aws(), at).is_err());
+}

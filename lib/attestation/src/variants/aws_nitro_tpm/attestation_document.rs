@@ -177,6 +177,23 @@ impl NitroRoots {
         Ok(NitroRoots { roots })
     }
 
+    /// The DER certificates `roots`; refuses an empty list or one that does not parse.
+    pub fn from_der(roots: Vec<Vec<u8>>) -> Result<NitroRoots, NitroDocError> {
+        if roots.is_empty() {
+            return Err(NitroDocError::Certificate {
+                which: "configured root".to_owned(),
+                reason: "no certificate".to_owned(),
+            });
+        }
+        for root in &roots {
+            X509Certificate::from_der(root).map_err(|e| NitroDocError::Certificate {
+                which: "configured root".to_owned(),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(NitroRoots { roots })
+    }
+
     /// The SHA-256 of each root's DER, for the config digest and refusals.
     pub fn fingerprints(&self) -> Vec<String> {
         self.roots.iter().map(|r| sha256_hex(r)).collect()
