@@ -120,8 +120,11 @@ struct RunArgs {
     ak: Ak,
     /// The nodes' attestation variant: qemu-vtpm (software keys), aws-sev-snp / azure-sev-snp /
     /// gcp-sev-snp on simulated AMD hardware (needs --simulated-amd; gcp-sev-snp also
-    /// --gce-standin), or qemu-tdx / azure-tdx in TDs on simulated Intel hardware (needs
-    /// --simulated-intel).
+    /// --gce-standin), qemu-tdx / azure-tdx in TDs on simulated Intel hardware (needs
+    /// --simulated-intel), or on software keys: gcp-sev-es (simulated GCE confidential VMs;
+    /// needs --gce-standin), azure-trustedlaunch (AK certificates of a simulated Azure vTPM CA
+    /// with the fixed keys local-cluster's shares) or aws-nitro-tpm (identity documents of the
+    /// image local-cluster's EC2 stand-in serves; start it with --trust-any-ak).
     #[arg(long, default_value = "qemu-vtpm", value_parser = parse_variant)]
     variant: Variant,
     /// With an SNP variant: the simulated AMD whose ARK the service trusts, as `local-cluster
@@ -134,13 +137,14 @@ struct RunArgs {
     /// stand-in serves.
     #[arg(long)]
     simulated_intel: Option<PathBuf>,
-    /// gcp-sev-snp: the control address of the GCE stand-in local-cluster runs (it prints it, and
-    /// writes it to `<snp-dir>/gce-standin-control`), where each node's instance is registered
+    /// gcp-sev-snp and gcp-sev-es: the control address of the GCE stand-in local-cluster runs
+    /// (it prints it as "instances registered at", and writes it to
+    /// `<snp-dir or gce-dir>/gce-standin-control`), where each node's instance is registered
     /// with its attestation key before the node joins.
     #[arg(long)]
     gce_standin: Option<SocketAddr>,
-    /// attest-proxy's admin endpoint: report the SEV-SNP or TDX collateral it fetched (and the
-    /// GCE keys it looked up) per join.
+    /// attest-proxy's admin endpoint (local-cluster prints it): report the SEV-SNP or TDX
+    /// collateral it fetched and the cloud API lookups (GCE keys, EC2 images) it made per join.
     #[arg(long)]
     proxy_admin: Option<SocketAddr>,
     /// A PCR value the nodes quote, INDEX=HEX (repeatable). Default: the test harness's boot
@@ -238,7 +242,7 @@ struct BenchArgs {
     /// The attestation variants B and C run for (A attests nothing and runs once).
     #[arg(long = "variant", value_delimiter = ',', value_parser = parse_variant,
           default_values = ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp", "gcp-sev-snp", "qemu-tdx",
-                            "azure-tdx"])]
+                            "azure-tdx", "gcp-sev-es", "azure-trustedlaunch", "aws-nitro-tpm"])]
     variants: Vec<Variant>,
     /// Where results.json, results.svg and the processes' logs go.
     #[arg(long, default_value = "target/bench")]
@@ -301,6 +305,22 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
                     args.ak.into(),
                     Some(Vendor::Intel(&intel)),
                     None,
+                )?,
+                server_policy,
+            }
+        }
+        _ if matches!(
+            args.variant,
+            Variant::GcpSevEs | Variant::AzureTrustedLaunch | Variant::AwsNitroTpm
+        ) =>
+        {
+            Target::Atls {
+                addr: args.addr,
+                attestation: bench::node_attestation(
+                    args.variant,
+                    args.ak.into(),
+                    None,
+                    args.gce_standin.map(GceRegistry::Control),
                 )?,
                 server_policy,
             }
