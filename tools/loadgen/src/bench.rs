@@ -64,20 +64,20 @@ use pcs_standin::SimulatedIntel;
 use serde::Serialize;
 use soft_issuer::KeyType;
 use soft_issuer::snp::SimulatedAmd;
+use testsupport::gce::EsMachines;
 use testsupport::harness::{
     ec2_identity_command, ec2_proxy_args, gce_identity_command, gce_proxy_args, own_uid,
 };
 use testsupport::nitro::{NitroSite, SoftInstances};
 use testsupport::process::{Process, bin, free_port};
 use testsupport::snp::{AMD_CERTIFICATES, GceRegistry, GceSite, SnpMachines, SnpSite};
-use testsupport::gce::EsMachines;
 use testsupport::tdx::{FLEET_FMSPCS, INTEL_KEYS, TdxMachines, TdxSite};
 use testsupport::trustedlaunch::SoftVms;
 
+use crate::collateral::CollateralCounts;
 use crate::mtls::ClientCa;
 use crate::node::{NodeAttestation, SoftAttestation, Target};
 use crate::procstat::{self, Watched};
-use crate::collateral::CollateralCounts;
 use crate::report::Report;
 use crate::run::{self, LoadConfig, Mode, Stop};
 use node_client::Backoff;
@@ -197,7 +197,9 @@ pub fn node_attestation(
             return Ok(NodeAttestation::GcpSevEs(Arc::new(EsMachines::new(gce))));
         }
         Variant::AzureTrustedLaunch => {
-            return Ok(NodeAttestation::AzureTrustedLaunch(Arc::new(SoftVms::new()?)));
+            return Ok(NodeAttestation::AzureTrustedLaunch(Arc::new(
+                SoftVms::new()?
+            )));
         }
         Variant::AwsNitroTpm => {
             return Ok(NodeAttestation::AwsNitroTpm(Arc::new(
@@ -393,12 +395,12 @@ impl Machine {
 }
 
 /// A started setup: its processes (stopped when dropped), where nodes dial, what to watch.
-struct Running {
-    target: Arc<Target>,
-    watched: Vec<Watched>,
+pub(crate) struct Running {
+    pub(crate) target: Arc<Target>,
+    pub(crate) watched: Vec<Watched>,
     /// attest-proxy's admin endpoint, for its collateral and cloud lookup metrics (every variant
     /// but qemu-vtpm).
-    collateral_metrics: Option<std::net::SocketAddr>,
+    pub(crate) collateral_metrics: Option<std::net::SocketAddr>,
     processes: Vec<Process>,
     /// Stopped (SIGTERM) when the setup is dropped.
     cluster: Option<Cluster>,
@@ -417,7 +419,7 @@ struct Running {
 
 impl Running {
     /// The end of every log of the setup, for an error.
-    fn log_tails(&self) -> String {
+    pub(crate) fn log_tails(&self) -> String {
         const LINES: usize = 40;
         self.processes
             .iter()
@@ -551,7 +553,8 @@ fn site_dir(variant: Variant) -> anyhow::Result<tempfile::TempDir> {
     Ok(dir)
 }
 
-async fn start(
+/// Starts `setup` for `variant` (its processes' logs under `config.out_dir`, its files in `work`).
+pub(crate) async fn start(
     setup: Setup,
     variant: Variant,
     config: &BenchConfig,
@@ -698,7 +701,10 @@ async fn start(
                 (None, None, Some(dir)) if variant == Variant::AzureTrustedLaunch => {
                     let path = dir.path().join("attestationConfig");
                     let azure = soft_issuer::azure_vtpm::SimulatedAzureVtpmCa::new()?;
-                    std::fs::write(&path, testsupport::trustedlaunch::attestation_config(&azure))?;
+                    std::fs::write(
+                        &path,
+                        testsupport::trustedlaunch::attestation_config(&azure),
+                    )?;
                     path
                 }
                 _ => policy.clone(),
@@ -745,8 +751,10 @@ async fn start(
                 watch("trivial upstream (unix)", &upstream),
             ];
             let mut processes = vec![proxy, upstream];
-            for (name, sidecar) in [("gce-identity", gce_identity), ("ec2-identity", ec2_identity)]
-            {
+            for (name, sidecar) in [
+                ("gce-identity", gce_identity),
+                ("ec2-identity", ec2_identity),
+            ] {
                 if let Some((process, _)) = sidecar {
                     watched.push(watch(name, &process));
                     processes.push(process);
@@ -902,7 +910,7 @@ const COLLATERAL_WAIT: Duration = Duration::from_secs(2);
 /// up to `rate` joins/s so far: enough for a step up to three times as fast (a step at higher
 /// concurrency is faster, and the warm-up runs at 4), bounded so memory and the time spent
 /// making them stay small. Nodes beyond these make their identities inside the step.
-fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
+pub(crate) fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
     const MIN_RATE: f64 = 500.0;
     const MAX_NODES: f64 = 40_000.0;
     let expected = rate.max(MIN_RATE) * 3.0 * step.as_secs_f64() + 2.0 * concurrency as f64;
@@ -1331,7 +1339,10 @@ pub fn summary(results: &BenchResults) -> String {
             );
         }
         for (api, of) in [
-            ("GCE", (|c: &CollateralCounts| c.gce) as fn(&CollateralCounts) -> _),
+            (
+                "GCE",
+                (|c: &CollateralCounts| c.gce) as fn(&CollateralCounts) -> _,
+            ),
             ("EC2", |c: &CollateralCounts| c.ec2),
         ] {
             let lookups = |c: &CollateralCounts| of(c).map_or(0, |l| l.ok + l.failed);

@@ -33,6 +33,9 @@ pub struct CollateralCounts {
     pub hits_stale: u64,
     /// Lookups that found nothing usable: the join was told `Unavailable`.
     pub unavailable: u64,
+    /// Items the collateral cache holds now (`collateral_items`, shared and node-named): a gauge,
+    /// not a counter, so a run's value is the one at its end.
+    pub items: u64,
     /// Whether attest-proxy has a collateral cache at all (the SEV-SNP and TDX variants): without
     /// one, the counts above are zero because nothing is fetched.
     pub collateral_cache: bool,
@@ -91,6 +94,7 @@ impl CollateralUse {
             hits_fresh: after.hits_fresh.saturating_sub(before.hits_fresh),
             hits_stale: after.hits_stale.saturating_sub(before.hits_stale),
             unavailable: after.unavailable.saturating_sub(before.unavailable),
+            items: after.items,
             collateral_cache: after.collateral_cache,
             gce: after.gce.map(|a| a.since(before.gce)),
             ec2: after.ec2.map(|a| a.since(before.ec2)),
@@ -183,6 +187,14 @@ pub fn parse(exposition: &str) -> Option<CollateralCounts> {
             r#"attest_proxy_collateral_hits_total{freshness="fresh"}"# => &mut counts.hits_fresh,
             r#"attest_proxy_collateral_hits_total{freshness="stale"}"# => &mut counts.hits_stale,
             "attest_proxy_collateral_unavailable_total" => &mut counts.unavailable,
+            r#"attest_proxy_collateral_items{class="shared"}"# => {
+                counts.items += value;
+                continue;
+            }
+            r#"attest_proxy_collateral_items{class="node_named"}"# => {
+                counts.items += value;
+                continue;
+            }
             _ => continue,
         };
         *slot = value;
@@ -214,6 +226,8 @@ mod tests {
             attest_proxy_collateral_hits_total{freshness=\"fresh\"} 1200\n\
             attest_proxy_collateral_hits_total{freshness=\"stale\"} 0\n\
             attest_proxy_collateral_unavailable_total 2\n\
+            attest_proxy_collateral_items{class=\"shared\"} 4\n\
+            attest_proxy_collateral_items{class=\"node_named\"} 3\n\
             attest_proxy_connections_total 99\n";
         let after = parse(text).unwrap();
         assert_eq!(
@@ -224,6 +238,7 @@ mod tests {
                 hits_fresh: 1200,
                 hits_stale: 0,
                 unavailable: 2,
+                items: 7,
                 collateral_cache: true,
                 gce: None,
                 ec2: None,

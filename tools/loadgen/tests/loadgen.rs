@@ -497,7 +497,10 @@ fn cloud_trusted_variants_bench_with_their_cloud_lookups_per_join() {
                 assert_eq!(used["ec2"]["ok"], 0, "{what}: {used:#}");
                 assert_eq!(used["ec2"]["failed"], 0, "{what}: {used:#}");
                 assert_eq!(used["cloud_lookups_per_join"], 0.0, "{what}: {used:#}");
-                assert!(used["ec2"]["hits"].as_u64().unwrap() > 0, "{what}: {used:#}");
+                assert!(
+                    used["ec2"]["hits"].as_u64().unwrap() > 0,
+                    "{what}: {used:#}"
+                );
                 // The one image was asked about once, in the warm-up.
                 assert_eq!(since_start["ec2"]["ok"], 1, "{what}: {since_start:#}");
             }

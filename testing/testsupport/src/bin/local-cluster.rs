@@ -330,10 +330,8 @@ async fn simulate_google(args: &Args) -> anyhow::Result<Simulated> {
         instance: "worker-local".to_owned(),
     };
     let node = testsupport::gce::es_node(&instance)?;
-    gce.registry().register(
-        &instance,
-        &node.ak_spki_der().map_err(anyhow::Error::msg)?,
-    )?;
+    gce.registry()
+        .register(&instance, &node.ak_spki_der().map_err(anyhow::Error::msg)?)?;
     let config = testsupport::gce::es_attestation_config()?;
     let attestation_config = dir.join("attestationConfig");
     std::fs::write(&attestation_config, config)?;
