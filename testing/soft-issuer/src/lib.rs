@@ -357,6 +357,43 @@ impl SoftIssuer {
     }
 }
 
+/// A software AK issuing the vTPM document of a variant whose trust comes from the cloud
+/// (azure-trustedlaunch, aws-nitro-tpm): the qemu-vtpm document format, carrying the cloud's
+/// evidence as `InstanceInfo` (an AK certificate and its CA, an instance identity document),
+/// which the quote binds. The node's certificate names `variant`.
+#[derive(Clone, Debug)]
+pub struct InstanceIssuer {
+    ak: SoftIssuer,
+    variant: Variant,
+    instance_info: Vec<u8>,
+}
+
+impl InstanceIssuer {
+    pub fn new(ak: SoftIssuer, variant: Variant, instance_info: Vec<u8>) -> InstanceIssuer {
+        InstanceIssuer {
+            ak,
+            variant,
+            instance_info,
+        }
+    }
+
+    pub fn instance_info(&self) -> &[u8] {
+        &self.instance_info
+    }
+}
+
+impl Issuer for InstanceIssuer {
+    fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    fn issue(&self, user_data: &[u8], nonce: &[u8]) -> Result<Vec<u8>, IssueError> {
+        self.ak
+            .issue_document_with_instance_info(user_data, nonce, Some(&self.instance_info))
+            .map_err(|e| IssueError::from_error(self.variant, e))
+    }
+}
+
 fn strip_leading_zeros(v: &[u8]) -> &[u8] {
     let first = v.iter().position(|&b| b != 0).unwrap_or(v.len());
     &v[first..]

@@ -1,6 +1,7 @@
 //! aws-nitro-tpm's simulated AWS for `local-cluster` and the tests: the EC2 stand-in (IMDSv2
 //! and `DescribeImages`), serving one region with a NitroTPM image and an identity document
-//! naming it, and the files ec2-identity needs to reach it.
+//! naming it, and the files ec2-identity needs to reach it; and [`SoftInstances`], nodes for
+//! load without a TPM.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -88,5 +89,39 @@ impl NitroSite {
             tpm,
             Box::new(ImdsClient::new(&self.ec2.imds_url(), DEFAULT_IMDS_TIMEOUT)?),
         )))
+    }
+}
+
+/// aws-nitro-tpm instances for load, without a NitroTPM: each [`SoftInstances::node`] has a new
+/// ECDSA P-256 software AK quoting the harness's boot measurements and an identity document of
+/// its own instance (`i-<random prefix><n>`) of [`IMAGE`] in [`REGION`], as InstanceInfo. Such
+/// keys are trusted only under `trustAnyAk` (`local-cluster --trust-any-ak`), and every node
+/// names the one image, as a cluster's nodes do.
+#[derive(Debug)]
+pub struct SoftInstances {
+    prefix: String,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Default for SoftInstances {
+    fn default() -> Self {
+        SoftInstances {
+            prefix: hex::encode(rand::Rng::random::<[u8; 4]>(&mut rand::rng())),
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl SoftInstances {
+    /// The next instance.
+    pub fn node(&self) -> anyhow::Result<soft_issuer::InstanceIssuer> {
+        let index = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ak = soft_issuer::SoftIssuer::ecdsa_p256()?.with_pcrs(crate::harness::boot_pcrs())?;
+        let document = identity_document(IMAGE, &format!("i-{}{index:09x}", self.prefix));
+        Ok(soft_issuer::InstanceIssuer::new(
+            ak,
+            attestation::Variant::AwsNitroTpm,
+            document.into_bytes(),
+        ))
     }
 }

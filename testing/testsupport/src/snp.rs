@@ -244,7 +244,8 @@ impl GceRegistry {
         Ok(GceRegistry::Control(addr))
     }
 
-    fn register(&self, instance: &InstanceRef, signing_spki: &[u8]) -> anyhow::Result<()> {
+    /// Registers `instance` with `signing_spki` (DER) as the key the API vouches for.
+    pub fn register(&self, instance: &InstanceRef, signing_spki: &[u8]) -> anyhow::Result<()> {
         let instance = gce_standin::Instance {
             project: instance.project.clone(),
             zone: instance.zone.clone(),

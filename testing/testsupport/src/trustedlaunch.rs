@@ -3,6 +3,9 @@
 //! Azure's setup is played ([`crate::azure::boot_trustedlaunch`]); the attestation config
 //! attest-proxy reads trusts the simulated root through `azureVtpmRoots` and enforces the
 //! harness's boot measurements.
+//!
+//! For load, [`SoftVms`] makes Trusted Launch VMs without a vTPM: a software AK with an AK
+//! certificate of the simulated CA per VM.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -101,4 +104,62 @@ pub fn issuer(swtpm: &Swtpm) -> anyhow::Result<Arc<TrustedLaunchIssuer>> {
         tpm,
         Box::new(HttpCaFetcher::new(Duration::from_secs(10))),
     )))
+}
+
+/// azure-trustedlaunch VMs for load, without a vTPM: each [`SoftVms::node`] gets an AK
+/// certificate of its own (`<random prefix>-<n>.TrustedVM.Azure.windows.net`) from a simulated
+/// CA and sends it with that CA as InstanceInfo, as [`TrustedLaunchIssuer`] does, quoting the
+/// harness's boot measurements. Azure's AK is RSA and ring makes no RSA keys, so every VM
+/// shares soft-issuer's one RSA key; each certificate still certifies it. The simulated CA's
+/// keys are fixed ([`SimulatedAzureVtpmCa::new`]), so these certificates chain to the root of
+/// any site made with `new` (a running `local-cluster --variant azure-trustedlaunch`'s too):
+/// the chain is checked by name and key.
+pub struct SoftVms {
+    azure: SimulatedAzureVtpmCa,
+    ak: soft_issuer::SoftIssuer,
+    prefix: String,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for SoftVms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftVms")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SoftVms {
+    pub fn new() -> anyhow::Result<SoftVms> {
+        Ok(SoftVms {
+            azure: SimulatedAzureVtpmCa::new()?,
+            ak: soft_issuer::SoftIssuer::rsa_2048()?.with_pcrs(crate::harness::boot_pcrs())?,
+            prefix: format!(
+                "tl{}",
+                hex::encode(rand::Rng::random::<[u8; 4]>(&mut rand::rng()))
+            ),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// The next VM, its AK certificate issued.
+    pub fn node(&self) -> anyhow::Result<soft_issuer::InstanceIssuer> {
+        use attestation::variants::azure_trustedlaunch::InstanceInfo;
+        let index = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ak_cert = self.azure.ak_cert(
+            self.ak.ak_public(),
+            &format!("{}-{index}", self.prefix),
+            Window::current(),
+            &[],
+        )?;
+        let info = InstanceInfo {
+            ak_cert,
+            ca: self.azure.ca_der().to_vec(),
+        };
+        Ok(soft_issuer::InstanceIssuer::new(
+            self.ak.clone(),
+            attestation::Variant::AzureTrustedLaunch,
+            info.to_json(),
+        ))
+    }
 }

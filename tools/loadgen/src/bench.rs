@@ -36,6 +36,17 @@
 //! one GCE lookup through gce-identity, as a storm of new nodes does; each step reports the
 //! lookups per join beside the collateral fetches.
 //!
+//! The variants whose trust comes from the cloud run on software AKs (`testsupport::{gce,
+//! trustedlaunch,nitro}`): gcp-sev-es nodes are simulated GCE confidential VMs, each a new
+//! instance registered with the GCE stand-in as for gcp-sev-snp, so each join costs one GCE
+//! lookup; azure-trustedlaunch nodes each carry an AK certificate of a simulated Azure vTPM CA
+//! whose root the config trusts, and cost no cloud lookup (attest-proxy has no cloud cache for
+//! it); aws-nitro-tpm nodes each send an identity document of one image, trusted under
+//! `trustAnyAk` (B: the benchmark's config; C: `local-cluster --trust-any-ak`), and ec2-identity
+//! runs against an EC2 stand-in (B: in this process; C: in local-cluster's): attest-proxy asks
+//! it once per image, so after the warm-up a join costs no EC2 lookup. Every step of these
+//! reports the cloud lookups per join as gcp-sev-snp's do.
+//!
 //! All setups are started first; each concurrency's steps then run for A, B and C back to back.
 //!
 //! The load generator runs in this process. CPU per operation is the `utime + stime` the setup's
@@ -53,11 +64,17 @@ use pcs_standin::SimulatedIntel;
 use serde::Serialize;
 use soft_issuer::KeyType;
 use soft_issuer::snp::SimulatedAmd;
-use testsupport::harness::{gce_identity_command, gce_proxy_args, own_uid};
+use testsupport::gce::EsMachines;
+use testsupport::harness::{
+    ec2_identity_command, ec2_proxy_args, gce_identity_command, gce_proxy_args, own_uid,
+};
+use testsupport::nitro::{NitroSite, SoftInstances};
 use testsupport::process::{Process, bin, free_port};
 use testsupport::snp::{AMD_CERTIFICATES, GceRegistry, GceSite, SnpMachines, SnpSite};
 use testsupport::tdx::{FLEET_FMSPCS, INTEL_KEYS, TdxMachines, TdxSite};
+use testsupport::trustedlaunch::SoftVms;
 
+use crate::collateral::CollateralCounts;
 use crate::mtls::ClientCa;
 use crate::node::{NodeAttestation, SoftAttestation, Target};
 use crate::procstat::{self, Watched};
@@ -161,16 +178,35 @@ pub enum Vendor<'a> {
 
 /// How a variant's nodes attest. The SNP variants' machines are made by
 /// `testsupport::snp::SnpMachines::new`, the TDX variants' by `testsupport::tdx::TdxMachines::
-/// fleet`, the places that say how each variant is simulated; gcp-sev-snp nodes' instances are
-/// registered with `gce`.
+/// fleet`, the cloud-trusted variants' VMs by `testsupport::{gce,trustedlaunch,nitro}`, the
+/// places that say how each variant is simulated; gcp-sev-snp and gcp-sev-es nodes' instances
+/// are registered with `gce`.
 pub fn node_attestation(
     variant: Variant,
     key_type: KeyType,
     vendor: Option<Vendor<'_>>,
     gce: Option<GceRegistry>,
 ) -> anyhow::Result<NodeAttestation> {
-    if variant == Variant::QemuVtpm {
-        return Ok(SoftAttestation::matching_harness_policy(key_type)?.into());
+    match variant {
+        Variant::QemuVtpm => {
+            return Ok(SoftAttestation::matching_harness_policy(key_type)?.into());
+        }
+        Variant::GcpSevEs => {
+            let gce =
+                gce.context("gcp-sev-es nodes need a GCE stand-in to register instances with")?;
+            return Ok(NodeAttestation::GcpSevEs(Arc::new(EsMachines::new(gce))));
+        }
+        Variant::AzureTrustedLaunch => {
+            return Ok(NodeAttestation::AzureTrustedLaunch(Arc::new(
+                SoftVms::new()?
+            )));
+        }
+        Variant::AwsNitroTpm => {
+            return Ok(NodeAttestation::AwsNitroTpm(Arc::new(
+                SoftInstances::default(),
+            )));
+        }
+        _ => {}
     }
     if is_tdx(variant) {
         let Some(Vendor::Intel(intel)) = vendor else {
@@ -194,6 +230,19 @@ pub fn node_attestation(
 /// Whether `variant`'s nodes run on simulated Intel TDX hosts.
 pub fn is_tdx(variant: Variant) -> bool {
     matches!(variant, Variant::QemuTdx | Variant::AzureTdx)
+}
+
+/// Whether `variant`'s nodes run on simulated AMD SEV-SNP machines.
+pub fn is_snp(variant: Variant) -> bool {
+    matches!(
+        variant,
+        Variant::AwsSevSnp | Variant::AzureSevSnp | Variant::GcpSevSnp
+    )
+}
+
+/// Whether `variant`'s attest-proxy asks gce-identity for each instance's key.
+fn asks_gce(variant: Variant) -> bool {
+    matches!(variant, Variant::GcpSevSnp | Variant::GcpSevEs)
 }
 
 /// The FMSPCs of [`FLEET_FMSPCS`] as PCS is asked for them.
@@ -258,9 +307,9 @@ pub struct SetupResults {
     pub description: &'static str,
     /// The unmeasured warm-up's report, if there was one.
     pub warmup: Option<Report>,
-    /// attest-proxy's collateral counters at the end, since it started (SNP and TDX variants):
-    /// it fetches AMD's CRLs and chains, or Intel's TCB info, QE identity and CRLs, at start,
-    /// before any join.
+    /// attest-proxy's collateral and cloud lookup counters at the end, since it started (every
+    /// variant but qemu-vtpm): it fetches AMD's CRLs and chains, or Intel's TCB info, QE identity
+    /// and CRLs, at start, before any join.
     pub collateral_since_start: Option<crate::collateral::CollateralCounts>,
     /// The processes whose CPU counts as the setup's.
     pub server_processes: Vec<String>,
@@ -346,11 +395,12 @@ impl Machine {
 }
 
 /// A started setup: its processes (stopped when dropped), where nodes dial, what to watch.
-struct Running {
-    target: Arc<Target>,
-    watched: Vec<Watched>,
-    /// attest-proxy's admin endpoint, for its collateral metrics (SNP and TDX variants).
-    collateral_metrics: Option<std::net::SocketAddr>,
+pub(crate) struct Running {
+    pub(crate) target: Arc<Target>,
+    pub(crate) watched: Vec<Watched>,
+    /// attest-proxy's admin endpoint, for its collateral and cloud lookup metrics (every variant
+    /// but qemu-vtpm).
+    pub(crate) collateral_metrics: Option<std::net::SocketAddr>,
     processes: Vec<Process>,
     /// Stopped (SIGTERM) when the setup is dropped.
     cluster: Option<Cluster>,
@@ -358,8 +408,10 @@ struct Running {
     _site: Option<SnpSite>,
     /// B's PCS stand-in (in this process) for a TDX variant, stopped when dropped.
     _tdx_site: Option<TdxSite>,
-    /// B's GCE stand-in (in this process) for gcp-sev-snp, stopped when dropped.
+    /// B's GCE stand-in (in this process) for gcp-sev-snp and gcp-sev-es, stopped when dropped.
     _gce: Option<GceSite>,
+    /// B's EC2 stand-in (in this process) for aws-nitro-tpm, stopped when dropped.
+    _ec2: Option<NitroSite>,
     /// The simulated vendor's files (the KDS or PCS stand-in's CA, the simulated AMD or Intel,
     /// config, collateral), removed after the processes stop (fields drop in order).
     _site_dir: Option<tempfile::TempDir>,
@@ -367,7 +419,7 @@ struct Running {
 
 impl Running {
     /// The end of every log of the setup, for an error.
-    fn log_tails(&self) -> String {
+    pub(crate) fn log_tails(&self) -> String {
         const LINES: usize = 40;
         self.processes
             .iter()
@@ -490,18 +542,19 @@ fn loopback(port: u16) -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// A directory for an SNP or TDX variant's files that attest-proxy can reach under its own uid
-/// (a setup's working directory is the caller's alone).
+/// A directory for a simulated variant's files that attest-proxy (and a sidecar) can reach
+/// under its own uid (a setup's working directory is the caller's alone).
 fn site_dir(variant: Variant) -> anyhow::Result<tempfile::TempDir> {
-    let prefix = if is_tdx(variant) {
-        "loadgen-tdx-"
-    } else {
-        "loadgen-snp-"
-    };
-    Ok(tempfile::Builder::new().prefix(prefix).tempdir()?)
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("loadgen-{variant}-"))
+        .tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+    Ok(dir)
 }
 
-async fn start(
+/// Starts `setup` for `variant` (its processes' logs under `config.out_dir`, its files in `work`).
+pub(crate) async fn start(
     setup: Setup,
     variant: Variant,
     config: &BenchConfig,
@@ -509,9 +562,10 @@ async fn start(
 ) -> anyhow::Result<Running> {
     let logs = config.out_dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    // An SNP or TDX variant: simulated hardware, its vendor and its collateral service.
+    // Every variant but qemu-vtpm: simulated hardware or cloud, and attest-proxy's metrics of
+    // what it fetched and asked.
     let simulated = variant != Variant::QemuVtpm;
-    let snp = simulated && !is_tdx(variant);
+    let snp = is_snp(variant);
     let tag = if simulated {
         format!("{}-{variant}", setup.name())
     } else {
@@ -555,6 +609,7 @@ async fn start(
                 _site: None,
                 _tdx_site: None,
                 _gce: None,
+                _ec2: None,
                 _site_dir: None,
             })
         }
@@ -571,8 +626,8 @@ async fn start(
             upstream.wait_for_socket(&socket)?;
             // An SNP variant: a simulated AMD, and its KDS stand-in in this process.
             let dir = simulated.then(|| site_dir(variant)).transpose()?;
-            let site = match (&dir, snp) {
-                (Some(dir), true) => {
+            let site = match &dir {
+                Some(dir) if snp => {
                     let amd = Arc::new(SimulatedAmd::new(attestation::snp::Product::Milan)?);
                     Some(SnpSite::start(amd, dir.path(), SNP_CRL_VALIDITY, None).await?)
                 }
@@ -580,8 +635,8 @@ async fn start(
             };
             // A TDX variant: a simulated Intel, and its PCS stand-in in this process serving the
             // TCB info of every platform model the nodes' hosts are spread over.
-            let tdx_site = match (&dir, snp) {
-                (Some(dir), false) => {
+            let tdx_site = match &dir {
+                Some(dir) if is_tdx(variant) => {
                     let intel = Arc::new(SimulatedIntel::new()?);
                     Some(
                         TdxSite::start(
@@ -597,9 +652,10 @@ async fn start(
                 }
                 _ => None,
             };
-            // gcp-sev-snp: Google's stand-in here, and gce-identity asking it for attest-proxy.
-            let (gce, gce_identity) = match (&dir, variant) {
-                (Some(dir), Variant::GcpSevSnp) => {
+            // gcp-sev-snp and gcp-sev-es: Google's stand-in here, and gce-identity asking it for
+            // attest-proxy.
+            let (gce, gce_identity) = match &dir {
+                Some(dir) if asks_gce(variant) => {
                     let gce = GceSite::start(dir.path()).await?;
                     let socket = dir.path().join("gce-identity").join("gce-identity.sock");
                     let endpoints = gce.endpoints(Vec::new());
@@ -614,6 +670,45 @@ async fn start(
                 }
                 _ => (None, None),
             };
+            // aws-nitro-tpm: the EC2 stand-in here, and ec2-identity asking it for attest-proxy.
+            let (ec2, ec2_identity) = match &dir {
+                Some(dir) if variant == Variant::AwsNitroTpm => {
+                    let ec2 = NitroSite::start(dir.path()).await?;
+                    let socket = dir.path().join("ec2-identity").join("ec2-identity.sock");
+                    let endpoints = ec2.endpoints(Vec::new());
+                    let mut process = Process::spawn(
+                        &format!("{tag}-ec2-identity"),
+                        &ec2_identity_command(&socket, own_uid()?, &endpoints)?,
+                        &logs,
+                    )?;
+                    process.wait_for_socket(&socket)?;
+                    let args = ec2_proxy_args(&socket, own_uid()?, &endpoints);
+                    (Some(ec2), Some((process, args)))
+                }
+                _ => (None, None),
+            };
+            // The config: the site's (SNP, TDX), the one the simulated cloud's VMs satisfy
+            // (gcp-sev-es, azure-trustedlaunch), else the harness's trusting any key (qemu-vtpm,
+            // aws-nitro-tpm: software keys).
+            let attestation_config = match (&site, &tdx_site, &dir) {
+                (Some(site), _, _) => site.attestation_config_path(),
+                (None, Some(site), _) => site.attestation_config_path(),
+                (None, None, Some(dir)) if variant == Variant::GcpSevEs => {
+                    let path = dir.path().join("attestationConfig");
+                    std::fs::write(&path, testsupport::gce::es_attestation_config()?)?;
+                    path
+                }
+                (None, None, Some(dir)) if variant == Variant::AzureTrustedLaunch => {
+                    let path = dir.path().join("attestationConfig");
+                    let azure = soft_issuer::azure_vtpm::SimulatedAzureVtpmCa::new()?;
+                    std::fs::write(
+                        &path,
+                        testsupport::trustedlaunch::attestation_config(&azure),
+                    )?;
+                    path
+                }
+                _ => policy.clone(),
+            };
             let addr = loopback(free_port()?);
             let admin = loopback(free_port()?);
             let mut command = Command::new(bin("attest-proxy")?);
@@ -624,17 +719,15 @@ async fn start(
                 .arg("--upstream-socket")
                 .arg(&socket)
                 .args(["--upstream-uid", &own_uid()?.to_string()])
-                .arg("--attestation-config");
-            match (&site, &tdx_site) {
-                (Some(site), _) => command
-                    .arg(site.attestation_config_path())
-                    .args(site.proxy_args(COLLATERAL_WAIT)),
-                (None, Some(site)) => command
-                    .arg(site.attestation_config_path())
-                    .args(site.proxy_args(COLLATERAL_WAIT)),
-                (None, None) => command.arg(&policy),
-            };
-            if let Some((_, args)) = &gce_identity {
+                .arg("--attestation-config")
+                .arg(&attestation_config);
+            if let Some(site) = &site {
+                command.args(site.proxy_args(COLLATERAL_WAIT));
+            }
+            if let Some(site) = &tdx_site {
+                command.args(site.proxy_args(COLLATERAL_WAIT));
+            }
+            for (_, args) in gce_identity.iter().chain(&ec2_identity) {
                 command.args(args);
             }
             let mut proxy = Process::spawn(&format!("{tag}-attest-proxy"), &command, &logs)?;
@@ -658,9 +751,14 @@ async fn start(
                 watch("trivial upstream (unix)", &upstream),
             ];
             let mut processes = vec![proxy, upstream];
-            if let Some((process, _)) = gce_identity {
-                watched.push(watch("gce-identity", &process));
-                processes.push(process);
+            for (name, sidecar) in [
+                ("gce-identity", gce_identity),
+                ("ec2-identity", ec2_identity),
+            ] {
+                if let Some((process, _)) = sidecar {
+                    watched.push(watch(name, &process));
+                    processes.push(process);
+                }
             }
             Ok(Running {
                 target: Arc::new(Target::Atls {
@@ -675,6 +773,7 @@ async fn start(
                 _site: site,
                 _tdx_site: tdx_site,
                 _gce: gce,
+                _ec2: ec2,
                 _site_dir: dir,
             })
         }
@@ -691,18 +790,35 @@ async fn start(
             }
             // An SNP (TDX) variant: local-cluster simulates AMD (Intel) and runs the KDS (PCS)
             // stand-in; its config trusts that simulated root, which the nodes made here take up
-            // from its files.
-            let dir = if simulated {
-                let dir = site_dir(variant)?;
-                command
-                    .arg(if snp { "--snp-dir" } else { "--tdx-dir" })
-                    .arg(dir.path())
-                    .args(["--collateral-wait", "2s"]);
-                Some(dir)
-            } else {
-                command.arg("--attestation-config").arg(&policy);
-                None
+            // from its files. gcp-sev-es: its GCE stand-in's control address is in its files.
+            // azure-trustedlaunch: its config trusts the simulated Azure vTPM root, whose fixed
+            // keys the nodes' CA here shares. aws-nitro-tpm: the nodes' keys are software keys,
+            // which its config trusts with --trust-any-ak, as for `loadgen run`.
+            let dir_flag = match variant {
+                v if snp || is_tdx(v) => Some(if snp { "--snp-dir" } else { "--tdx-dir" }),
+                Variant::GcpSevEs => Some("--gce-dir"),
+                _ => None,
             };
+            let dir = match dir_flag {
+                Some(flag) => {
+                    let dir = site_dir(variant)?;
+                    command.arg(flag).arg(dir.path());
+                    if flag != "--gce-dir" {
+                        command.args(["--collateral-wait", "2s"]);
+                    }
+                    Some(dir)
+                }
+                None => None,
+            };
+            match variant {
+                Variant::QemuVtpm => {
+                    command.arg("--attestation-config").arg(&policy);
+                }
+                Variant::AwsNitroTpm => {
+                    command.arg("--trust-any-ak");
+                }
+                _ => {}
+            }
             // Wrapped at once, so that any failure below still stops it with SIGTERM.
             let mut cluster = Cluster(Process::spawn(
                 &format!("{tag}-local-cluster"),
@@ -719,9 +835,9 @@ async fn start(
                     cluster.0.log()
                 )
             })?;
-            // gcp-sev-snp: nodes' instances go to local-cluster's GCE stand-in.
-            let gce = match (&dir, variant) {
-                (Some(dir), Variant::GcpSevSnp) => Some(GceRegistry::from_dir(dir.path())?),
+            // gcp-sev-snp and gcp-sev-es: nodes' instances go to local-cluster's GCE stand-in.
+            let gce = match &dir {
+                Some(dir) if asks_gce(variant) => Some(GceRegistry::from_dir(dir.path())?),
                 _ => None,
             };
             let amd = match &dir {
@@ -737,7 +853,9 @@ async fn start(
                 _ => None,
             };
             let intel = match &dir {
-                Some(dir) if !snp => Some(simulated_intel(&dir.path().join(INTEL_KEYS))?),
+                Some(dir) if is_tdx(variant) => {
+                    Some(simulated_intel(&dir.path().join(INTEL_KEYS))?)
+                }
                 _ => None,
             };
             let vendor = match (&amd, &intel) {
@@ -773,6 +891,7 @@ async fn start(
                 _site: None,
                 _tdx_site: None,
                 _gce: None,
+                _ec2: None,
                 _site_dir: dir,
             })
         }
@@ -791,7 +910,7 @@ const COLLATERAL_WAIT: Duration = Duration::from_secs(2);
 /// up to `rate` joins/s so far: enough for a step up to three times as fast (a step at higher
 /// concurrency is faster, and the warm-up runs at 4), bounded so memory and the time spent
 /// making them stay small. Nodes beyond these make their identities inside the step.
-fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
+pub(crate) fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
     const MIN_RATE: f64 = 500.0;
     const MAX_NODES: f64 = 40_000.0;
     let expected = rate.max(MIN_RATE) * 3.0 * step.as_secs_f64() + 2.0 * concurrency as f64;
@@ -802,7 +921,8 @@ fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 {
 }
 
 /// The service's processes of a running `local-cluster` (pid `cluster`): its children
-/// attest-proxy, join-core, token-issuer and keyservice (and gce-identity for gcp-sev-snp), and
+/// attest-proxy, join-core, token-issuer and keyservice (and gce-identity for gcp-sev-snp and
+/// gcp-sev-es, ec2-identity for aws-nitro-tpm), and
 /// local-cluster itself, which hosts the Kubernetes API stand-in (and the KDS and GCE stand-ins
 /// of the SNP variants, the PCS stand-in of the TDX variants).
 pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
@@ -1092,8 +1212,8 @@ fn fetches_per_join(r: Option<&Report>) -> Option<f64> {
     r?.collateral?.fetches_per_join
 }
 
-fn gce_lookups_per_join(r: Option<&Report>) -> Option<f64> {
-    r?.collateral?.gce_lookups_per_join
+fn cloud_lookups_per_join(r: Option<&Report>) -> Option<f64> {
+    r?.collateral?.cloud_lookups_per_join
 }
 
 /// B/A, C/A and C-mutual/C for each variant at each concurrency, where both figures exist.
@@ -1137,8 +1257,8 @@ fn cell(v: Option<f64>, precision: usize) -> String {
 }
 
 /// The side-by-side table: one row per concurrency and variant (A, which attests nothing,
-/// repeated in each), with the collateral fetched and (gcp-sev-snp) the GCE keys looked up per
-/// join in B and C.
+/// repeated in each), with the collateral fetched and the cloud API (GCE, EC2) lookups per join
+/// in B and C.
 pub fn summary(results: &BenchResults) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -1153,7 +1273,7 @@ pub fn summary(results: &BenchResults) -> String {
         "B/A cpu  tput",
         "C/A cpu  tput",
         "fetch/join B C",
-        "gce/join B C",
+        "cloud/join B C",
         "errors"
     );
     for ratio in &results.ratios {
@@ -1185,13 +1305,13 @@ pub fn summary(results: &BenchResults) -> String {
             cell(ratio.c_over_a_throughput, 2),
             cell(fetches_per_join(r(Setup::B)), 3),
             cell(fetches_per_join(r(Setup::C)), 3),
-            cell(gce_lookups_per_join(r(Setup::B)), 3),
-            cell(gce_lookups_per_join(r(Setup::C)), 3),
+            cell(cloud_lookups_per_join(r(Setup::B)), 3),
+            cell(cloud_lookups_per_join(r(Setup::C)), 3),
             errors
         );
     }
     out.push_str(&mutual_summary(results));
-    // Where the collateral was fetched: at start and in the warm-up.
+    // Where the collateral was fetched and the cloud asked: at start and in the warm-up.
     for s in &results.setups {
         let Some(total) = s.collateral_since_start else {
             continue;
@@ -1199,21 +1319,50 @@ pub fn summary(results: &BenchResults) -> String {
         let warm = s
             .warmup
             .as_ref()
-            .and_then(|w| w.collateral.map(|c| (c, w.succeeded)));
-        let _ = writeln!(
-            out,
-            "{}: attest-proxy fetched collateral {} times ({} failed) since it started; the warm-up: {} fetches for {} joins; every step after: {}",
-            series_label(s.setup, s.variant),
-            total.fetches_ok + total.fetches_failed,
-            total.fetches_failed,
-            warm.map_or(0, |(c, _)| c.counts.fetches_ok + c.counts.fetches_failed),
-            warm.map_or(0, |(_, n)| n),
-            s.steps
-                .iter()
-                .filter_map(|r| r.collateral)
-                .map(|c| c.counts.fetches_ok + c.counts.fetches_failed)
-                .sum::<u64>()
-        );
+            .and_then(|w| w.collateral.map(|c| (c.counts, w.succeeded)));
+        let steps: Vec<CollateralCounts> = s
+            .steps
+            .iter()
+            .filter_map(|r| r.collateral.map(|c| c.counts))
+            .collect();
+        let label = series_label(s.setup, s.variant);
+        if total.collateral_cache {
+            let fetches = |c: &CollateralCounts| c.fetches_ok + c.fetches_failed;
+            let _ = writeln!(
+                out,
+                "{label}: attest-proxy fetched collateral {} times ({} failed) since it started; the warm-up: {} fetches for {} joins; every step after: {}",
+                fetches(&total),
+                total.fetches_failed,
+                warm.map_or(0, |(c, _)| fetches(&c)),
+                warm.map_or(0, |(_, n)| n),
+                steps.iter().map(fetches).sum::<u64>()
+            );
+        }
+        for (api, of) in [
+            (
+                "GCE",
+                (|c: &CollateralCounts| c.gce) as fn(&CollateralCounts) -> _,
+            ),
+            ("EC2", |c: &CollateralCounts| c.ec2),
+        ] {
+            let lookups = |c: &CollateralCounts| of(c).map_or(0, |l| l.ok + l.failed);
+            if of(&total).is_some() {
+                let _ = writeln!(
+                    out,
+                    "{label}: attest-proxy asked the {api} API {} times since it started; the warm-up: {} for {} joins; every step after: {}",
+                    lookups(&total),
+                    warm.map_or(0, |(c, _)| lookups(&c)),
+                    warm.map_or(0, |(_, n)| n),
+                    steps.iter().map(lookups).sum::<u64>()
+                );
+            }
+        }
+        if !total.collateral_cache && total.gce.is_none() && total.ec2.is_none() {
+            let _ = writeln!(
+                out,
+                "{label}: attest-proxy fetches no collateral and asks no cloud API for this variant"
+            );
+        }
     }
     out
 }

@@ -9,7 +9,12 @@
 //!
 //! A gcp-sev-snp join also needs the key the GCE API vouches for its instance, which attest-proxy
 //! asks gce-identity for once per instance and caches (`attest-proxy/src/gce_identity.rs`): a
-//! storm of new nodes costs one GCE lookup per node, their rejoins none.
+//! storm of new nodes costs one GCE lookup per node, their rejoins none; gcp-sev-es the same.
+//! An aws-nitro-tpm join needs EC2's word that its image supports TPM 2.0, which attest-proxy
+//! asks ec2-identity once per image and caches (`attest-proxy/src/ec2_identity.rs`): a storm of
+//! one image's nodes costs one EC2 lookup, then none. azure-trustedlaunch asks no cloud API (the
+//! node sends its AK certificate and CA; the root is in the config) and fetches no collateral:
+//! its attest-proxy has neither cache, so its counts stay zero.
 
 use std::net::SocketAddr;
 
@@ -28,21 +33,43 @@ pub struct CollateralCounts {
     pub hits_stale: u64,
     /// Lookups that found nothing usable: the join was told `Unavailable`.
     pub unavailable: u64,
-    /// gcp-sev-snp: attest-proxy's GCE key cache; `None` where attest-proxy has none.
-    pub gce: Option<GceLookups>,
+    /// Items the collateral cache holds now (`collateral_items`, shared and node-named): a gauge,
+    /// not a counter, so a run's value is the one at its end.
+    pub items: u64,
+    /// Whether attest-proxy has a collateral cache at all (the SEV-SNP and TDX variants): without
+    /// one, the counts above are zero because nothing is fetched.
+    pub collateral_cache: bool,
+    /// gcp-sev-snp and gcp-sev-es: attest-proxy's GCE key cache; `None` where it has none.
+    pub gce: Option<CloudLookups>,
+    /// aws-nitro-tpm: attest-proxy's EC2 image cache; `None` where it has none.
+    pub ec2: Option<CloudLookups>,
 }
 
-/// attest-proxy's GCE key cache counters (`attest_proxy_gce_identity_*`).
+/// The counters of attest-proxy's cache in front of a cloud API sidecar
+/// (`attest_proxy_gce_identity_*`, `attest_proxy_ec2_identity_*`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct GceLookups {
-    /// Instances' keys asked of gce-identity that it answered (a key, or "no such instance").
+pub struct CloudLookups {
+    /// Questions the sidecar answered (an instance's key, an image's TPM support, or "no such
+    /// instance/image").
     pub ok: u64,
-    /// Asks that failed (the API's 429 or 5xx, no answer).
+    /// Questions that failed (the API's 429 or 5xx, no answer).
     pub failed: u64,
-    /// Keys answered from the cache.
+    /// Answers from the cache.
     pub hits: u64,
-    /// Joins told `Unavailable` for want of their instance's key.
+    /// Joins told `Unavailable` for want of an answer.
     pub unavailable: u64,
+}
+
+impl CloudLookups {
+    fn since(self, before: Option<CloudLookups>) -> CloudLookups {
+        let b = before.unwrap_or_default();
+        CloudLookups {
+            ok: self.ok.saturating_sub(b.ok),
+            failed: self.failed.saturating_sub(b.failed),
+            hits: self.hits.saturating_sub(b.hits),
+            unavailable: self.unavailable.saturating_sub(b.unavailable),
+        }
+    }
 }
 
 /// What a run cost in collateral.
@@ -53,9 +80,9 @@ pub struct CollateralUse {
     pub counts: CollateralCounts,
     /// Fetches (whatever their result) per successful join; `None` without successful joins.
     pub fetches_per_join: Option<f64>,
-    /// gcp-sev-snp: GCE lookups (whatever their result) per successful join; `None` without
-    /// successful joins or without a GCE key cache.
-    pub gce_lookups_per_join: Option<f64>,
+    /// Cloud API lookups (GCE or EC2, whatever their result) per successful join; `None`
+    /// without successful joins. Zero where attest-proxy asks no cloud API for the variant.
+    pub cloud_lookups_per_join: Option<f64>,
 }
 
 impl CollateralUse {
@@ -67,21 +94,21 @@ impl CollateralUse {
             hits_fresh: after.hits_fresh.saturating_sub(before.hits_fresh),
             hits_stale: after.hits_stale.saturating_sub(before.hits_stale),
             unavailable: after.unavailable.saturating_sub(before.unavailable),
-            gce: after.gce.map(|a| {
-                let b = before.gce.unwrap_or_default();
-                GceLookups {
-                    ok: a.ok.saturating_sub(b.ok),
-                    failed: a.failed.saturating_sub(b.failed),
-                    hits: a.hits.saturating_sub(b.hits),
-                    unavailable: a.unavailable.saturating_sub(b.unavailable),
-                }
-            }),
+            items: after.items,
+            collateral_cache: after.collateral_cache,
+            gce: after.gce.map(|a| a.since(before.gce)),
+            ec2: after.ec2.map(|a| a.since(before.ec2)),
         };
         let per_join = |n: u64| (succeeded > 0).then(|| n as f64 / succeeded as f64);
+        let cloud: u64 = [counts.gce, counts.ec2]
+            .iter()
+            .flatten()
+            .map(|c| c.ok + c.failed)
+            .sum();
         CollateralUse {
             counts,
             fetches_per_join: per_join(counts.fetches_ok + counts.fetches_failed),
-            gce_lookups_per_join: counts.gce.and_then(|g| per_join(g.ok + g.failed)),
+            cloud_lookups_per_join: per_join(cloud),
         }
     }
 }
@@ -97,7 +124,7 @@ pub enum MetricsError {
     },
     #[error("attest-proxy's /metrics at {addr} answered {status}")]
     Status { addr: SocketAddr, status: u16 },
-    #[error("attest-proxy at {0} exposes no collateral metrics (not an SEV-SNP or TDX variant?)")]
+    #[error("{0} exposes no attest-proxy metrics (not attest-proxy's admin endpoint?)")]
     Missing(SocketAddr),
 }
 
@@ -118,27 +145,38 @@ pub async fn read(admin: SocketAddr) -> Result<CollateralCounts, MetricsError> {
     parse(&body).ok_or(MetricsError::Missing(admin))
 }
 
-/// The collateral counters in a Prometheus text exposition; `None` if it has none.
+/// The collateral and cloud lookup counters in attest-proxy's Prometheus text exposition (zero
+/// where attest-proxy has no such cache); `None` if it is not attest-proxy's.
 pub fn parse(exposition: &str) -> Option<CollateralCounts> {
     let mut counts = CollateralCounts::default();
-    let mut gce = GceLookups::default();
-    let (mut found, mut found_gce) = (false, false);
+    let (mut gce, mut ec2) = (CloudLookups::default(), CloudLookups::default());
+    let (mut found_gce, mut found_ec2, mut attest_proxy) = (false, false, false);
     for line in exposition.lines() {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };
-        let gce_slot = match series {
-            r#"attest_proxy_gce_identity_lookups_total{result="ok"}"# => Some(&mut gce.ok),
-            r#"attest_proxy_gce_identity_lookups_total{result="failed"}"# => Some(&mut gce.failed),
-            "attest_proxy_gce_identity_hits_total" => Some(&mut gce.hits),
-            "attest_proxy_gce_identity_unavailable_total" => Some(&mut gce.unavailable),
-            _ => None,
+        attest_proxy |= series.starts_with("attest_proxy_");
+        let Some(value) = whole(value) else {
+            continue;
         };
-        if let Some(slot) = gce_slot {
-            if let Some(value) = whole(value) {
-                *slot = value;
-                found_gce = true;
-            }
+        let cloud = [
+            ("attest_proxy_gce_identity_", &mut gce, &mut found_gce),
+            ("attest_proxy_ec2_identity_", &mut ec2, &mut found_ec2),
+        ]
+        .into_iter()
+        .find_map(|(prefix, lookups, found)| {
+            let slot = match series.strip_prefix(prefix)? {
+                r#"lookups_total{result="ok"}"# => &mut lookups.ok,
+                r#"lookups_total{result="failed"}"# => &mut lookups.failed,
+                "hits_total" => &mut lookups.hits,
+                "unavailable_total" => &mut lookups.unavailable,
+                _ => return None,
+            };
+            *found = true;
+            Some(slot)
+        });
+        if let Some(slot) = cloud {
+            *slot = value;
             continue;
         }
         let slot = match series {
@@ -149,15 +187,22 @@ pub fn parse(exposition: &str) -> Option<CollateralCounts> {
             r#"attest_proxy_collateral_hits_total{freshness="fresh"}"# => &mut counts.hits_fresh,
             r#"attest_proxy_collateral_hits_total{freshness="stale"}"# => &mut counts.hits_stale,
             "attest_proxy_collateral_unavailable_total" => &mut counts.unavailable,
+            r#"attest_proxy_collateral_items{class="shared"}"# => {
+                counts.items += value;
+                continue;
+            }
+            r#"attest_proxy_collateral_items{class="node_named"}"# => {
+                counts.items += value;
+                continue;
+            }
             _ => continue,
         };
-        if let Some(value) = whole(value) {
-            *slot = value;
-            found = true;
-        }
+        *slot = value;
+        counts.collateral_cache = true;
     }
     counts.gce = found_gce.then_some(gce);
-    found.then_some(counts)
+    counts.ec2 = found_ec2.then_some(ec2);
+    attest_proxy.then_some(counts)
 }
 
 /// A counter's value: a whole number, exposed as such.
@@ -181,6 +226,8 @@ mod tests {
             attest_proxy_collateral_hits_total{freshness=\"fresh\"} 1200\n\
             attest_proxy_collateral_hits_total{freshness=\"stale\"} 0\n\
             attest_proxy_collateral_unavailable_total 2\n\
+            attest_proxy_collateral_items{class=\"shared\"} 4\n\
+            attest_proxy_collateral_items{class=\"node_named\"} 3\n\
             attest_proxy_connections_total 99\n";
         let after = parse(text).unwrap();
         assert_eq!(
@@ -191,7 +238,10 @@ mod tests {
                 hits_fresh: 1200,
                 hits_stale: 0,
                 unavailable: 2,
+                items: 7,
+                collateral_cache: true,
                 gce: None,
+                ec2: None,
             }
         );
         let before = CollateralCounts {
@@ -208,8 +258,23 @@ mod tests {
             CollateralUse::between(after, after, 0).fetches_per_join,
             None
         );
-        assert_eq!(used.gce_lookups_per_join, None);
-        assert_eq!(parse("attest_proxy_connections_total 99\n"), None);
+        assert_eq!(used.cloud_lookups_per_join, Some(0.0));
+        // attest-proxy without a collateral or cloud cache (azure-trustedlaunch, qemu-vtpm):
+        // nothing looked up.
+        let bare = parse("attest_proxy_connections_total 99\n").unwrap();
+        assert_eq!(
+            bare,
+            CollateralCounts {
+                collateral_cache: false,
+                ..CollateralCounts::default()
+            }
+        );
+        let used = CollateralUse::between(bare, bare, 10);
+        assert_eq!(
+            (used.fetches_per_join, used.cloud_lookups_per_join),
+            (Some(0.0), Some(0.0))
+        );
+        assert_eq!(parse("process_cpu_seconds_total 1\n"), None);
     }
 
     #[test]
@@ -222,18 +287,19 @@ mod tests {
         let after = parse(text).unwrap();
         assert_eq!(
             after.gce,
-            Some(GceLookups {
+            Some(CloudLookups {
                 ok: 40,
                 failed: 1,
                 hits: 7,
                 unavailable: 1
             })
         );
+        assert_eq!(after.ec2, None);
         let before = CollateralCounts {
             fetches_ok: 2,
-            gce: Some(GceLookups {
+            gce: Some(CloudLookups {
                 ok: 10,
-                ..GceLookups::default()
+                ..CloudLookups::default()
             }),
             ..CollateralCounts::default()
         };
@@ -242,10 +308,42 @@ mod tests {
             used.counts.gce.map(|g| (g.ok, g.failed, g.hits)),
             Some((30, 1, 7))
         );
-        assert_eq!(used.gce_lookups_per_join, Some(31.0 / 30.0));
+        assert_eq!(used.cloud_lookups_per_join, Some(31.0 / 30.0));
         assert_eq!(used.fetches_per_join, Some(0.0));
         let json = serde_json::to_value(used).unwrap();
         assert_eq!(json["gce"]["ok"], 30);
-        assert_eq!(json["gce_lookups_per_join"], 31.0 / 30.0);
+        assert_eq!(json["cloud_lookups_per_join"], 31.0 / 30.0);
+    }
+
+    #[test]
+    fn ec2_lookups_are_read_without_collateral_and_counted_per_join() {
+        let text = "attest_proxy_connections_total 12\n\
+            attest_proxy_ec2_identity_lookups_total{result=\"ok\"} 1\n\
+            attest_proxy_ec2_identity_lookups_total{result=\"failed\"} 0\n\
+            attest_proxy_ec2_identity_hits_total 99\n\
+            attest_proxy_ec2_identity_unavailable_total 0\n";
+        let after = parse(text).unwrap();
+        assert!(!after.collateral_cache);
+        assert_eq!(after.gce, None);
+        assert_eq!(
+            after.ec2,
+            Some(CloudLookups {
+                ok: 1,
+                failed: 0,
+                hits: 99,
+                unavailable: 0
+            })
+        );
+        // Warm: one image's answer cached, a hundred more joins cost no lookup.
+        let warm = CollateralCounts {
+            ec2: Some(CloudLookups {
+                ok: 1,
+                ..CloudLookups::default()
+            }),
+            ..CollateralCounts::default()
+        };
+        let used = CollateralUse::between(warm, after, 100);
+        assert_eq!(used.cloud_lookups_per_join, Some(0.0));
+        assert_eq!(used.counts.ec2.map(|e| e.hits), Some(99));
     }
 }

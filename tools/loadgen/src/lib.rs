@@ -13,7 +13,8 @@
 //! floor (A), aTLS with attestation through attest-proxy to a trivial upstream (B), full joins
 //! through the whole system (C), and C with mutual attestation (C-mutual: the service attests
 //! itself and every node verifies it, [`Target::Atls`]'s `server_policy`), and writes the
-//! figures as JSON and SVG.
+//! figures as JSON and SVG. The storm ([`mod@storm`]) lets thousands of new nodes join at once,
+//! per variant, and judges the time by C's rate measured just before.
 //!
 //! Nothing here is part of the service; `soft-issuer` documents prove nothing and are accepted
 //! only because the qemu-vtpm variant trusts the attestation key as presented.
@@ -29,6 +30,7 @@ pub mod plot;
 pub mod procstat;
 pub mod report;
 pub mod run;
+pub mod storm;
 pub mod tables;
 pub mod trivial;
 

@@ -41,6 +41,10 @@ enum Command {
     /// C-mutual (C, the service attesting itself and every node verifying it), side by side at
     /// several concurrencies; writes results.json and results.svg.
     Bench(BenchArgs),
+    /// Storms: for each variant, local-cluster's C rate at --rate-concurrency, then --count new
+    /// nodes joining at once; reports the storm's time against count ÷ that rate, the retries by
+    /// code, the collateral fetched per item, the cloud lookups and peak RSS; writes storm.json.
+    Storm(StormArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -120,8 +124,11 @@ struct RunArgs {
     ak: Ak,
     /// The nodes' attestation variant: qemu-vtpm (software keys), aws-sev-snp / azure-sev-snp /
     /// gcp-sev-snp on simulated AMD hardware (needs --simulated-amd; gcp-sev-snp also
-    /// --gce-standin), or qemu-tdx / azure-tdx in TDs on simulated Intel hardware (needs
-    /// --simulated-intel).
+    /// --gce-standin), qemu-tdx / azure-tdx in TDs on simulated Intel hardware (needs
+    /// --simulated-intel), or on software keys: gcp-sev-es (simulated GCE confidential VMs;
+    /// needs --gce-standin), azure-trustedlaunch (AK certificates of a simulated Azure vTPM CA
+    /// with the fixed keys local-cluster's shares) or aws-nitro-tpm (identity documents of the
+    /// image local-cluster's EC2 stand-in serves; start it with --trust-any-ak).
     #[arg(long, default_value = "qemu-vtpm", value_parser = parse_variant)]
     variant: Variant,
     /// With an SNP variant: the simulated AMD whose ARK the service trusts, as `local-cluster
@@ -134,13 +141,14 @@ struct RunArgs {
     /// stand-in serves.
     #[arg(long)]
     simulated_intel: Option<PathBuf>,
-    /// gcp-sev-snp: the control address of the GCE stand-in local-cluster runs (it prints it, and
-    /// writes it to `<snp-dir>/gce-standin-control`), where each node's instance is registered
+    /// gcp-sev-snp and gcp-sev-es: the control address of the GCE stand-in local-cluster runs
+    /// (it prints it as "instances registered at", and writes it to
+    /// `<snp-dir or gce-dir>/gce-standin-control`), where each node's instance is registered
     /// with its attestation key before the node joins.
     #[arg(long)]
     gce_standin: Option<SocketAddr>,
-    /// attest-proxy's admin endpoint: report the SEV-SNP or TDX collateral it fetched (and the
-    /// GCE keys it looked up) per join.
+    /// attest-proxy's admin endpoint (local-cluster prints it): report the SEV-SNP or TDX
+    /// collateral it fetched and the cloud API lookups (GCE keys, EC2 images) it made per join.
     #[arg(long)]
     proxy_admin: Option<SocketAddr>,
     /// A PCR value the nodes quote, INDEX=HEX (repeatable). Default: the test harness's boot
@@ -187,6 +195,46 @@ struct RunArgs {
     /// prints the three reports and the throughput ratio.
     #[arg(long, conflicts_with = "rate")]
     hold_silent: Option<usize>,
+    /// With --count: a rate (joins/s) to judge the run's time by, e.g. C's at concurrency 64
+    /// from an earlier run against the same cluster: prints count ÷ rate and the run's time
+    /// over it (`loadgen storm` measures the rate itself, in the same run).
+    #[arg(long, requires = "count")]
+    reference_rate: Option<f64>,
+}
+
+#[derive(Debug, Args)]
+struct StormArgs {
+    /// The variants to storm, one local-cluster each.
+    #[arg(long = "variant", value_delimiter = ',', value_parser = parse_variant,
+          default_values = ["aws-sev-snp", "azure-sev-snp", "gcp-sev-snp", "qemu-tdx", "azure-tdx",
+                            "gcp-sev-es", "azure-trustedlaunch", "aws-nitro-tpm"])]
+    variants: Vec<Variant>,
+    /// New nodes per storm.
+    #[arg(long, default_value_t = 5000)]
+    count: u64,
+    /// Nodes joining at once in the storm [default: all of --count].
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// The reference: C at this concurrency ...
+    #[arg(long, default_value_t = 64)]
+    rate_concurrency: usize,
+    /// ... for this long, just before the storm.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    rate_step: Duration,
+    /// Unmeasured load before the reference.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Deadline of one attempt.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    #[command(flatten)]
+    retry_args: RetryArgs,
+    /// The simulated nodes' attestation key (qemu-vtpm).
+    #[arg(long, value_enum, default_value_t = Ak::EcdsaP256)]
+    ak: Ak,
+    /// Where storm.json and the processes' logs go.
+    #[arg(long, default_value = "target/storm")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -244,7 +292,7 @@ struct BenchArgs {
     /// The attestation variants B and C run for (A attests nothing and runs once).
     #[arg(long = "variant", value_delimiter = ',', value_parser = parse_variant,
           default_values = ["qemu-vtpm", "aws-sev-snp", "azure-sev-snp", "gcp-sev-snp", "qemu-tdx",
-                            "azure-tdx"])]
+                            "azure-tdx", "gcp-sev-es", "azure-trustedlaunch", "aws-nitro-tpm"])]
     variants: Vec<Variant>,
     /// Where results.json, results.svg and the processes' logs go.
     #[arg(long, default_value = "target/bench")]
@@ -307,6 +355,22 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
                     args.ak.into(),
                     Some(Vendor::Intel(&intel)),
                     None,
+                )?,
+                server_policy,
+            }
+        }
+        _ if matches!(
+            args.variant,
+            Variant::GcpSevEs | Variant::AzureTrustedLaunch | Variant::AwsNitroTpm
+        ) =>
+        {
+            Target::Atls {
+                addr: args.addr,
+                attestation: bench::node_attestation(
+                    args.variant,
+                    args.ak.into(),
+                    None,
+                    args.gce_standin.map(GceRegistry::Control),
                 )?,
                 server_policy,
             }
@@ -417,6 +481,15 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
         return Ok(failed == 0);
     }
     let report = loadgen::run::run(target, &config, &watched).await?;
+    if let (Some(rate), Some(count)) = (args.reference_rate, args.count) {
+        // Judged as a storm is; the reference has no report of its own here.
+        let over = count as f64 / rate;
+        println!(
+            "against {rate:.1} joins/s: count ÷ rate {over:.1}s, this run {:.1}s, ratio {:.2}",
+            report.elapsed_seconds,
+            report.elapsed_seconds / over
+        );
+    }
     write_report(args.json.as_deref(), &report)?;
     Ok(report.failed == 0)
 }
@@ -528,6 +601,23 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn storm(args: StormArgs) -> anyhow::Result<bool> {
+    let config = loadgen::storm::StormConfig {
+        concurrency: args.concurrency.unwrap_or(usize::try_from(args.count)?),
+        variants: args.variants,
+        count: args.count,
+        rate_concurrency: args.rate_concurrency,
+        rate_step: args.rate_step,
+        warmup: args.warmup,
+        timeout: args.timeout,
+        retry: args.retry_args.backoff(Backoff::default()),
+        key_type: args.ak.into(),
+        out_dir: args.out,
+    };
+    let results = loadgen::storm::run(&config).await?;
+    Ok(results.iter().all(|r| r.storm.failed == 0))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -535,7 +625,7 @@ async fn main() -> anyhow::Result<()> {
         Command::ServeTrivial(_) => plumbing::telemetry::init(plumbing::telemetry::LogFormat::Text),
         // The report is the output; per-node log lines (a retry each, or a node refusing the
         // server, which the report counts by check) would drown it.
-        Command::Run(_) | Command::Bench(_) => {
+        Command::Run(_) | Command::Bench(_) | Command::Storm(_) => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,atls::client=error"));
             tracing_subscriber::fmt()
@@ -553,6 +643,11 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::ServeTrivial(args) => serve(args).await?,
         Command::Bench(args) => bench(args).await?,
+        Command::Storm(args) => {
+            if !storm(args).await? {
+                std::process::exit(2);
+            }
+        }
     }
     Ok(())
 }

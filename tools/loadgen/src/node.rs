@@ -16,9 +16,12 @@ use proto::join::IssueJoinTicketRequest;
 use proto::join::api_client::ApiClient;
 use rand::Rng as _;
 use soft_issuer::{KeyType, SoftIssuer, SoftIssuerError};
+use testsupport::gce::EsMachines;
 use testsupport::harness::{BOOT_MEASUREMENTS, extended_once};
+use testsupport::nitro::SoftInstances;
 use testsupport::snp::SnpMachines;
 use testsupport::tdx::TdxMachines;
+use testsupport::trustedlaunch::SoftVms;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpSocket, TcpStream};
 use tonic::Code;
@@ -39,6 +42,8 @@ pub enum NodeError {
     Snp(anyhow::Error),
     #[error("cannot make the node's TD on a simulated TDX machine: {0:#}")]
     Tdx(anyhow::Error),
+    #[error("cannot make the node's simulated cloud VM: {0:#}")]
+    Cloud(anyhow::Error),
 }
 
 /// How simulated nodes attest: soft-issuer documents (qemu-vtpm, the exact TPM format, signed
@@ -97,6 +102,15 @@ pub enum NodeAttestation {
     /// A TDX variant: TDs on simulated Intel hosts, quoting per connection (qemu-tdx) or once
     /// for their vTPM key (azure-tdx; see `testsupport::tdx::TdxMachines`).
     Tdx(Arc<TdxMachines>),
+    /// gcp-sev-es: software AKs on simulated GCE confidential VMs, each a new instance whose key
+    /// the GCE stand-in vouches for (see `testsupport::gce::EsMachines`).
+    GcpSevEs(Arc<EsMachines>),
+    /// azure-trustedlaunch: an AK certificate per VM from a simulated Azure vTPM CA (see
+    /// `testsupport::trustedlaunch::SoftVms`).
+    AzureTrustedLaunch(Arc<SoftVms>),
+    /// aws-nitro-tpm: software AKs with identity documents of one image (see
+    /// `testsupport::nitro::SoftInstances`).
+    AwsNitroTpm(Arc<SoftInstances>),
 }
 
 impl NodeAttestation {
@@ -106,16 +120,25 @@ impl NodeAttestation {
             NodeAttestation::Soft(_) => Variant::QemuVtpm,
             NodeAttestation::Snp(machines) => machines.variant(),
             NodeAttestation::Tdx(machines) => machines.variant(),
+            NodeAttestation::GcpSevEs(_) => Variant::GcpSevEs,
+            NodeAttestation::AzureTrustedLaunch(_) => Variant::AzureTrustedLaunch,
+            NodeAttestation::AwsNitroTpm(_) => Variant::AwsNitroTpm,
         }
     }
 
     /// One node's document issuer: a new attestation key (or the shared RSA key) and, for SNP,
-    /// a report from the next simulated machine; for TDX, a new TD on the next simulated host.
+    /// a report from the next simulated machine; for TDX, a new TD on the next simulated host;
+    /// for the cloud-trusted variants, a new VM (a new instance, AK certificate or identity).
     fn issuer(&self) -> Result<Arc<dyn Issuer>, NodeError> {
         Ok(match self {
             NodeAttestation::Soft(soft) => Arc::new(soft.issuer()?),
             NodeAttestation::Snp(machines) => Arc::new(machines.node().map_err(NodeError::Snp)?),
             NodeAttestation::Tdx(machines) => Arc::new(machines.node().map_err(NodeError::Tdx)?),
+            NodeAttestation::GcpSevEs(vms) => Arc::new(vms.node().map_err(NodeError::Cloud)?),
+            NodeAttestation::AzureTrustedLaunch(vms) => {
+                Arc::new(vms.node().map_err(NodeError::Cloud)?)
+            }
+            NodeAttestation::AwsNitroTpm(vms) => Arc::new(vms.node().map_err(NodeError::Cloud)?),
         })
     }
 }

@@ -239,8 +239,8 @@ pub struct Report {
     pub processes: Vec<ProcessCost>,
     /// Summed over the server-side processes, per successful join.
     pub server_cpu_ms_per_join: Option<f64>,
-    /// The SEV-SNP or TDX collateral the run looked up and fetched (attest-proxy's metrics), when
-    /// asked for.
+    /// The SEV-SNP or TDX collateral the run looked up and fetched, and the cloud API lookups
+    /// (GCE, EC2) it cost (attest-proxy's metrics), when asked for.
     pub collateral: Option<CollateralUse>,
 }
 
@@ -319,27 +319,36 @@ impl fmt::Display for Report {
             l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms, l.mean_ms
         )?;
         if let Some(c) = &self.collateral {
-            writeln!(
-                f,
-                "  collateral {} fetched, {} fetches failed, {} cache hits ({} stale), {} unavailable: {} fetches per join",
-                c.counts.fetches_ok,
-                c.counts.fetches_failed,
-                c.counts.hits_fresh + c.counts.hits_stale,
-                c.counts.hits_stale,
-                c.counts.unavailable,
-                c.fetches_per_join
-                    .map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
-            )?;
-            if let Some(g) = &c.counts.gce {
+            let per_join = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"));
+            if c.counts.collateral_cache {
                 writeln!(
                     f,
-                    "  gce keys   {} looked up, {} lookups failed, {} cache hits, {} unavailable: {} lookups per join",
-                    g.ok,
-                    g.failed,
-                    g.hits,
-                    g.unavailable,
-                    c.gce_lookups_per_join
-                        .map_or_else(|| "-".to_owned(), |v| format!("{v:.4}"))
+                    "  collateral {} fetched, {} fetches failed, {} cache hits ({} stale), {} unavailable: {} fetches per join",
+                    c.counts.fetches_ok,
+                    c.counts.fetches_failed,
+                    c.counts.hits_fresh + c.counts.hits_stale,
+                    c.counts.hits_stale,
+                    c.counts.unavailable,
+                    per_join(c.fetches_per_join)
+                )?;
+            }
+            for (name, lookups) in [("gce keys", c.counts.gce), ("ec2 images", c.counts.ec2)] {
+                if let Some(g) = lookups {
+                    writeln!(
+                        f,
+                        "  {name:<10} {} looked up, {} lookups failed, {} cache hits, {} unavailable: {} lookups per join",
+                        g.ok,
+                        g.failed,
+                        g.hits,
+                        g.unavailable,
+                        per_join(c.cloud_lookups_per_join)
+                    )?;
+                }
+            }
+            if !c.counts.collateral_cache && c.counts.gce.is_none() && c.counts.ec2.is_none() {
+                writeln!(
+                    f,
+                    "  lookups    none: attest-proxy fetches no collateral and asks no cloud API for this variant"
                 )?;
             }
         }

@@ -109,8 +109,8 @@ fn lookup_cell(report: Option<&Report>) -> Option<String> {
     if let Some(fetches) = used.fetches_per_join {
         parts.push(format!("collateral {fetches:.3}"));
     }
-    if let Some(gce) = used.gce_lookups_per_join {
-        parts.push(format!("GCE {gce:.3}"));
+    if let Some(cloud) = used.cloud_lookups_per_join {
+        parts.push(format!("cloud API {cloud:.3}"));
     }
     (!parts.is_empty()).then(|| parts.join(", "))
 }

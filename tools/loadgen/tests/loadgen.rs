@@ -2,7 +2,9 @@
 //! processes, real aTLS, soft-issuer documents checked by the qemu-vtpm validator; gcp-sev-snp
 //! nodes on simulated AMD machines, their instances' keys vouched for by the GCE stand-in through
 //! the real gce-identity process; qemu-tdx and azure-tdx nodes in TDs on simulated Intel hosts,
-//! their collateral from the PCS stand-in), and the benchmark's mutual-TLS floor in process.
+//! their collateral from the PCS stand-in), the benchmark's B and C of gcp-sev-es,
+//! azure-trustedlaunch and aws-nitro-tpm through the `loadgen bench` binary, and the benchmark's
+//! mutual-TLS floor in process.
 //!
 //! The system tests need the workspace binaries (`cargo build --workspace --bins`).
 
@@ -197,7 +199,7 @@ async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
     let used = report.collateral.unwrap();
     let gce_used = used.counts.gce.unwrap();
     assert_eq!((gce_used.ok, gce_used.failed), (NODES, 0), "{report}");
-    assert_eq!(used.gce_lookups_per_join, Some(1.0), "{report}");
+    assert_eq!(used.cloud_lookups_per_join, Some(1.0), "{report}");
     assert_eq!(gce.standin.compute_requests() as u64, NODES, "{report}");
     assert!(
         report.to_string().contains("1.0000 lookups per join"),
@@ -440,4 +442,69 @@ async fn shed_joins_are_retried_and_counted_apart() {
     );
     assert_eq!(report.errors[0].code, "ResourceExhausted");
     assert_eq!(report.errors[0].count, 2);
+}
+
+/// The benchmark's B and C for the cloud-trusted vTPM variants, briefly, through the `loadgen
+/// bench` binary (B: attest-proxy and the sidecar it asks, the stand-ins in loadgen; C:
+/// local-cluster): every join succeeds, and the cloud lookups per join after the warm-up are what
+/// each variant's caching allows. gcp-sev-es: every node a new instance, one GCE lookup each.
+/// azure-trustedlaunch: no cloud API and no collateral. aws-nitro-tpm: the one image's answer
+/// was cached in the warm-up, so no EC2 lookup.
+#[test]
+fn cloud_trusted_variants_bench_with_their_cloud_lookups_per_join() {
+    let out = tempfile::tempdir().unwrap();
+    let loadgen = testsupport::process::bin("loadgen").unwrap();
+    let status = std::process::Command::new(&loadgen)
+        .args(["bench", "--setups", "b,c", "--concurrency", "4"])
+        .args(["--step", "1s", "--warmup", "1s"])
+        .args(["--variant", "gcp-sev-es,azure-trustedlaunch,aws-nitro-tpm"])
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(status.success(), "loadgen bench: {status}");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let setups = results["setups"].as_array().unwrap();
+    assert_eq!(setups.len(), 6, "{results:#}");
+    for setup in setups {
+        let (name, variant) = (
+            setup["setup"].as_str().unwrap(),
+            setup["variant"].as_str().unwrap(),
+        );
+        let what = format!("{name} {variant}");
+        let steps = setup["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 1, "{what}");
+        let step = &steps[0];
+        assert!(step["succeeded"].as_u64().unwrap() > 0, "{what}: {step:#}");
+        assert_eq!(step["failed"], 0, "{what}: {step:#}");
+        let used = &step["collateral"];
+        assert_eq!(used["collateral_cache"], false, "{what}: {used:#}");
+        assert_eq!(used["fetches_per_join"], 0.0, "{what}: {used:#}");
+        let since_start = &setup["collateral_since_start"];
+        match variant {
+            "gcp-sev-es" => {
+                assert_eq!(used["gce"]["ok"], step["succeeded"], "{what}: {step:#}");
+                assert_eq!(used["gce"]["failed"], 0, "{what}: {used:#}");
+                assert_eq!(used["cloud_lookups_per_join"], 1.0, "{what}: {used:#}");
+                assert!(used["ec2"].is_null(), "{what}: {used:#}");
+            }
+            "azure-trustedlaunch" => {
+                assert!(used["gce"].is_null() && used["ec2"].is_null(), "{what}");
+                assert_eq!(used["cloud_lookups_per_join"], 0.0, "{what}: {used:#}");
+            }
+            "aws-nitro-tpm" => {
+                assert_eq!(used["ec2"]["ok"], 0, "{what}: {used:#}");
+                assert_eq!(used["ec2"]["failed"], 0, "{what}: {used:#}");
+                assert_eq!(used["cloud_lookups_per_join"], 0.0, "{what}: {used:#}");
+                assert!(
+                    used["ec2"]["hits"].as_u64().unwrap() > 0,
+                    "{what}: {used:#}"
+                );
+                // The one image was asked about once, in the warm-up.
+                assert_eq!(since_start["ec2"]["ok"], 1, "{what}: {since_start:#}");
+            }
+            other => panic!("unexpected variant {other}"),
+        }
+    }
 }

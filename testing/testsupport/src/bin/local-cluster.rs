@@ -322,42 +322,19 @@ fn simulate_azure_vtpm(args: &Args) -> anyhow::Result<Simulated> {
 /// gcp-sev-es: the GCE stand-in, a simulated GCE confidential VM registered with it, and the
 /// attestation config its boot record satisfies.
 async fn simulate_google(args: &Args) -> anyhow::Result<Simulated> {
-    use soft_issuer::gce::{GceSevEsNode, technology};
-    const PROJECT: &str = "constellation-local";
     let (dir, temp) = site_dir(args.gce_dir.as_ref(), "joinservice-gce-", args.serve)?;
     let gce = GceSite::start(&dir).await?;
     let instance = attestation::gce::InstanceRef {
-        project: PROJECT.to_owned(),
-        zone: "europe-west3-b".to_owned(),
+        project: testsupport::snp::GCE_PROJECT.to_owned(),
+        zone: testsupport::snp::GCE_ZONE.to_owned(),
         instance: "worker-local".to_owned(),
     };
-    let node = GceSevEsNode::new(
-        soft_issuer::SoftIssuer::ecdsa_p256()?,
-        &instance,
-        1,
-        technology::AMD_SEV,
-    )?;
-    gce.standin.put_instance(
-        gce_standin::Instance {
-            project: instance.project.clone(),
-            zone: instance.zone.clone(),
-            name: instance.instance.clone(),
-        },
-        &node.ak_spki_der().map_err(anyhow::Error::msg)?,
-        None,
-    );
-    let pcr0 = node
-        .ak()
-        .pcrs()
-        .get(&0)
-        .map(hex::encode)
-        .context("the simulated VM's PCR 0")?;
-    let config = serde_json::json!({
-        "measurements": {"0": {"expected": pcr0, "warnOnly": false}},
-        "allowedGcpProjects": [PROJECT],
-    });
+    let node = testsupport::gce::es_node(&instance)?;
+    gce.registry()
+        .register(&instance, &node.ak_spki_der().map_err(anyhow::Error::msg)?)?;
+    let config = testsupport::gce::es_attestation_config()?;
     let attestation_config = dir.join("attestationConfig");
-    std::fs::write(&attestation_config, config.to_string())?;
+    std::fs::write(&attestation_config, config)?;
     {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&attestation_config, std::fs::Permissions::from_mode(0o644))?;
