@@ -68,7 +68,7 @@ pub mod pcs;
 pub use http::SetupError;
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -273,9 +273,74 @@ struct Backoff {
     reason: String,
 }
 
+/// The cached items. The node-named ones are also indexed by when they were fetched and by when
+/// they stop being servable, so that keeping within [`CacheConfig::max_entries`] costs a few
+/// index lookups per insert, not a pass over every item under the lock (a GCE instance is a
+/// node-named key, and a cache at its bound would otherwise scan all of them for every new node).
+#[derive(Default)]
+struct Entries {
+    map: HashMap<String, Entry>,
+    named_by_fetched: BTreeSet<(SystemTime, String)>,
+    named_by_stale: BTreeSet<(SystemTime, String)>,
+}
+
+impl Entries {
+    fn get(&self, key: &str) -> Option<&Entry> {
+        self.map.get(key)
+    }
+
+    fn contains_key(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.map.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn node_named(&self) -> usize {
+        self.named_by_fetched.len()
+    }
+
+    fn insert(&mut self, key: String, entry: Entry) {
+        self.remove(&key);
+        if entry.class == KeyClass::NodeNamed {
+            self.named_by_fetched.insert((entry.fetched_at, key.clone()));
+            self.named_by_stale.insert((entry.stale_after, key.clone()));
+        }
+        self.map.insert(key, entry);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Entry> {
+        let entry = self.map.remove(key)?;
+        if entry.class == KeyClass::NodeNamed {
+            self.named_by_fetched
+                .remove(&(entry.fetched_at, key.to_owned()));
+            self.named_by_stale.remove(&(entry.stale_after, key.to_owned()));
+        }
+        Some(entry)
+    }
+
+    /// The node-named key fetched longest ago.
+    fn oldest_named(&self) -> Option<String> {
+        self.named_by_fetched.first().map(|(_, key)| key.clone())
+    }
+
+    /// A node-named key no longer servable at `now` (past `stale_after + max_stale`), if any.
+    fn unservable_named(&self, now: SystemTime, max_stale: Duration) -> Option<String> {
+        self.named_by_stale
+            .first()
+            .filter(|(stale_after, _)| now >= later(*stale_after, max_stale))
+            .map(|(_, key)| key.clone())
+    }
+}
+
 #[derive(Default)]
 struct State {
-    entries: HashMap<String, Entry>,
+    entries: Entries,
     flights: HashMap<String, Arc<Flight>>,
     not_before: HashMap<String, Backoff>,
     /// The source's last `Retry-After`: until then node-named fetches start only as probes.
@@ -398,18 +463,12 @@ impl Cache {
             state.entries = load(dir, source.as_ref());
             if let Some(max) = config.max_entries {
                 // A directory written before the bound (or under a larger one) is cut to it.
-                let mut named: Vec<(SystemTime, String)> = state
-                    .entries
-                    .iter()
-                    .filter(|(_, e)| e.class == KeyClass::NodeNamed)
-                    .map(|(k, e)| (e.fetched_at, k.clone()))
-                    .collect();
-                if named.len() > max {
-                    named.sort();
-                    for (_, key) in &named[..named.len() - max] {
-                        state.entries.remove(key);
-                        forget(dir, key);
-                    }
+                while state.entries.node_named() > max {
+                    let Some(oldest) = state.entries.oldest_named() else {
+                        break;
+                    };
+                    state.entries.remove(&oldest);
+                    forget(dir, &oldest);
                 }
             }
         }
@@ -517,7 +576,7 @@ impl Cache {
     pub fn counts(&self) -> Counts {
         let state = self.lock();
         let named = |class: &KeyClass| *class == KeyClass::NodeNamed;
-        let node_named = state.entries.values().filter(|e| named(&e.class)).count();
+        let node_named = state.entries.node_named();
         Counts {
             shared: state.entries.len() - node_named,
             node_named,
@@ -804,29 +863,17 @@ impl Cache {
     /// those that can no longer be served, then the one fetched longest ago. Shared entries
     /// are never touched. Returns the keys dropped, whose files are to go too.
     fn make_room(&self, state: &mut State, key: &str, max: usize, now: SystemTime) -> Vec<String> {
-        let named = |e: &Entry| e.class == KeyClass::NodeNamed;
-        let count = |state: &State| state.entries.values().filter(|e| named(e)).count();
-        if state.entries.contains_key(key) || count(state) < max {
-            return Vec::new();
+        let mut evicted = Vec::new();
+        if state.entries.contains_key(key) || state.entries.node_named() < max {
+            return evicted;
         }
         let max_stale = self.inner.config.max_stale;
-        let mut evicted: Vec<String> = state
-            .entries
-            .iter()
-            .filter(|(_, e)| named(e) && now >= later(e.stale_after, max_stale))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in &evicted {
-            state.entries.remove(key);
+        while let Some(unservable) = state.entries.unservable_named(now, max_stale) {
+            state.entries.remove(&unservable);
+            evicted.push(unservable);
         }
-        while count(state) >= max.max(1) {
-            let Some(oldest) = state
-                .entries
-                .iter()
-                .filter(|(_, e)| named(e))
-                .min_by_key(|(_, e)| e.fetched_at)
-                .map(|(k, _)| k.clone())
-            else {
+        while state.entries.node_named() >= max.max(1) {
+            let Some(oldest) = state.entries.oldest_named() else {
                 break;
             };
             state.entries.remove(&oldest);
@@ -895,8 +942,8 @@ pub fn persisted(dir: &Path) -> std::io::Result<HashMap<String, Vec<u8>>> {
     Ok(items)
 }
 
-fn load(dir: &Path, source: &dyn Source) -> HashMap<String, Entry> {
-    let mut entries = HashMap::new();
+fn load(dir: &Path, source: &dyn Source) -> Entries {
+    let mut entries = Entries::default();
     let Ok(listing) = std::fs::read_dir(dir) else {
         return entries;
     };
@@ -934,4 +981,52 @@ fn load(dir: &Path, source: &dyn Source) -> HashMap<String, Entry> {
         }
     }
     entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(class: KeyClass, fetched_secs: u64, stale_secs: u64) -> Entry {
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        Entry {
+            class,
+            bytes: Arc::new(Vec::new()),
+            fetched_at: at(fetched_secs),
+            refresh_after: at(stale_secs),
+            stale_after: at(stale_secs),
+        }
+    }
+
+    #[test]
+    fn the_indexes_follow_every_insert_replace_and_remove() {
+        let mut entries = Entries::default();
+        entries.insert("shared".into(), entry(KeyClass::Shared, 1, 10));
+        entries.insert("a".into(), entry(KeyClass::NodeNamed, 2, 100));
+        entries.insert("b".into(), entry(KeyClass::NodeNamed, 3, 50));
+        assert_eq!((entries.len(), entries.node_named()), (3, 2));
+        assert_eq!(entries.oldest_named().as_deref(), Some("a"));
+
+        // A refresh replaces a's place in both orders.
+        entries.insert("a".into(), entry(KeyClass::NodeNamed, 4, 200));
+        assert_eq!((entries.len(), entries.node_named()), (3, 2));
+        assert_eq!(entries.oldest_named().as_deref(), Some("b"));
+
+        // Servability is by stale_after + max_stale; shared items are never offered.
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let max_stale = Duration::from_secs(10);
+        assert_eq!(entries.unservable_named(at(59), max_stale), None);
+        assert_eq!(
+            entries.unservable_named(at(60), max_stale).as_deref(),
+            Some("b")
+        );
+
+        assert!(entries.remove("b").is_some());
+        assert!(entries.remove("b").is_none());
+        assert_eq!(entries.unservable_named(at(1000), max_stale).as_deref(), Some("a"));
+        assert!(entries.remove("a").is_some());
+        assert_eq!((entries.len(), entries.node_named()), (1, 0));
+        assert_eq!(entries.oldest_named(), None);
+        assert_eq!(entries.unservable_named(at(1000), max_stale), None);
+    }
 }
