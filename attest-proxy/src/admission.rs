@@ -11,7 +11,8 @@
 //!   record has arrived in full: from there a connection holds TLS state and verification work,
 //!   so this bounds the memory and the work a crowd can pin, while a crowd that connects and
 //!   stays silent (or stalls inside its first record) takes none of these places from the nodes
-//!   that talk.
+//!   that talk. A connection that finds them all taken queues for one, first come first served,
+//!   for at most `--handshake-queue-wait` (and never past its handshake deadline).
 //!
 //! A refused connection is closed at once; the node sees its handshake fail and retries with
 //! backoff. Behind the door, the verify queue answers `ResourceExhausted` when full, and the
@@ -124,13 +125,18 @@ impl Admission {
     }
 
     /// Once the first record has arrived: a place for the handshake and attestation (the
-    /// waiting place is freed, the source's place kept), or why not.
-    pub fn start(&self, waiting: Waiting) -> Result<Admitted, Shed> {
-        let handshake = self
-            .handshakes
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Shed::Handshakes)?;
+    /// waiting place is freed, the source's place kept), or why not. When every place is taken,
+    /// the connection queues for one in arrival order until `until`, keeping its waiting place
+    /// meanwhile (so `--max-waiting` bounds the queue too): a storm's nodes are served as places
+    /// free instead of being closed, each to reconnect after a back-off the proxy spends idle.
+    pub async fn start(&self, waiting: Waiting, until: Instant) -> Result<Admitted, Shed> {
+        let handshake = match self.handshakes.clone().try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => tokio::time::timeout_at(until.into(), self.handshakes.clone().acquire_owned())
+                .await
+                .map_err(|_| Shed::Handshakes)?
+                .map_err(|_| Shed::Handshakes)?,
+        };
         Ok(Admitted {
             _peer: waiting.peer,
             _handshake: handshake,
@@ -160,25 +166,25 @@ mod tests {
     const A: [u8; 4] = [10, 0, 0, 1];
     const B: [u8; 4] = [10, 0, 0, 2];
 
-    /// Admits and starts one connection from `ip`.
-    fn attest(door: &Admission, ip: [u8; 4]) -> Result<Admitted, Shed> {
-        door.start(door.admit(ip.into())?)
+    /// Admits and starts one connection from `ip`, refused at once if no place is free.
+    async fn attest(door: &Admission, ip: [u8; 4]) -> Result<Admitted, Shed> {
+        door.start(door.admit(ip.into())?, Instant::now()).await
     }
 
-    #[test]
-    fn the_global_bound_holds_across_sources_and_frees_on_drop() {
+    #[tokio::test]
+    async fn the_global_bound_holds_across_sources_and_frees_on_drop() {
         let door = Admission::new(100, 2, 0, 0.0, 0);
-        let first = attest(&door, A).unwrap();
-        let _second = attest(&door, B).unwrap();
+        let first = attest(&door, A).await.unwrap();
+        let _second = attest(&door, B).await.unwrap();
         assert_eq!(door.handshakes_in_progress(), 2);
-        assert_eq!(attest(&door, [10, 0, 0, 3]).unwrap_err(), Shed::Handshakes);
+        assert_eq!(attest(&door, [10, 0, 0, 3]).await.unwrap_err(), Shed::Handshakes);
         drop(first);
         assert_eq!(door.handshakes_in_progress(), 1);
-        attest(&door, [10, 0, 0, 3]).unwrap();
+        attest(&door, [10, 0, 0, 3]).await.unwrap();
     }
 
-    #[test]
-    fn connections_waiting_for_their_first_record_take_no_handshake_place() {
+    #[tokio::test]
+    async fn connections_waiting_for_their_first_record_take_no_handshake_place() {
         let door = Admission::new(3, 1, 0, 0.0, 0);
         let silent: Vec<_> = [[10, 0, 0, 3], [10, 0, 0, 4]]
             .into_iter()
@@ -186,7 +192,7 @@ mod tests {
             .collect();
         assert_eq!((door.waiting(), door.handshakes_in_progress()), (2, 0));
         // A node that talks still gets the one handshake place.
-        let node = attest(&door, A).unwrap();
+        let node = attest(&door, A).await.unwrap();
         assert_eq!((door.waiting(), door.handshakes_in_progress()), (2, 1));
         // The waiting bound is its own: full, it refuses at accept.
         let _third = door.admit(B.into()).unwrap();
@@ -195,16 +201,47 @@ mod tests {
         assert_eq!(door.waiting(), 1);
         // Starting frees the waiting place even when the handshake bound refuses.
         let waiting = door.admit([10, 0, 0, 6].into()).unwrap();
-        assert_eq!(door.start(waiting).unwrap_err(), Shed::Handshakes);
+        assert_eq!(door.start(waiting, Instant::now()).await.unwrap_err(), Shed::Handshakes);
         assert_eq!(door.waiting(), 1);
         drop(node);
         assert_eq!(door.handshakes_in_progress(), 0);
     }
 
-    #[test]
-    fn a_started_connection_keeps_its_sources_place() {
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_finding_every_place_taken_queues_for_one_in_arrival_order() {
+        let door = Arc::new(Admission::new(100, 1, 0, 0.0, 0));
+        let holder = attest(&door, A).await.unwrap();
+        let later = Instant::now() + std::time::Duration::from_secs(5);
+        let queued = |ip: [u8; 4]| {
+            let door = door.clone();
+            let waiting = door.admit(ip.into()).unwrap();
+            tokio::spawn(async move { door.start(waiting, later).await })
+        };
+        let first = queued([10, 0, 0, 3]);
+        tokio::task::yield_now().await;
+        let second = queued([10, 0, 0, 4]);
+        tokio::task::yield_now().await;
+        // Both queue, each keeping its waiting place.
+        assert_eq!((door.waiting(), door.handshakes_in_progress()), (2, 1));
+        drop(holder);
+        let first = first.await.unwrap().unwrap();
+        assert_eq!((door.waiting(), door.handshakes_in_progress()), (1, 1));
+        assert!(!second.is_finished());
+        drop(first);
+        let second = second.await.unwrap().unwrap();
+        assert_eq!((door.waiting(), door.handshakes_in_progress()), (0, 1));
+
+        // No place frees before the bound: refused then, its waiting place freed.
+        let third = queued([10, 0, 0, 5]);
+        assert_eq!(third.await.unwrap().unwrap_err(), Shed::Handshakes);
+        assert_eq!((door.waiting(), door.handshakes_in_progress()), (0, 1));
+        drop(second);
+    }
+
+    #[tokio::test]
+    async fn a_started_connection_keeps_its_sources_place() {
         let door = Admission::new(100, 100, 1, 0.0, 0);
-        let started = attest(&door, A).unwrap();
+        let started = attest(&door, A).await.unwrap();
         assert_eq!(door.admit(A.into()).unwrap_err(), Shed::PeerAttestations);
         drop(started);
         door.admit(A.into()).unwrap();

@@ -277,20 +277,30 @@ pub struct Config {
     pub max_waiting: usize,
 
     /// Connections between their first TLS record and the end of their attestation, from all
-    /// sources together; beyond that a connection is closed when its first record arrives,
-    /// before any TLS work. Bounds the memory and the work a crowd of slow clients can pin (each
-    /// holds TLS state until the handshake deadline).
+    /// sources together; beyond that a connection whose first record arrives queues for a place
+    /// (`--handshake-queue-wait`) before any TLS work. Bounds the memory and the work a crowd of
+    /// slow clients can pin (each holds TLS state until the handshake deadline).
     #[arg(long, env = "ATTEST_PROXY_MAX_HANDSHAKES", default_value_t = 512,
           value_parser = at_least_one)]
     pub max_handshakes: usize,
+
+    /// How long a connection whose first record has arrived may queue, first come first served,
+    /// for one of the `--max-handshakes` places (never past its handshake deadline); then it is
+    /// closed and the node retries. A storm's nodes are served as places free instead of being
+    /// closed and reconnecting after a back-off. Queued connections keep their `--max-waiting`
+    /// place. `0s` closes at once when no place is free.
+    #[arg(long, env = "ATTEST_PROXY_HANDSHAKE_QUEUE_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub handshake_queue_wait: Duration,
 
     /// Threads verifying attestation documents (CPU-bound work kept off the async runtime).
     #[arg(long, env = "ATTEST_PROXY_VERIFY_THREADS", default_value_t = default_verify_threads())]
     pub verify_threads: usize,
 
     /// Verifications that may wait for a thread; beyond that a node is answered
-    /// `ResourceExhausted` on its first call and retries with backoff.
-    #[arg(long, env = "ATTEST_PROXY_VERIFY_QUEUE", default_value_t = 256)]
+    /// `ResourceExhausted` on its first call and retries with backoff. As large as
+    /// `--max-handshakes` by default, so that a node admitted to a handshake is not refused
+    /// behind the door for want of room in the queue after its TLS work is done.
+    #[arg(long, env = "ATTEST_PROXY_VERIFY_QUEUE", default_value_t = 512)]
     pub verify_queue: usize,
 
     /// Attestations (handshake plus verification) one source address may have in progress at

@@ -33,6 +33,8 @@ pub struct Shared {
     pub allowlist: AllowlistLayer,
     pub upstream: Upstream,
     pub handshake_timeout: std::time::Duration,
+    /// How long a connection whose first record arrived may queue for a handshake place.
+    pub handshake_queue_wait: std::time::Duration,
     pub lifetime: Lifetime,
     pub metrics: Metrics,
     /// The hash chain every audit record of this process is sealed into.
@@ -77,7 +79,11 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer_addr: SocketAddr, 
             return gave_up(&shared, peer_addr, started, error.as_ref());
         }
     };
-    let admitted = shared.admission.start(waiting);
+    let queue_until = deadline.min(tokio::time::Instant::now() + shared.handshake_queue_wait);
+    let admitted = shared
+        .admission
+        .start(waiting, queue_until.into_std())
+        .await;
     shared.metrics.admission(&shared.admission);
     let admitted = match admitted {
         Ok(admitted) => admitted,

@@ -20,14 +20,17 @@
 //!
 //! Overload control, so a storm of nodes (or a flood) is refused quickly and clearly instead of
 //! queueing without end; every bound is a flag (see `attest-proxy --help`):
-//! - at accept, before any TLS work, a connection is closed at once when the proxy already has
-//!   `--max-handshakes` (512) connections between accept and the end of their attestation, when
-//!   its source address has `--max-attestations-per-peer` (4) in progress, or when its source
-//!   has used up its token bucket (`--per-peer-rate` 10/s, `--per-peer-burst` 20). The
-//!   per-source limits turn off with `0` for deployments where a load balancer puts every node
-//!   behind one address; the buckets of idle sources are dropped, so the table stays bounded.
-//!   Each refusal counts in `connections_shed{reason}`;
-//! - a full verify queue (`--verify-queue`, 256) answers `ResourceExhausted`;
+//! - at accept, before any TLS work, a connection is closed at once when the proxy already holds
+//!   `--max-waiting` (16384) connections that have not sent their first TLS record, when its
+//!   source address has `--max-attestations-per-peer` (4) in progress, or when its source has
+//!   used up its token bucket (`--per-peer-rate` 10/s, `--per-peer-burst` 20). The per-source
+//!   limits turn off with `0` for deployments where a load balancer puts every node behind one
+//!   address; the buckets of idle sources are dropped, so the table stays bounded;
+//! - once its first record has arrived, a connection takes one of `--max-handshakes` (512)
+//!   places for its handshake and attestation, queueing for one, first come first served, for
+//!   at most `--handshake-queue-wait` (5 s) when all are taken, and is closed after that. Each
+//!   refusal counts in `connections_shed{reason}`;
+//! - a full verify queue (`--verify-queue`, 512) answers `ResourceExhausted`;
 //! - a connection that has not finished its handshake and attestation within
 //!   `--handshake-timeout` (10 s) is closed, so slow or stalled clients hold at most
 //!   `--max-handshakes` connections' worth of memory, and only until the deadline.
@@ -212,6 +215,7 @@ impl Proxy {
                 config.upstream_timeout,
             ),
             handshake_timeout: config.handshake_timeout,
+            handshake_queue_wait: config.handshake_queue_wait,
             lifetime: connection::Lifetime {
                 idle: config.idle_timeout,
                 max_age: config.max_connection_age,

@@ -149,7 +149,8 @@ fn defaults_are_the_documented_ones() {
         attest_proxy::Config::try_parse_from(["attest-proxy", "--upstream-uid", "10002"]).unwrap();
     assert_eq!(config.max_waiting, 16384);
     assert_eq!(config.max_handshakes, 512);
-    assert_eq!(config.verify_queue, 256);
+    assert_eq!(config.verify_queue, 512);
+    assert_eq!(config.handshake_queue_wait, Duration::from_secs(5));
     assert_eq!(config.max_attestations_per_peer, 4);
     assert!((config.per_peer_rate - 10.0).abs() < f64::EPSILON);
     assert_eq!(config.per_peer_burst, 20);
