@@ -1,6 +1,8 @@
 //! deploy/examples/aws-nitro-tpm.attestationConfig.json: a valid aws-nitro-tpm policy once the
 //! image's measurements and the nodes' AK digests are filled in, and one that names the keys it
 //! trusts: it does not fall back to trusting any key.
+//! deploy/examples/aws-nitro-tpm-document.attestationConfig.json: the policy for nodes that send
+//! AWS's NitroTPM attestation document, which trusts keys only through it.
 
 mod common;
 
@@ -9,11 +11,18 @@ use attestation::variants::aws_nitro_tpm::AwsNitroTpmValidator;
 use common::*;
 use serde_json::Value;
 
-fn example() -> Value {
-    let text =
-        std::fs::read_to_string(deploy_dir().join("examples/aws-nitro-tpm.attestationConfig.json"))
-            .expect("the example config");
+fn example_named(name: &str) -> Value {
+    let text = std::fs::read_to_string(deploy_dir().join("examples").join(name))
+        .expect("the example config");
     serde_json::from_str(&text).expect("JSON")
+}
+
+fn example() -> Value {
+    example_named("aws-nitro-tpm.attestationConfig.json")
+}
+
+fn document_example() -> Value {
+    example_named("aws-nitro-tpm-document.attestationConfig.json")
 }
 
 /// The example with every placeholder replaced by 32 bytes of hex.
@@ -62,4 +71,50 @@ fn the_example_is_a_valid_policy_pinning_its_keys_once_filled_in() {
     let err =
         AwsNitroTpmValidator::from_attestation_config(keyless.to_string().as_bytes()).unwrap_err();
     assert!(matches!(err, PolicyError::NoAkTrust), "{err}");
+}
+
+#[test]
+fn the_document_example_requires_aws_document_and_sha384_measurements_once_filled_in() {
+    let mut filled = document_example();
+    for (_, m) in filled["measurements"]
+        .as_object_mut()
+        .expect("measurements")
+        .iter_mut()
+    {
+        m["expected"] = Value::String("ab".repeat(48));
+    }
+    let validator = AwsNitroTpmValidator::from_attestation_config(filled.to_string().as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .0;
+    assert!(validator.policy().enforces_any());
+    assert!(
+        validator.ak_trust().is_none(),
+        "keys are trusted only through AWS's document"
+    );
+
+    // As shipped, the placeholders are refused by name.
+    let err =
+        AwsNitroTpmValidator::from_attestation_config(document_example().to_string().as_bytes())
+            .unwrap_err();
+    assert!(err.to_string().contains("not valid hex"), "{err}");
+
+    // SHA-256 values, the opt-in bank, are refused: AWS signs the SHA-384 PCRs.
+    let mut sha256 = filled.clone();
+    for (_, m) in sha256["measurements"]
+        .as_object_mut()
+        .expect("measurements")
+        .iter_mut()
+    {
+        m["expected"] = Value::String("ab".repeat(32));
+    }
+    let err =
+        AwsNitroTpmValidator::from_attestation_config(sha256.to_string().as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("SHA-384"), "{err}");
+
+    // Adding the opt-in beside the requirement is refused, not merged.
+    let mut both = filled;
+    both["trustAnyAk"] = Value::Bool(true);
+    let err =
+        AwsNitroTpmValidator::from_attestation_config(both.to_string().as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("remove trustedAkDigests"), "{err}");
 }

@@ -1761,12 +1761,36 @@ mod tests {
         assert_eq!(svg.matches("<title>A: mutual TLS").count(), 3);
         assert_eq!(svg.matches("(aws-sev-snp) at concurrency 16").count(), 3);
         assert!(!svg.contains("concurrency 64:"));
+        // Three series fit side by side with their values; A is grey and each variant's B has
+        // its own hue.
+        assert!(svg.contains(r#"font-size="8""#), "{svg}");
+        let fill_of = |svg: &str, title: &str| {
+            let at = svg.find(title).unwrap_or_else(|| panic!("{title}"));
+            let rect = &svg[svg[..at].rfind("<rect").unwrap()..at];
+            rect.split("fill=\"").nth(1).unwrap()[..7].to_owned()
+        };
+        assert_eq!(fill_of(&svg, "<title>A: mutual TLS"), "#7f7f7f");
+        assert_ne!(
+            fill_of(&svg, "(qemu-vtpm) at concurrency 16"),
+            fill_of(&svg, "(aws-sev-snp) at concurrency 16")
+        );
+        // Many series (nine variants' B and C make twenty, at four concurrencies): the panels
+        // stack at full width, and bars too narrow for a label carry their value in the
+        // tooltip only.
+        let mut many = results.clone();
+        while many.setups.len() < 40 {
+            many.setups.push(many.setups[1].clone());
+        }
+        let stacked = crate::plot::svg(&many);
+        assert!(stacked.starts_with(r#"<svg xmlns="http://www.w3.org/2000/svg" width="1200""#));
+        assert_eq!(stacked.matches("<title>").count(), 120);
+        assert!(!stacked.contains(r#"font-size="8""#));
 
         // The README's tables: one per variant, a row per concurrency that has B or C.
         let md = crate::tables::markdown(&results);
-        assert_eq!(md.matches("\n#### ").count(), 2, "{md}");
+        assert_eq!(md.matches("\n### ").count(), 2, "{md}");
         let (qemu, snp) = md
-            .split_once("#### aws-sev-snp")
+            .split_once("### aws-sev-snp")
             .unwrap_or_else(|| panic!("{md}"));
         for (table, b_over_a) in [(qemu, "| 3.00 | - |"), (snp, "| 4.00 | - |")] {
             let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| 16 ")).collect();

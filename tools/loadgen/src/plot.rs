@@ -1,26 +1,62 @@
 //! The benchmark's picture: grouped bars of A, and of B and C for each variant, per concurrency,
-//! for throughput, server CPU per operation and p99 latency. Plain SVG written by hand; a plotting crate would bring a font
+//! for throughput, server CPU per operation and p99 latency. Each variant has its own hue (B
+//! light, C full, C-mutual dark; A grey); with many series the three panels are stacked. Plain SVG written by hand; a plotting crate would bring a font
 //! stack and far more code than three bar charts need.
 
 use std::fmt::Write as _;
 
-use crate::bench::{BenchResults, SetupResults};
+use crate::bench::{BenchResults, Setup, SetupResults};
 use crate::report::Report;
 
 const PANEL_W: f64 = 400.0;
 const PANEL_H: f64 = 300.0;
+/// With more series than this the panels are stacked, each the figure's full width, so that the
+/// bars of one concurrency stay wide enough to tell apart.
+const SIDE_BY_SIDE_MAX_SERIES: usize = 6;
+const FULL_W: f64 = 1200.0;
+/// Bars narrower than this carry no value label (it would overlap its neighbours'); the value
+/// is in each bar's tooltip and in results.md either way.
+const LABEL_MIN_BAR_W: f64 = 22.0;
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 12.0;
 const TOP: f64 = 56.0;
 const BOTTOM: f64 = 44.0;
-/// One colour per series (a setup for one variant), in the order the benchmark ran them.
-const COLORS: [&str; 10] = [
-    "#4e79a7", "#f28e2b", "#ffbe7d", "#e15759", "#59a14f", "#8cd17d", "#b6992d", "#76b7b2",
-    "#b07aa1", "#9c755f",
+const LEGEND_ROW: f64 = 14.0;
+const LEGEND_COLUMN_W: f64 = 300.0;
+/// A's colour: it attests nothing and belongs to no variant.
+const FLOOR: &str = "#7f7f7f";
+/// One hue per variant, in the order the benchmark ran them; each as (B, C, C-mutual): light,
+/// full and dark.
+const HUES: [[&str; 3]; 10] = [
+    ["#a6c8ec", "#4e79a7", "#2b4a6f"],
+    ["#fbc48f", "#f28e2b", "#a85a12"],
+    ["#f3a3a4", "#e15759", "#9c2f31"],
+    ["#a9d3a3", "#59a14f", "#356630"],
+    ["#f5e08a", "#edc948", "#a38820"],
+    ["#d7b6cf", "#b07aa1", "#744b68"],
+    ["#f9c6cd", "#ff9da7", "#c0606b"],
+    ["#c9b2a5", "#9c755f", "#634737"],
+    ["#c7e4e1", "#76b7b2", "#44807b"],
+    ["#d2cdca", "#bab0ac", "#7d7470"],
 ];
 
-fn color(series: usize) -> &'static str {
-    COLORS[series % COLORS.len()]
+/// A series' colour: grey for A; for B, C and C-mutual its variant's hue, lighter for B.
+fn color(results: &BenchResults, s: &SetupResults) -> &'static str {
+    let Some(variant) = s.variant else {
+        return FLOOR;
+    };
+    let mut seen = Vec::new();
+    for v in results.setups.iter().filter_map(|s| s.variant) {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    let hue = HUES[seen.iter().position(|v| *v == variant).unwrap_or(0) % HUES.len()];
+    match s.setup {
+        Setup::A | Setup::B => hue[0],
+        Setup::C => hue[1],
+        Setup::CMutual => hue[2],
+    }
 }
 
 /// A series' legend: its setup, and the variant for B and C.
@@ -88,9 +124,22 @@ fn escape(text: &str) -> String {
 /// The SVG document.
 pub fn svg(results: &BenchResults) -> String {
     let concurrencies = &results.config.concurrencies;
-    let width = PANEL_W * PANELS.len() as f64;
-    let legend_height = 14.0 * results.setups.len().div_ceil(3).max(1) as f64;
-    let height = PANEL_H + 26.0 + legend_height;
+    let series = &results.setups;
+    let stacked = series.len() > SIDE_BY_SIDE_MAX_SERIES;
+    let (panel_w, width) = if stacked {
+        (FULL_W, FULL_W)
+    } else {
+        (PANEL_W, PANEL_W * PANELS.len() as f64)
+    };
+    let columns = ((width / LEGEND_COLUMN_W) as usize).clamp(1, series.len().max(1));
+    let legend_rows = series.len().div_ceil(columns).max(1);
+    let legend_height = LEGEND_ROW * legend_rows as f64;
+    let panels_height = if stacked {
+        PANEL_H * PANELS.len() as f64
+    } else {
+        PANEL_H
+    };
+    let height = panels_height + 26.0 + legend_height;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -110,25 +159,25 @@ pub fn svg(results: &BenchResults) -> String {
         escape(&title)
     );
     // Legend.
-    let series = &results.setups;
-    let columns = series.len().clamp(1, 3);
-    let legend_rows = series.len().div_ceil(columns);
     for (i, s) in series.iter().enumerate() {
-        let x = width / 2.0 - 600.0 + (i % columns) as f64 * 400.0;
-        let y = 30.0 + (i / columns) as f64 * 14.0;
+        let x = 10.0 + (i % columns) as f64 * LEGEND_COLUMN_W;
+        let y = 30.0 + (i / columns) as f64 * LEGEND_ROW;
         let _ = writeln!(
             out,
             r#"<rect x="{x}" y="{y}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#,
-            color(i),
+            color(results, s),
             x + 14.0,
             y + 9.0,
             escape(&legend(s))
         );
     }
     for (i, panel) in PANELS.iter().enumerate() {
-        let x0 = i as f64 * PANEL_W;
-        let y0 = 26.0 + 14.0 * legend_rows as f64;
-        let plot_w = PANEL_W - LEFT - RIGHT;
+        let (x0, y0) = if stacked {
+            (0.0, 26.0 + legend_height + i as f64 * PANEL_H)
+        } else {
+            (i as f64 * PANEL_W, 26.0 + legend_height)
+        };
+        let plot_w = panel_w - LEFT - RIGHT;
         let plot_h = PANEL_H - TOP - BOTTOM;
         let bottom = y0 + TOP + plot_h;
         // (concurrency index, series index, value)
@@ -190,19 +239,26 @@ pub fn svg(results: &BenchResults) -> String {
         for (ci, si, v) in &values {
             let bx = x0 + LEFT + *ci as f64 * group_w + 6.0 + *si as f64 * bar_w;
             let by = y(*v);
-            let _ = writeln!(
+            let _ = write!(
                 out,
-                r#"<rect x="{bx:.1}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} at concurrency {}: {}</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
+                r#"<rect x="{bx:.1}" y="{by:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} at concurrency {}: {}</title></rect>"#,
                 bar_w - 1.0,
                 bottom - by,
-                color(*si),
+                color(results, &series[*si]),
                 escape(&legend(&series[*si])),
                 concurrencies[*ci],
                 label(*v),
-                bx + bar_w / 2.0,
-                by - 3.0,
-                label(*v)
             );
+            if bar_w >= LABEL_MIN_BAR_W {
+                let _ = write!(
+                    out,
+                    r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
+                    bx + bar_w / 2.0,
+                    by - 3.0,
+                    label(*v)
+                );
+            }
+            out.push('\n');
         }
         let _ = writeln!(
             out,

@@ -20,7 +20,7 @@ pub fn markdown(results: &BenchResults) -> String {
         m.cpus, m.cpu_model
     );
     for &variant in &results.config.variants {
-        let _ = writeln!(out, "#### {}\n", variant.name());
+        let _ = writeln!(out, "### {}\n", variant.name());
         let lookups = results
             .config
             .concurrencies
