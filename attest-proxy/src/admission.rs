@@ -132,10 +132,12 @@ impl Admission {
     pub async fn start(&self, waiting: Waiting, until: Instant) -> Result<Admitted, Shed> {
         let handshake = match self.handshakes.clone().try_acquire_owned() {
             Ok(place) => place,
-            Err(_) => tokio::time::timeout_at(until.into(), self.handshakes.clone().acquire_owned())
-                .await
-                .map_err(|_| Shed::Handshakes)?
-                .map_err(|_| Shed::Handshakes)?,
+            Err(_) => {
+                tokio::time::timeout_at(until.into(), self.handshakes.clone().acquire_owned())
+                    .await
+                    .map_err(|_| Shed::Handshakes)?
+                    .map_err(|_| Shed::Handshakes)?
+            }
         };
         Ok(Admitted {
             _peer: waiting.peer,
@@ -177,7 +179,10 @@ mod tests {
         let first = attest(&door, A).await.unwrap();
         let _second = attest(&door, B).await.unwrap();
         assert_eq!(door.handshakes_in_progress(), 2);
-        assert_eq!(attest(&door, [10, 0, 0, 3]).await.unwrap_err(), Shed::Handshakes);
+        assert_eq!(
+            attest(&door, [10, 0, 0, 3]).await.unwrap_err(),
+            Shed::Handshakes
+        );
         drop(first);
         assert_eq!(door.handshakes_in_progress(), 1);
         attest(&door, [10, 0, 0, 3]).await.unwrap();
@@ -201,25 +206,28 @@ mod tests {
         assert_eq!(door.waiting(), 1);
         // Starting frees the waiting place even when the handshake bound refuses.
         let waiting = door.admit([10, 0, 0, 6].into()).unwrap();
-        assert_eq!(door.start(waiting, Instant::now()).await.unwrap_err(), Shed::Handshakes);
+        assert_eq!(
+            door.start(waiting, Instant::now()).await.unwrap_err(),
+            Shed::Handshakes
+        );
         assert_eq!(door.waiting(), 1);
         drop(node);
         assert_eq!(door.handshakes_in_progress(), 0);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_connection_finding_every_place_taken_queues_for_one_in_arrival_order() {
         let door = Arc::new(Admission::new(100, 1, 0, 0.0, 0));
         let holder = attest(&door, A).await.unwrap();
-        let later = Instant::now() + std::time::Duration::from_secs(5);
-        let queued = |ip: [u8; 4]| {
+        let queued = |ip: [u8; 4], wait_ms: u64| {
             let door = door.clone();
             let waiting = door.admit(ip.into()).unwrap();
-            tokio::spawn(async move { door.start(waiting, later).await })
+            let until = Instant::now() + std::time::Duration::from_millis(wait_ms);
+            tokio::spawn(async move { door.start(waiting, until).await })
         };
-        let first = queued([10, 0, 0, 3]);
+        let first = queued([10, 0, 0, 3], 60_000);
         tokio::task::yield_now().await;
-        let second = queued([10, 0, 0, 4]);
+        let second = queued([10, 0, 0, 4], 60_000);
         tokio::task::yield_now().await;
         // Both queue, each keeping its waiting place.
         assert_eq!((door.waiting(), door.handshakes_in_progress()), (2, 1));
@@ -232,7 +240,7 @@ mod tests {
         assert_eq!((door.waiting(), door.handshakes_in_progress()), (0, 1));
 
         // No place frees before the bound: refused then, its waiting place freed.
-        let third = queued([10, 0, 0, 5]);
+        let third = queued([10, 0, 0, 5], 100);
         assert_eq!(third.await.unwrap().unwrap_err(), Shed::Handshakes);
         assert_eq!((door.waiting(), door.handshakes_in_progress()), (0, 1));
         drop(second);

@@ -308,7 +308,8 @@ impl Entries {
     fn insert(&mut self, key: String, entry: Entry) {
         self.remove(&key);
         if entry.class == KeyClass::NodeNamed {
-            self.named_by_fetched.insert((entry.fetched_at, key.clone()));
+            self.named_by_fetched
+                .insert((entry.fetched_at, key.clone()));
             self.named_by_stale.insert((entry.stale_after, key.clone()));
         }
         self.map.insert(key, entry);
@@ -319,7 +320,8 @@ impl Entries {
         if entry.class == KeyClass::NodeNamed {
             self.named_by_fetched
                 .remove(&(entry.fetched_at, key.to_owned()));
-            self.named_by_stale.remove(&(entry.stale_after, key.to_owned()));
+            self.named_by_stale
+                .remove(&(entry.stale_after, key.to_owned()));
         }
         Some(entry)
     }
@@ -1023,7 +1025,10 @@ mod tests {
 
         assert!(entries.remove("b").is_some());
         assert!(entries.remove("b").is_none());
-        assert_eq!(entries.unservable_named(at(1000), max_stale).as_deref(), Some("a"));
+        assert_eq!(
+            entries.unservable_named(at(1000), max_stale).as_deref(),
+            Some("a")
+        );
         assert!(entries.remove("a").is_some());
         assert_eq!((entries.len(), entries.node_named()), (1, 0));
         assert_eq!(entries.oldest_named(), None);
