@@ -25,16 +25,21 @@ fn document_example() -> Value {
     example_named("aws-nitro-tpm-document.attestationConfig.json")
 }
 
-/// The example with every placeholder replaced by 32 bytes of hex.
-fn filled() -> Value {
-    let mut config = example();
+/// `config` with every expected measurement set to `len` bytes of hex.
+fn measured(mut config: Value, len: usize) -> Value {
     for (_, m) in config["measurements"]
         .as_object_mut()
         .expect("measurements")
         .iter_mut()
     {
-        m["expected"] = Value::String("ab".repeat(32));
+        m["expected"] = Value::String("ab".repeat(len));
     }
+    config
+}
+
+/// The example with every placeholder replaced by 32 bytes of hex.
+fn filled() -> Value {
+    let mut config = measured(example(), 32);
     for digest in config["trustedAkDigests"]
         .as_array_mut()
         .expect("trustedAkDigests")
@@ -75,14 +80,7 @@ fn the_example_is_a_valid_policy_pinning_its_keys_once_filled_in() {
 
 #[test]
 fn the_document_example_requires_aws_document_and_sha384_measurements_once_filled_in() {
-    let mut filled = document_example();
-    for (_, m) in filled["measurements"]
-        .as_object_mut()
-        .expect("measurements")
-        .iter_mut()
-    {
-        m["expected"] = Value::String("ab".repeat(48));
-    }
+    let filled = measured(document_example(), 48);
     let validator = AwsNitroTpmValidator::from_attestation_config(filled.to_string().as_bytes())
         .unwrap_or_else(|e| panic!("{e}"))
         .0;
@@ -99,14 +97,7 @@ fn the_document_example_requires_aws_document_and_sha384_measurements_once_fille
     assert!(err.to_string().contains("not valid hex"), "{err}");
 
     // SHA-256 values, the opt-in bank, are refused: AWS signs the SHA-384 PCRs.
-    let mut sha256 = filled.clone();
-    for (_, m) in sha256["measurements"]
-        .as_object_mut()
-        .expect("measurements")
-        .iter_mut()
-    {
-        m["expected"] = Value::String("ab".repeat(32));
-    }
+    let sha256 = measured(filled.clone(), 32);
     let err =
         AwsNitroTpmValidator::from_attestation_config(sha256.to_string().as_bytes()).unwrap_err();
     assert!(err.to_string().contains("SHA-384"), "{err}");

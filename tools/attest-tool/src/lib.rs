@@ -8,7 +8,8 @@
 //! - `verify --config <file> [--variant V --nonce <hex>] [--user-data <hex>] <document>`
 //!   verifies a saved attestation document exactly as attest-proxy does and prints the
 //!   decision as the audit line explains it ([`attestation::audit::Decision::explain`]); the
-//!   SEV-SNP and TDX variants and azure-trustedlaunch take `--at` for the verification time; a
+//!   SEV-SNP and TDX variants, azure-trustedlaunch and aws-nitro-tpm (for AWS's NitroTPM
+//!   document) take `--at` for the verification time; a
 //!   saved attestation from `join-client attest` ([`attestation::saved`]) carries its variant,
 //!   nonce and user data;
 //! - `policy --document <file> [--service-policy]` prints the complete attestation config a
@@ -52,7 +53,7 @@ use serde::ser::{SerializeMap, Serializer};
 
 /// The refusal of `verify --at` or `--collateral-dir` for a variant that takes neither.
 const TIME_AND_COLLATERAL_ONLY: &str = "--at and --collateral-dir are for the SEV-SNP and TDX \
-    variants (and --at for azure-trustedlaunch)";
+    variants (and --at for azure-trustedlaunch and aws-nitro-tpm's AWS document)";
 
 pub mod audit;
 pub mod derive;
@@ -358,12 +359,17 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<Outcome> {
                     Some((Box::new(validator), digest))
                 }
                 Variant::AwsNitroTpm => {
-                    if at.is_some() || collateral_dir.is_some() {
+                    if collateral_dir.is_some() {
                         bail!(TIME_AND_COLLATERAL_ONLY);
                     }
-                    let (validator, digest) =
+                    let (mut validator, digest) =
                         nitro_validator(&read(&config)?, &doc, ec2_tpm_support.as_deref())
                             .with_context(invalid)?;
+                    // AWS's NitroTPM document chains to certificates that live hours: a saved
+                    // one is checked as of when it was made.
+                    if at.is_some() {
+                        validator = validator.at(snp::parse_time(at.as_deref())?);
+                    }
                     Some((Box::new(validator), digest))
                 }
                 _ => None,

@@ -1,6 +1,7 @@
 //! `attest-tool verify --variant aws-nitro-tpm` run as an operator would, offline: EC2's answer
 //! for the document's image comes from `--ec2-tpm-support`, and without it the decision says
-//! EC2's word is missing.
+//! EC2's word is missing; a saved document with AWS's NitroTPM attestation document is checked
+//! as of `--at`, since the certificates AWS signs it with live hours.
 
 #![allow(clippy::unwrap_used)]
 
@@ -105,4 +106,84 @@ fn nitro_documents_verify_offline_with_ec2s_answer_as_a_flag() {
         String::from_utf8_lossy(&out.stderr).contains("--ec2-tpm-support is for aws-nitro-tpm"),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_saved_aws_document_verifies_as_of_its_time_and_not_after_its_certificate_expired() {
+    use base64::Engine as _;
+    use soft_issuer::nitro::{NitroPki, NitroRequest};
+
+    let dir = tempfile::tempdir().unwrap();
+    let pcr4 = [0x44u8; 48];
+    let node = SoftIssuer::ecdsa_p256()
+        .unwrap()
+        .with_sha384_pcrs([(4, pcr4)])
+        .unwrap();
+    // A leaf that lived three hours and expired yesterday, as AWS's are short-lived (within
+    // the simulated intermediates' lifetime, which begins a day ago).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let made = now - 20 * 3600;
+    let pki = NitroPki::with_leaf_validity("aws", made - 600, made + 3 * 3600).unwrap();
+    let user_data = b"u";
+    let mut pcrs = std::collections::BTreeMap::new();
+    pcrs.insert(4, pcr4.to_vec());
+    let nitro = pki
+        .document(&NitroRequest {
+            pcrs,
+            user_data: Some(attestation::ak_digest(node.ak_public()).to_vec()),
+            nonce: Some(attestation::vtpm::make_extra_data(user_data, &NONCE).to_vec()),
+            timestamp_ms: made as u64 * 1000,
+            ..NitroRequest::default()
+        })
+        .unwrap();
+    let identity = format!(
+        r#"{{"availabilityZone":"us-east-2a","region":"us-east-2","instanceId":"i-0fedcba9876543210","instanceType":"m6a.large","accountId":"123456789012","imageId":"ami-0a1b2c3d4e5f60718","nitroTpmAttestationDocument":"{}"}}"#,
+        base64::engine::general_purpose::STANDARD.encode(&nitro)
+    );
+    let document = dir.path().join("doc.json");
+    std::fs::write(
+        &document,
+        node.issue_document_with_instance_info(user_data, &NONCE, Some(identity.as_bytes()))
+            .unwrap(),
+    )
+    .unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({
+            "measurements": {"4": {"expected": hex(&pcr4)}},
+            "requireNitroTpmAttestation": true,
+            "nitroTpmRoots": pki.root_pem(),
+        })
+        .to_string(),
+    )
+    .unwrap();
+
+    let user_data_hex = hex(user_data);
+    let base = ["--ec2-tpm-support", "v2.0", "--user-data", &user_data_hex];
+    let at = |t: &str| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--at", t]);
+        verify(&config, &document, &args)
+    };
+    let (ok, out) = at(&(made + 60).to_string());
+    assert!(ok, "{out}");
+    assert!(out.starts_with("ACCEPTED: aws-nitro-tpm"), "{out}");
+    let rfc3339 = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs((made + 3600) as u64),
+    )
+    .to_string();
+    let (ok, out) = at(&rfc3339);
+    assert!(ok, "{rfc3339}: {out}");
+    // Now, after the leaf expired, the same document is refused by name.
+    let (ok, out) = verify(&config, &document, &base);
+    assert!(!ok, "{out}");
+    assert!(
+        out.starts_with("REJECTED by check nitro_document_validity"),
+        "{out}"
+    );
+    assert!(out.contains("not valid"), "{out}");
 }

@@ -1785,6 +1785,12 @@ mod tests {
         assert!(stacked.starts_with(r#"<svg xmlns="http://www.w3.org/2000/svg" width="1200""#));
         assert_eq!(stacked.matches("<title>").count(), 120);
         assert!(!stacked.contains(r#"font-size="8""#));
+        // Its legend names each series by setup letter and variant, under a key to the setups.
+        assert!(stacked.contains(">B qemu-vtpm</text>"), "{stacked}");
+        assert!(
+            stacked.contains("A: mutual TLS + one gRPC call"),
+            "{stacked}"
+        );
 
         // The README's tables: one per variant, a row per concurrency that has B or C.
         let md = crate::tables::markdown(&results);

@@ -22,7 +22,8 @@ const RIGHT: f64 = 12.0;
 const TOP: f64 = 56.0;
 const BOTTOM: f64 = 44.0;
 const LEGEND_ROW: f64 = 14.0;
-const LEGEND_COLUMN_W: f64 = 300.0;
+const LEGEND_COLUMN_W: f64 = 400.0;
+const COMPACT_COLUMN_W: f64 = 200.0;
 /// A's colour: it attests nothing and belongs to no variant.
 const FLOOR: &str = "#7f7f7f";
 /// One hue per variant, in the order the benchmark ran them; each as (B, C, C-mutual): light,
@@ -59,13 +60,20 @@ fn color(results: &BenchResults, s: &SetupResults) -> &'static str {
     }
 }
 
-/// A series' legend: its setup, and the variant for B and C.
-fn legend(s: &SetupResults) -> String {
-    match s.variant {
-        Some(v) => format!("{} ({v})", s.setup.short()),
-        None => s.setup.short().to_owned(),
+/// A series' legend: its setup, and the variant for B and C. `compact`: the setup's letter
+/// only, for a legend of many series, with the setups spelled out once in [`KEY`].
+fn legend(s: &SetupResults, compact: bool) -> String {
+    match (s.variant, compact) {
+        (Some(v), true) => format!("{} {v}", s.setup.name()),
+        (Some(v), false) => format!("{} ({v})", s.setup.short()),
+        (None, _) => s.setup.short().to_owned(),
     }
 }
+
+/// What the setups are, above a compact legend.
+const KEY: &str = "A: mutual TLS + one gRPC call to a trivial upstream (the floor) · B: aTLS + \
+    the variant's attestation, attest-proxy, the same upstream · C: full joins, whole system · \
+    C-mutual: C, nodes verifying the service";
 
 /// One panel: a title and a figure taken from each report.
 struct Panel {
@@ -131,9 +139,16 @@ pub fn svg(results: &BenchResults) -> String {
     } else {
         (PANEL_W, PANEL_W * PANELS.len() as f64)
     };
-    let columns = ((width / LEGEND_COLUMN_W) as usize).clamp(1, series.len().max(1));
+    let column_w = if stacked {
+        COMPACT_COLUMN_W
+    } else {
+        LEGEND_COLUMN_W
+    };
+    let columns = ((width / column_w) as usize).clamp(1, series.len().max(1));
     let legend_rows = series.len().div_ceil(columns).max(1);
-    let legend_height = LEGEND_ROW * legend_rows as f64;
+    // A compact legend has the key to the setups on a line of its own above it.
+    let key_height = if stacked { LEGEND_ROW } else { 0.0 };
+    let legend_height = LEGEND_ROW * legend_rows as f64 + key_height;
     let panels_height = if stacked {
         PANEL_H * PANELS.len() as f64
     } else {
@@ -159,16 +174,24 @@ pub fn svg(results: &BenchResults) -> String {
         escape(&title)
     );
     // Legend.
+    if stacked {
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="39" text-anchor="middle">{}</text>"#,
+            width / 2.0,
+            escape(KEY)
+        );
+    }
     for (i, s) in series.iter().enumerate() {
-        let x = 10.0 + (i % columns) as f64 * LEGEND_COLUMN_W;
-        let y = 30.0 + (i / columns) as f64 * LEGEND_ROW;
+        let x = 10.0 + (i % columns) as f64 * column_w;
+        let y = 30.0 + key_height + (i / columns) as f64 * LEGEND_ROW;
         let _ = writeln!(
             out,
             r#"<rect x="{x}" y="{y}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#,
             color(results, s),
             x + 14.0,
             y + 9.0,
-            escape(&legend(s))
+            escape(&legend(s, stacked))
         );
     }
     for (i, panel) in PANELS.iter().enumerate() {
@@ -245,7 +268,7 @@ pub fn svg(results: &BenchResults) -> String {
                 bar_w - 1.0,
                 bottom - by,
                 color(results, &series[*si]),
-                escape(&legend(&series[*si])),
+                escape(&legend(&series[*si], false)),
                 concurrencies[*ci],
                 label(*v),
             );
