@@ -82,6 +82,21 @@ fn refusal(v: &AwsNitroTpmValidator, doc: &[u8], nonce: &[u8]) -> Error {
     v.validate(doc, nonce).unwrap_err()
 }
 
+/// The refusal of `node` sending the AWS document `pki` makes for `req`.
+fn refused_with(
+    v: &AwsNitroTpmValidator,
+    pki: &NitroPki,
+    node: &SoftIssuer,
+    req: &NitroRequest,
+    nonce: &[u8],
+) -> Error {
+    refusal(
+        v,
+        &attest(node, Some(&pki.document(req).unwrap()), nonce),
+        nonce,
+    )
+}
+
 #[test]
 fn a_bound_ak_joins_without_an_opt_in_and_every_refusal_is_named() {
     let pki = NitroPki::new("aws").unwrap();
@@ -109,11 +124,7 @@ fn a_bound_ak_joins_without_an_opt_in_and_every_refusal_is_named() {
     // A document binding another key.
     let mut req = request(&node, &nonce);
     req.user_data = Some(vec![0; 32]);
-    let err = refusal(
-        &v,
-        &attest(&node, Some(&pki.document(&req).unwrap()), &nonce),
-        &nonce,
-    );
+    let err = refused_with(&v, &pki, &node, &req, &nonce);
     assert!(
         matches!(err, Error::NitroDocument(NitroDocError::AkNotBound { .. })),
         "{err}"
@@ -122,11 +133,7 @@ fn a_bound_ak_joins_without_an_opt_in_and_every_refusal_is_named() {
     // AWS's PCR 4 differs from the quote's.
     let mut req = request(&node, &nonce);
     req.pcrs.insert(4, vec![0x45; 48]);
-    let err = refusal(
-        &v,
-        &attest(&node, Some(&pki.document(&req).unwrap()), &nonce),
-        &nonce,
-    );
+    let err = refused_with(&v, &pki, &node, &req, &nonce);
     assert!(
         matches!(
             err,
@@ -138,11 +145,7 @@ fn a_bound_ak_joins_without_an_opt_in_and_every_refusal_is_named() {
     // PCR 4 absent from AWS's document.
     let mut req = request(&node, &nonce);
     req.pcrs.remove(&4);
-    let err = refusal(
-        &v,
-        &attest(&node, Some(&pki.document(&req).unwrap()), &nonce),
-        &nonce,
-    );
+    let err = refused_with(&v, &pki, &node, &req, &nonce);
     assert!(
         matches!(
             err,
@@ -203,11 +206,7 @@ fn a_bound_ak_joins_without_an_opt_in_and_every_refusal_is_named() {
     );
     let mut req = request(&node, &nonce);
     req.timestamp_ms = 1_000_000_000_000;
-    let err = refusal(
-        &v,
-        &attest(&node, Some(&pki.document(&req).unwrap()), &nonce),
-        &nonce,
-    );
+    let err = refused_with(&v, &pki, &node, &req, &nonce);
     assert!(
         matches!(
             err,
@@ -235,11 +234,7 @@ fn with_an_opt_in_a_present_document_never_falls_back_and_an_absent_one_needs_th
     // A failing document is refused although the key is listed.
     let mut req = request(&node, &nonce);
     req.nonce = Some(vec![1; 32]);
-    let err = refusal(
-        &v,
-        &attest(&node, Some(&pki.document(&req).unwrap()), &nonce),
-        &nonce,
-    );
+    let err = refused_with(&v, &pki, &node, &req, &nonce);
     assert!(
         matches!(err, Error::NitroDocument(NitroDocError::NonceMismatch)),
         "{err}"
