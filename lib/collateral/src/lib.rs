@@ -326,17 +326,23 @@ impl Entries {
         Some(entry)
     }
 
-    /// The node-named key fetched longest ago.
-    fn oldest_named(&self) -> Option<String> {
-        self.named_by_fetched.first().map(|(_, key)| key.clone())
+    /// Removes the node-named item fetched longest ago; its key.
+    fn pop_oldest_named(&mut self) -> Option<String> {
+        let key = self.named_by_fetched.first()?.1.clone();
+        self.remove(&key);
+        Some(key)
     }
 
-    /// A node-named key no longer servable at `now` (past `stale_after + max_stale`), if any.
-    fn unservable_named(&self, now: SystemTime, max_stale: Duration) -> Option<String> {
-        self.named_by_stale
-            .first()
-            .filter(|(stale_after, _)| now >= later(*stale_after, max_stale))
-            .map(|(_, key)| key.clone())
+    /// Removes a node-named item no longer servable at `now` (past `stale_after + max_stale`),
+    /// if there is one; its key.
+    fn pop_unservable_named(&mut self, now: SystemTime, max_stale: Duration) -> Option<String> {
+        let (stale_after, key) = self.named_by_stale.first()?;
+        if now < later(*stale_after, max_stale) {
+            return None;
+        }
+        let key = key.clone();
+        self.remove(&key);
+        Some(key)
     }
 }
 
@@ -466,10 +472,9 @@ impl Cache {
             if let Some(max) = config.max_entries {
                 // A directory written before the bound (or under a larger one) is cut to it.
                 while state.entries.node_named() > max {
-                    let Some(oldest) = state.entries.oldest_named() else {
+                    let Some(oldest) = state.entries.pop_oldest_named() else {
                         break;
                     };
-                    state.entries.remove(&oldest);
                     forget(dir, &oldest);
                 }
             }
@@ -870,15 +875,13 @@ impl Cache {
             return evicted;
         }
         let max_stale = self.inner.config.max_stale;
-        while let Some(unservable) = state.entries.unservable_named(now, max_stale) {
-            state.entries.remove(&unservable);
+        while let Some(unservable) = state.entries.pop_unservable_named(now, max_stale) {
             evicted.push(unservable);
         }
         while state.entries.node_named() >= max.max(1) {
-            let Some(oldest) = state.entries.oldest_named() else {
+            let Some(oldest) = state.entries.pop_oldest_named() else {
                 break;
             };
-            state.entries.remove(&oldest);
             evicted.push(oldest);
         }
         evicted
@@ -1006,32 +1009,34 @@ mod tests {
         entries.insert("shared".into(), entry(KeyClass::Shared, 1, 10));
         entries.insert("a".into(), entry(KeyClass::NodeNamed, 2, 100));
         entries.insert("b".into(), entry(KeyClass::NodeNamed, 3, 50));
-        assert_eq!((entries.len(), entries.node_named()), (3, 2));
-        assert_eq!(entries.oldest_named().as_deref(), Some("a"));
+        entries.insert("c".into(), entry(KeyClass::NodeNamed, 5, 300));
+        assert_eq!((entries.len(), entries.node_named()), (4, 3));
 
-        // A refresh replaces a's place in both orders.
+        // A refresh replaces a's place in both orders: b is now the oldest.
         entries.insert("a".into(), entry(KeyClass::NodeNamed, 4, 200));
-        assert_eq!((entries.len(), entries.node_named()), (3, 2));
-        assert_eq!(entries.oldest_named().as_deref(), Some("b"));
+        assert_eq!((entries.len(), entries.node_named()), (4, 3));
 
         // Servability is by stale_after + max_stale; shared items are never offered.
         let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         let max_stale = Duration::from_secs(10);
-        assert_eq!(entries.unservable_named(at(59), max_stale), None);
+        assert_eq!(entries.pop_unservable_named(at(59), max_stale), None);
         assert_eq!(
-            entries.unservable_named(at(60), max_stale).as_deref(),
+            entries.pop_unservable_named(at(60), max_stale).as_deref(),
             Some("b")
         );
+        assert!(entries.get("b").is_none());
+        assert_eq!(entries.pop_unservable_named(at(60), max_stale), None);
+        assert_eq!((entries.len(), entries.node_named()), (3, 2));
 
-        assert!(entries.remove("b").is_some());
-        assert!(entries.remove("b").is_none());
+        assert_eq!(entries.pop_oldest_named().as_deref(), Some("a"));
+        assert!(entries.remove("a").is_none());
         assert_eq!(
-            entries.unservable_named(at(1000), max_stale).as_deref(),
-            Some("a")
+            entries.pop_unservable_named(at(1000), max_stale).as_deref(),
+            Some("c")
         );
-        assert!(entries.remove("a").is_some());
         assert_eq!((entries.len(), entries.node_named()), (1, 0));
-        assert_eq!(entries.oldest_named(), None);
-        assert_eq!(entries.unservable_named(at(1000), max_stale), None);
+        assert_eq!(entries.pop_oldest_named(), None);
+        assert_eq!(entries.pop_unservable_named(at(1000), max_stale), None);
+        assert!(entries.remove("shared").is_some());
     }
 }
