@@ -129,15 +129,17 @@ impl Admission {
     /// the connection queues for one in arrival order until `until`, keeping its waiting place
     /// meanwhile (so `--max-waiting` bounds the queue too): a storm's nodes are served as places
     /// free instead of being closed, each to reconnect after a back-off the proxy spends idle.
-    pub async fn start(&self, waiting: Waiting, until: Instant) -> Result<Admitted, Shed> {
+    pub async fn start(
+        &self,
+        waiting: Waiting,
+        until: tokio::time::Instant,
+    ) -> Result<Admitted, Shed> {
         let handshake = match self.handshakes.clone().try_acquire_owned() {
             Ok(place) => place,
-            Err(_) => {
-                tokio::time::timeout_at(until.into(), self.handshakes.clone().acquire_owned())
-                    .await
-                    .map_err(|_| Shed::Handshakes)?
-                    .map_err(|_| Shed::Handshakes)?
-            }
+            Err(_) => tokio::time::timeout_at(until, self.handshakes.clone().acquire_owned())
+                .await
+                .map_err(|_| Shed::Handshakes)?
+                .map_err(|_| Shed::Handshakes)?,
         };
         Ok(Admitted {
             _peer: waiting.peer,
@@ -170,7 +172,8 @@ mod tests {
 
     /// Admits and starts one connection from `ip`, refused at once if no place is free.
     async fn attest(door: &Admission, ip: [u8; 4]) -> Result<Admitted, Shed> {
-        door.start(door.admit(ip.into())?, Instant::now()).await
+        door.start(door.admit(ip.into())?, tokio::time::Instant::now())
+            .await
     }
 
     #[tokio::test]
@@ -207,7 +210,9 @@ mod tests {
         // Starting frees the waiting place even when the handshake bound refuses.
         let waiting = door.admit([10, 0, 0, 6].into()).unwrap();
         assert_eq!(
-            door.start(waiting, Instant::now()).await.unwrap_err(),
+            door.start(waiting, tokio::time::Instant::now())
+                .await
+                .unwrap_err(),
             Shed::Handshakes
         );
         assert_eq!(door.waiting(), 1);
@@ -222,7 +227,7 @@ mod tests {
         let queued = |ip: [u8; 4], wait_ms: u64| {
             let door = door.clone();
             let waiting = door.admit(ip.into()).unwrap();
-            let until = Instant::now() + std::time::Duration::from_millis(wait_ms);
+            let until = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
             tokio::spawn(async move { door.start(waiting, until).await })
         };
         let first = queued([10, 0, 0, 3], 60_000);

@@ -80,10 +80,7 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer_addr: SocketAddr, 
         }
     };
     let queue_until = deadline.min(tokio::time::Instant::now() + shared.handshake_queue_wait);
-    let admitted = shared
-        .admission
-        .start(waiting, queue_until.into_std())
-        .await;
+    let admitted = shared.admission.start(waiting, queue_until).await;
     shared.metrics.admission(&shared.admission);
     let admitted = match admitted {
         Ok(admitted) => admitted,
