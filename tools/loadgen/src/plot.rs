@@ -1,7 +1,8 @@
 //! The benchmark's picture: grouped bars of A, and of B and C for each variant, per concurrency,
 //! for throughput, server CPU per operation and p99 latency. Each variant has its own hue (B
-//! light, C full, C-mutual dark; A grey); with many series the three panels are stacked. Plain SVG written by hand; a plotting crate would bring a font
-//! stack and far more code than three bar charts need.
+//! light, C full, C-mutual dark; A grey); with many series the three panels are stacked. Plain
+//! SVG written by hand; a plotting crate would bring a font stack and far more code than three
+//! bar charts need.
 
 use std::fmt::Write as _;
 
@@ -26,7 +27,7 @@ const LEGEND_COLUMN_W: f64 = 400.0;
 const COMPACT_COLUMN_W: f64 = 200.0;
 /// A's colour: it attests nothing and belongs to no variant.
 const FLOOR: &str = "#7f7f7f";
-/// One hue per variant, in the order the benchmark ran them; each as (B, C, C-mutual): light,
+/// One hue per variant, in the order of `--variant`; each as (B, C, C-mutual): light,
 /// full and dark.
 const HUES: [[&str; 3]; 10] = [
     ["#a6c8ec", "#4e79a7", "#2b4a6f"],
@@ -46,13 +47,13 @@ fn color(results: &BenchResults, s: &SetupResults) -> &'static str {
     let Some(variant) = s.variant else {
         return FLOOR;
     };
-    let mut seen = Vec::new();
-    for v in results.setups.iter().filter_map(|s| s.variant) {
-        if !seen.contains(&v) {
-            seen.push(v);
-        }
-    }
-    let hue = HUES[seen.iter().position(|v| *v == variant).unwrap_or(0) % HUES.len()];
+    let index = results
+        .config
+        .variants
+        .iter()
+        .position(|v| *v == variant)
+        .unwrap_or(0);
+    let hue = HUES[index % HUES.len()];
     match s.setup {
         Setup::A | Setup::B => hue[0],
         Setup::C => hue[1],
