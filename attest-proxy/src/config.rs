@@ -298,8 +298,10 @@ pub struct Config {
 
     /// Verifications that may wait for a thread; beyond that a node is answered
     /// `ResourceExhausted` on its first call and retries with backoff. As large as
-    /// `--max-handshakes` by default, so that a node admitted to a handshake is not refused
-    /// behind the door for want of room in the queue after its TLS work is done.
+    /// `--max-handshakes` by default: each handshake in progress has at most one verification
+    /// queued, so the queue fills only with the verifications of connections that reached their
+    /// deadline and left (each stays queued until a thread skips it), not with those of the
+    /// nodes still attesting.
     #[arg(long, env = "ATTEST_PROXY_VERIFY_QUEUE", default_value_t = 512)]
     pub verify_queue: usize,
 
