@@ -11,8 +11,9 @@
 #   openssh-client      ssh-keygen, an independent check of the SSH host certificates in tests
 #   python3, python3-venv  run the pinned offline manifest validator (scripts/validate-manifests.sh)
 #   binutils            readelf, which the deploy tests use to read the certifier's DT_NEEDED
+#   gcc, libc6-dev      compile AWS-LC, the C and assembly beneath aws-lc-rs, the crypto provider
 set -euo pipefail
-packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps util-linux pkg-config openssh-client python3 python3-venv binutils)
+packages=(swtpm swtpm-tools libtss2-dev tpm2-tools openssl procps util-linux pkg-config openssh-client python3 python3-venv binutils gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -635,7 +635,7 @@ fn forced(raw: &[u8], digest: &str) -> bool {
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
-    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
+    out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes).as_ref());
     out
 }
 

@@ -39,9 +39,9 @@
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
 use base64::Engine;
-use ring::rand::{SecureRandom, SystemRandom};
-use ring::signature::{Ed25519KeyPair, KeyPair};
 use ssh_key::public::KeyData;
 use ssh_key::{Algorithm, PublicKey};
 
@@ -321,15 +321,14 @@ mod tests {
 
     fn ecdsa_p256_host_key() -> Vec<u8> {
         let rng = SystemRandom::new();
-        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
-            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        let pkcs8 = aws_lc_rs::signature::EcdsaKeyPair::generate_pkcs8(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
             &rng,
         )
         .unwrap();
-        let pair = ring::signature::EcdsaKeyPair::from_pkcs8(
-            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        let pair = aws_lc_rs::signature::EcdsaKeyPair::from_pkcs8(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
             pkcs8.as_ref(),
-            &rng,
         )
         .unwrap();
         let mut wire = Vec::new();

@@ -256,7 +256,10 @@ impl ClusterCa {
 pub fn discovery_hash(spki_der: &[u8]) -> String {
     format!(
         "sha256:{}",
-        hex::encode(ring::digest::digest(&ring::digest::SHA256, spki_der))
+        hex::encode(aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA256,
+            spki_der
+        ))
     )
 }
 

@@ -130,7 +130,7 @@ async fn admin(
 /// finish for at most `config.grace_period`.
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     // kube-rs builds its rustls config from the process default provider; ours is ring.
-    let _ = rustls23::crypto::ring::default_provider().install_default();
+    let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
     let endpoint = config.api_server_endpoint().unwrap_or_default();
     if !valid_endpoint(&endpoint) {
         return Err(Error::Endpoint(endpoint));

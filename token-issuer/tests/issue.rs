@@ -347,8 +347,8 @@ async fn valid_csr_gets_token_certificate_and_hash() {
     let (_, ca) = X509Certificate::from_der(&ca_der).unwrap();
     let want = format!(
         "sha256:{}",
-        hex::encode(ring::digest::digest(
-            &ring::digest::SHA256,
+        hex::encode(aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA256,
             ca.tbs_certificate.subject_pki.raw
         ))
     );

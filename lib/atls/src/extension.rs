@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use attestation::{Issuer, Variant};
+use aws_lc_rs::digest;
 use rcgen::{CertificateParams, CustomExtension, DnType, KeyPair, PublicKeyData as _};
-use ring::digest;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use time::OffsetDateTime;
 use x509_parser::certificate::X509Certificate;

@@ -96,6 +96,6 @@ pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER
-        .get_or_init(|| Arc::new(rustls_ring::DEFAULT_PROVIDER))
+        .get_or_init(|| Arc::new(rustls_aws_lc_rs::DEFAULT_PROVIDER))
         .clone()
 }

@@ -27,7 +27,7 @@ const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
 
 /// Draws a fresh nonce from the system CSPRNG.
 pub(crate) fn generate(
-    rng: &dyn ring::rand::SecureRandom,
+    rng: &dyn aws_lc_rs::rand::SecureRandom,
 ) -> Result<[u8; NONCE_LEN], HandshakeError> {
     let mut nonce = [0u8; NONCE_LEN];
     rng.fill(&mut nonce).map_err(|_| HandshakeError::Random)?;

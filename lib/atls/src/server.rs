@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use attestation::{Validator, Variant, Verified};
-use ring::rand::SystemRandom;
+use aws_lc_rs::rand::SystemRandom;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::compress::CompressionCache;
 use rustls::crypto::SignatureScheme;

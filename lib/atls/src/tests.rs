@@ -372,12 +372,12 @@ async fn second_handshake_is_full(provider: rustls::crypto::CryptoProvider) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_resumption_in_tls13() {
-    second_handshake_is_full(rustls_ring::DEFAULT_TLS13_PROVIDER).await;
+    second_handshake_is_full(rustls_aws_lc_rs::DEFAULT_TLS13_PROVIDER).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_resumption_in_tls12() {
-    second_handshake_is_full(rustls_ring::DEFAULT_TLS12_PROVIDER).await;
+    second_handshake_is_full(rustls_aws_lc_rs::DEFAULT_TLS12_PROVIDER).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -470,12 +470,12 @@ async fn server_policy_in(provider: rustls::crypto::CryptoProvider) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_policy_in_tls13() {
-    server_policy_in(rustls_ring::DEFAULT_TLS13_PROVIDER).await;
+    server_policy_in(rustls_aws_lc_rs::DEFAULT_TLS13_PROVIDER).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_policy_in_tls12() {
-    server_policy_in(rustls_ring::DEFAULT_TLS12_PROVIDER).await;
+    server_policy_in(rustls_aws_lc_rs::DEFAULT_TLS12_PROVIDER).await;
 }
 
 #[test]

@@ -285,7 +285,7 @@ fn the_certifier_binds_key_and_window_and_bounds_the_window() {
     let key = ServerKey::generate(Window::for_rotation_at(now)).unwrap();
     certify(&recorder, key.spki(), key.window(), now).unwrap();
     let (user_data, nonce) = recorder.0.lock().unwrap().remove(0);
-    let spki_hash = ring::digest::digest(&ring::digest::SHA256, key.spki());
+    let spki_hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.spki());
     assert_eq!(user_data, spki_hash.as_ref());
     // The nonce, recomputed from its definition.
     let mut input = SERVER_EVIDENCE_DOMAIN.to_vec();
@@ -294,7 +294,7 @@ fn the_certifier_binds_key_and_window_and_bounds_the_window() {
     input.extend_from_slice(&key.window().not_after.to_be_bytes());
     assert_eq!(
         nonce,
-        ring::digest::digest(&ring::digest::SHA256, &input).as_ref()
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &input).as_ref()
     );
     assert_eq!(nonce, server_evidence_nonce(key.spki(), key.window()));
 

@@ -72,7 +72,7 @@ impl From<Evidence<'_>> for EvidenceDigest {
         };
         Self {
             kind,
-            sha256: hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes)),
+            sha256: hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes)),
         }
     }
 }
@@ -518,7 +518,10 @@ mod tests {
         assert_eq!(json["evidence"]["kind"], "certificate");
         assert_eq!(
             json["evidence"]["sha256"],
-            hex::encode(ring::digest::digest(&ring::digest::SHA256, b"cert"))
+            hex::encode(aws_lc_rs::digest::digest(
+                &aws_lc_rs::digest::SHA256,
+                b"cert"
+            ))
         );
         // The line parses back into the same record (for tools reading audit logs).
         assert_eq!(serde_json::from_str::<Decision>(&line).unwrap(), decision);

@@ -42,8 +42,8 @@ pub fn canonical(record: &Value) -> String {
 
 /// SHA-256 of a record's canonical form, lowercase hex.
 pub fn digest(record: &Value) -> String {
-    hex::encode(ring::digest::digest(
-        &ring::digest::SHA256,
+    hex::encode(aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA256,
         canonical(record).as_bytes(),
     ))
 }

@@ -19,6 +19,7 @@ pub mod gce;
 pub mod issuer;
 pub mod policy;
 pub mod saved;
+pub mod signature_memo;
 pub mod snp;
 pub mod tdx;
 pub mod tpm;

@@ -217,8 +217,8 @@ impl Policy {
     /// followed by `more`, the variant's own canonical lines.
     pub(crate) fn digest_with(&self, more: &str) -> String {
         let canonical = self.canonical() + more;
-        hex::encode(ring::digest::digest(
-            &ring::digest::SHA256,
+        hex::encode(aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA256,
             canonical.as_bytes(),
         ))
     }

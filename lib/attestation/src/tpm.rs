@@ -222,18 +222,18 @@ impl HashAlg {
     }
 
     /// ring's implementation of this hash.
-    pub fn ring_algorithm(self) -> &'static ring::digest::Algorithm {
+    pub fn ring_algorithm(self) -> &'static aws_lc_rs::digest::Algorithm {
         match self {
-            HashAlg::Sha1 => &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
-            HashAlg::Sha256 => &ring::digest::SHA256,
-            HashAlg::Sha384 => &ring::digest::SHA384,
-            HashAlg::Sha512 => &ring::digest::SHA512,
+            HashAlg::Sha1 => &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+            HashAlg::Sha256 => &aws_lc_rs::digest::SHA256,
+            HashAlg::Sha384 => &aws_lc_rs::digest::SHA384,
+            HashAlg::Sha512 => &aws_lc_rs::digest::SHA512,
         }
     }
 
     /// Hashes `data`.
     pub fn digest(self, data: &[u8]) -> Vec<u8> {
-        ring::digest::digest(self.ring_algorithm(), data)
+        aws_lc_rs::digest::digest(self.ring_algorithm(), data)
             .as_ref()
             .to_vec()
     }

@@ -244,7 +244,7 @@ type KeyDigest = [u8; 16];
 fn key_digest(key: &str) -> KeyDigest {
     let mut digest = [0; 16];
     digest.copy_from_slice(
-        &ring::digest::digest(&ring::digest::SHA256, key.as_bytes()).as_ref()[..16],
+        &aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes()).as_ref()[..16],
     );
     digest
 }
@@ -454,7 +454,10 @@ fn at_most(t: SystemTime, now: SystemTime, max: Duration) -> SystemTime {
 }
 
 fn file_stem(key: &str) -> String {
-    hex::encode(ring::digest::digest(&ring::digest::SHA256, key.as_bytes()))
+    hex::encode(aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA256,
+        key.as_bytes(),
+    ))
 }
 
 impl Cache {

@@ -40,7 +40,7 @@ pub fn client(extra_ca: Option<&Path>) -> Result<HttpsClient, SetupError> {
             roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
         }
     }
-    let provider = Arc::new(rustls23::crypto::ring::default_provider());
+    let provider = Arc::new(rustls23::crypto::aws_lc_rs::default_provider());
     let config = rustls23::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| SetupError::Tls(e.to_string()))?

@@ -2,9 +2,9 @@
 
 use std::net::IpAddr;
 
+use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
 use base64::Engine;
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
-use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use ssh_key::private::{Ed25519Keypair, Ed25519PrivateKey, KeypairData};
 use ssh_key::public::Ed25519PublicKey;
 use ssh_key::{LineEnding, PrivateKey};
@@ -76,7 +76,7 @@ pub struct SshHostKey {
 impl SshHostKey {
     /// A fresh host key.
     pub fn generate() -> Result<Self, KeyError> {
-        let rng = ring::rand::SystemRandom::new();
+        let rng = aws_lc_rs::rand::SystemRandom::new();
         let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| KeyError::Ssh)?;
         let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|_| KeyError::Ssh)?;
         let mut public_wire = Vec::new();

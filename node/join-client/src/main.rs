@@ -332,7 +332,7 @@ fn issuer(common: &IssuerArgs) -> anyhow::Result<Arc<dyn attestation::Issuer>> {
 fn attest_nonce(nonce: Option<&str>) -> anyhow::Result<Vec<u8>> {
     let Some(nonce) = nonce else {
         let mut nonce = vec![0u8; 32];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+        aws_lc_rs::rand::SecureRandom::fill(&aws_lc_rs::rand::SystemRandom::new(), &mut nonce)
             .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
         return Ok(nonce);
     };

@@ -72,11 +72,11 @@ pub fn cluster_id(measurement_secret: &[u8], measurement_salt: &[u8]) -> [u8; 32
 
 /// HKDF-SHA256 (RFC 5869) with a 32-byte output.
 fn hkdf_sha256_32(ikm: &[u8], salt: &[u8], info: &[u8]) -> [u8; 32] {
-    let prk = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, salt).extract(ikm);
+    let prk = aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, salt).extract(ikm);
     let mut okm = [0u8; 32];
     // HKDF_SHA256 as the output type asks for exactly one hash length (32 bytes), far below
     // HKDF's 255-block limit, so neither step can fail.
-    if let Ok(expanded) = prk.expand(&[info], ring::hkdf::HKDF_SHA256) {
+    if let Ok(expanded) = prk.expand(&[info], aws_lc_rs::hkdf::HKDF_SHA256) {
         let _ = expanded.fill(&mut okm);
     }
     okm
@@ -384,7 +384,7 @@ pub fn summary(ticket: &IssueJoinTicketResponse) -> String {
 
 /// A short fingerprint of secret material for summaries: never the secret itself.
 pub fn fingerprint(secret: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, secret);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, secret);
     format!("sha256:{}", hex::encode(&digest.as_ref()[..8]))
 }
 

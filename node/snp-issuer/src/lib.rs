@@ -216,7 +216,8 @@ pub fn aws_instance_info(
     ak_spki: &[u8],
 ) -> Result<Vec<u8>, InstanceInfoError> {
     let mut report_data = [0u8; REPORT_DATA_LEN];
-    report_data.copy_from_slice(ring::digest::digest(&ring::digest::SHA512, ak_spki).as_ref());
+    report_data
+        .copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA512, ak_spki).as_ref());
     let raw = source
         .get_report(&report_data)
         .map_err(|e| InstanceInfoError::Source {

@@ -46,7 +46,7 @@ fn an_aws_guest_gives_an_instance_info_whose_report_verifies_and_binds_the_key()
     let info = aws_instance_info(&source(&fake), SPKI).unwrap();
 
     let parsed = InstanceInfo::parse(&info).unwrap();
-    let digest = ring::digest::digest(&ring::digest::SHA512, SPKI);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA512, SPKI);
     assert_eq!(parsed.report.report_data().as_slice(), digest.as_ref());
     assert_eq!(parsed.report.vmpl(), 0);
     assert_eq!(parsed.report.signing_key(), SigningKey::Vlek);

@@ -134,7 +134,7 @@ fn an_extended_report_carries_the_vlek_and_binds_the_key() {
     let source = SevGuest::with_ioctl(driver, "/dev/sev-guest");
     let info = aws_instance_info(&source, b"spki").unwrap();
     let parsed = attestation::snp::InstanceInfo::parse(&info).unwrap();
-    let digest = ring::digest::digest(&ring::digest::SHA512, b"spki");
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA512, b"spki");
     assert_eq!(parsed.report.report_data().as_slice(), digest.as_ref());
     assert_eq!(parsed.signer.unwrap().common_name(), "SEV-VLEK");
     assert_eq!(parsed.intermediate.unwrap().common_name(), "SEV-VLEK-Milan");

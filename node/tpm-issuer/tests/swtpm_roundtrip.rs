@@ -340,10 +340,10 @@ fn measure_boot(tpm: &Swtpm) -> Vec<u8> {
     fn push_u32(out: &mut Vec<u8>, v: u32) {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    let algs: [(u16, &'static ring::digest::Algorithm, &str); 3] = [
-        (0x0b, &ring::digest::SHA256, "sha256"),
-        (0x0c, &ring::digest::SHA384, "sha384"),
-        (0x0d, &ring::digest::SHA512, "sha512"),
+    let algs: [(u16, &'static aws_lc_rs::digest::Algorithm, &str); 3] = [
+        (0x0b, &aws_lc_rs::digest::SHA256, "sha256"),
+        (0x0c, &aws_lc_rs::digest::SHA384, "sha384"),
+        (0x0d, &aws_lc_rs::digest::SHA512, "sha512"),
     ];
     let mut log = Vec::new();
     // Header: a legacy-format EV_NO_ACTION event carrying the Spec ID structure.
@@ -368,7 +368,7 @@ fn measure_boot(tpm: &Swtpm) -> Vec<u8> {
         push_u32(&mut log, algs.len() as u32);
         let mut extend: Vec<(&str, Vec<u8>)> = Vec::new();
         for (id, alg, name) in &algs {
-            let digest = ring::digest::digest(alg, data).as_ref().to_vec();
+            let digest = aws_lc_rs::digest::digest(alg, data).as_ref().to_vec();
             log.extend_from_slice(&id.to_le_bytes());
             log.extend_from_slice(&digest);
             extend.push((name, digest));

@@ -9,7 +9,7 @@
 //! derived from the secret by HMAC over date, region, service and `aws4_request`. The test
 //! below checks them against AWS's published example.
 
-use ring::{digest, hmac};
+use aws_lc_rs::{digest, hmac};
 
 /// The algorithm name in the string to sign and the `Authorization` header.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";

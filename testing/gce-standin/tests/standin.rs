@@ -25,7 +25,7 @@ fn client(standin: &GceStandin) -> HttpsClient {
         roots.add(cert.unwrap()).unwrap();
     }
     let config = rustls23::ClientConfig::builder_with_provider(Arc::new(
-        rustls23::crypto::ring::default_provider(),
+        rustls23::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()

@@ -1,6 +1,6 @@
 //! Constellation-managed key derivation: every data key is HKDF over the cluster's master secret.
 
-use ring::hkdf;
+use aws_lc_rs::hkdf;
 use zeroize::{Zeroize, Zeroizing};
 
 /// Why a key could not be derived.
@@ -120,7 +120,7 @@ pub fn hkdf_derive(
         .and_then(|okm| okm.fill(&mut out));
     match filled {
         Ok(()) => Ok(out),
-        Err(ring::error::Unspecified) => {
+        Err(aws_lc_rs::error::Unspecified) => {
             out.zeroize();
             Err(DeriveError::TooLong {
                 requested: length,

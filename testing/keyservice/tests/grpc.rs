@@ -49,7 +49,7 @@ async fn serves_constellation_derived_keys() {
         .data_key;
     // Independent of the server: HKDF-SHA256 with info "key-" + id.
     let expected = keyservice::derive::hkdf_derive(
-        ring::hkdf::HKDF_SHA256,
+        aws_lc_rs::hkdf::HKDF_SHA256,
         &SECRET,
         &SALT,
         b"key-measurementSecret",

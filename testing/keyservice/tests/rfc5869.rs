@@ -2,8 +2,8 @@
 
 #![allow(clippy::unwrap_used)] // Tests may panic on unexpected failures.
 
+use aws_lc_rs::hkdf::{Algorithm, HKDF_SHA1_FOR_LEGACY_USE_ONLY, HKDF_SHA256};
 use keyservice::derive::hkdf_derive;
-use ring::hkdf::{Algorithm, HKDF_SHA1_FOR_LEGACY_USE_ONLY, HKDF_SHA256};
 
 fn range(first: u8, last: u8) -> Vec<u8> {
     (first..=last).collect()

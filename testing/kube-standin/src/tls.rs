@@ -44,7 +44,7 @@ pub fn generate(extra_ip: IpAddr) -> Result<(String, Arc<rustls23::ServerConfig>
         .signed_by(&key, &issuer)
         .map_err(Error::Certificate)?;
 
-    let provider = Arc::new(rustls23::crypto::ring::default_provider());
+    let provider = Arc::new(rustls23::crypto::aws_lc_rs::default_provider());
     let mut config = rustls23::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(Error::Tls)?

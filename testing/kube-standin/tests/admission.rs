@@ -23,7 +23,7 @@ const POLICY: &str = "join-token-issuer-bootstrap-tokens-only";
 const LABEL: &str = "joinservice.edgeless.systems/issued-by";
 
 async fn standin() -> Running {
-    let _ = rustls23::crypto::ring::default_provider().install_default();
+    let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
     // Patch too, so that the policy's own refusal of UPDATE shows (deploy/base/rbac.yaml has none).
     let mut grants = token_issuer_grants();
     grants.push(Grant::namespaced(

@@ -21,7 +21,7 @@ const ISSUER: &str = "issuer-token";
 const ISSUER_USER: &str = "system:serviceaccount:kube-system:join-token-issuer";
 
 async fn standin() -> Running {
-    let _ = rustls23::crypto::ring::default_provider().install_default();
+    let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
     let issuer = User::service_account(
         ISSUER,
         "kube-system",
@@ -64,7 +64,7 @@ async fn raw(
     let ca = rustls_pemfile_cert(&s.ca_pem);
     roots.add(ca).unwrap();
     let mut cfg = rustls23::ClientConfig::builder_with_provider(Arc::new(
-        rustls23::crypto::ring::default_provider(),
+        rustls23::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()

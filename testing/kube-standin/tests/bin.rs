@@ -11,7 +11,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 #[tokio::test]
 async fn binary_serves_and_writes_kubeconfig() {
-    let _ = rustls23::crypto::ring::default_provider().install_default();
+    let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kube-standin"))

@@ -21,7 +21,7 @@ const ADMIN: &str = "admin-token";
 const ISSUER: &str = "issuer-token";
 
 async fn standin() -> Running {
-    let _ = rustls23::crypto::ring::default_provider().install_default();
+    let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
     let issuer = User::service_account(
         ISSUER,
         "kube-system",

@@ -10,8 +10,8 @@
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use ring::rand::SystemRandom;
-use ring::signature::{self, EcdsaKeyPair, KeyPair as _};
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair as _};
 use time::format_description::well_known::Rfc3339;
 use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
 use x509_cert::der::asn1::{BitString, Ia5String, OctetString, Uint};
@@ -157,7 +157,7 @@ fn secs(secs: u64) -> SystemTime {
 
 /// A key identifier as RFC 5280 §4.2.1.2 method 1 makes it: SHA-1 of the public key bits.
 fn key_id(point: &[u8]) -> Vec<u8> {
-    ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, point)
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, point)
         .as_ref()
         .to_vec()
 }
@@ -327,7 +327,6 @@ impl SimulatedIntel {
             let key = EcdsaKeyPair::from_pkcs8(
                 &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
                 pkcs8.as_ref(),
-                &rng,
             )
             .map_err(|e| SimulationError::Key(e.to_string()))?;
             Ok(Ca {
@@ -499,9 +498,8 @@ impl SimulatedIntel {
                     "expected a CERTIFICATE then a PRIVATE KEY, found {cert_label} then {key_label}"
                 )));
             }
-            let key =
-                EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8, &rng)
-                    .map_err(|e| SimulationError::Key(e.to_string()))?;
+            let key = EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8)
+                .map_err(|e| SimulationError::Key(e.to_string()))?;
             let cert = <Certificate as x509_cert::der::Decode>::from_der(cert_der)?;
             let tbs = cert.tbs_certificate;
             if tbs.subject_public_key_info.subject_public_key.raw_bytes()
@@ -587,7 +585,6 @@ impl SimulatedIntel {
         let key = EcdsaKeyPair::from_pkcs8(
             &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
             &self.tcb_signing.pkcs8,
-            &self.rng,
         )
         .map_err(|e| SimulationError::Key(e.to_string()))?;
         let sig = key

@@ -28,7 +28,7 @@ async fn get(pcs: &PcsStandin, path: &str) -> Got {
         .add(rustls23::pki_types::CertificateDer::from_pem_slice(pcs.ca_pem().as_bytes()).unwrap())
         .unwrap();
     let config = rustls23::ClientConfig::builder_with_provider(Arc::new(
-        rustls23::crypto::ring::default_provider(),
+        rustls23::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
@@ -124,8 +124,8 @@ fn verify_signed_json(body: &[u8], field: &str, signer_der: &[u8]) -> String {
     let value: serde_json::Value = serde_json::from_slice(body).unwrap();
     let sig = hex::decode(value["signature"].as_str().unwrap()).unwrap();
     let (_, cert) = X509Certificate::from_der(signer_der).unwrap();
-    ring::signature::UnparsedPublicKey::new(
-        &ring::signature::ECDSA_P256_SHA256_FIXED,
+    aws_lc_rs::signature::UnparsedPublicKey::new(
+        &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED,
         cert.public_key().subject_public_key.data.as_ref(),
     )
     .verify(inner.as_bytes(), &sig)
@@ -189,18 +189,17 @@ async fn the_simulated_chains_and_crls_are_signed_by_the_simulated_root() {
     }
 
     // A PCK certificate from the Platform CA, revoked on its CRL.
-    let pck_key = ring::signature::EcdsaKeyPair::generate_pkcs8(
-        &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
-        &ring::rand::SystemRandom::new(),
+    let pck_key = aws_lc_rs::signature::EcdsaKeyPair::generate_pkcs8(
+        &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+        &aws_lc_rs::rand::SystemRandom::new(),
     )
     .unwrap();
-    let pck_key = ring::signature::EcdsaKeyPair::from_pkcs8(
-        &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+    let pck_key = aws_lc_rs::signature::EcdsaKeyPair::from_pkcs8(
+        &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
         pck_key.as_ref(),
-        &ring::rand::SystemRandom::new(),
     )
     .unwrap();
-    use ring::signature::KeyPair as _;
+    use aws_lc_rs::signature::KeyPair as _;
     let pck = intel
         .pck_certificate(
             PckCa::Platform,

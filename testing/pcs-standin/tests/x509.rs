@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
+use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use pcs_standin::intel::{certificate_pem, pem};
 use pcs_standin::{PckCa, SimulatedIntel};
-use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
@@ -40,10 +40,9 @@ fn openssl_verifies_the_simulated_intel_chains_and_crls() {
         now - Duration::from_secs(3600),
         now + Duration::from_secs(86_400),
     );
-    let rng = ring::rand::SystemRandom::new();
+    let rng = aws_lc_rs::rand::SystemRandom::new();
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-    let key =
-        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref()).unwrap();
 
     let root = write(d, "root.pem", &certificate_pem(intel.root_der()));
     let tcb = write(d, "tcb.pem", &certificate_pem(intel.tcb_signing_der()));

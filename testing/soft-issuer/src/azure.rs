@@ -44,6 +44,8 @@ pub fn hcl_report(report_type: u32, hw_report: &[u8], runtime_data: &[u8]) -> Ve
 /// The 64 bytes of REPORT_DATA that bind `runtime_data`: its SHA-256, zero-padded.
 pub fn report_data_for(runtime_data: &[u8]) -> [u8; 64] {
     let mut data = [0u8; 64];
-    data[..32].copy_from_slice(ring::digest::digest(&ring::digest::SHA256, runtime_data).as_ref());
+    data[..32].copy_from_slice(
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, runtime_data).as_ref(),
+    );
     data
 }

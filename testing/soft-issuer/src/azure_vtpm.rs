@@ -25,8 +25,8 @@
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ring::rand::SystemRandom;
-use ring::signature::{self, RsaKeyPair};
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, RsaKeyPair};
 use x509_cert::der::asn1::{Ia5String, OctetString, UtcTime};
 use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::{Any, Decode, Encode};
@@ -400,7 +400,7 @@ impl SimulatedAzureVtpmCa {
             parameters: Some(Any::null()),
         };
         let mut serial = [0u8; 16];
-        ring::rand::SecureRandom::fill(&self.rng, &mut serial)
+        aws_lc_rs::rand::SecureRandom::fill(&self.rng, &mut serial)
             .map_err(|e| SimulationError::Sign(e.to_string()))?;
         serial[0] = (serial[0] & 0x7f) | 0x01;
         let tbs = TbsCertificate {
@@ -421,7 +421,7 @@ impl SimulatedAzureVtpmCa {
             &signature::RSA_PKCS1_SHA256
         };
         let message = tbs.to_der()?;
-        let mut sig = vec![0u8; issuer.key.public().modulus_len()];
+        let mut sig = vec![0u8; issuer.key.public_modulus_len()];
         issuer
             .key
             .sign(scheme, &self.rng, &message, &mut sig)

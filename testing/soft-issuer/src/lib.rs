@@ -41,8 +41,8 @@ use attestation::tpm::HashAlg;
 use attestation::vtpm::document::{Attestation, AttestationDocument, Pcrs, Quote};
 use attestation::vtpm::{make_extra_data, make_qualifying_data};
 use attestation::{IssueError, Issuer, Variant};
-use ring::rand::SystemRandom;
-use ring::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
 
 /// PC Client TPMs have PCRs 0–23; like go-tpm-tools, every quote covers all of them.
 pub const PCR_COUNT: u32 = 24;
@@ -139,11 +139,9 @@ impl SoftIssuer {
 
     /// A P-256 ECDSA key from PKCS#8 DER.
     pub fn ecdsa_p256_from_pkcs8(pkcs8: &[u8]) -> Result<SoftIssuer, SoftIssuerError> {
-        let rng = SystemRandom::new();
-        let key =
-            EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8, &rng)
-                .map_err(|e| SoftIssuerError::KeyRejected(KeyType::EcdsaP256, e.to_string()))?;
-        // ring's public key is the SEC1 uncompressed point 04 ‖ x ‖ y.
+        let key = EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8)
+            .map_err(|e| SoftIssuerError::KeyRejected(KeyType::EcdsaP256, e.to_string()))?;
+        // The provider's public key is the SEC1 uncompressed point 04 ‖ x ‖ y.
         let (x, y) = key
             .public_key()
             .as_ref()
@@ -173,7 +171,7 @@ impl SoftIssuer {
     pub fn rsa_2048_from_pkcs8(pkcs8: &[u8]) -> Result<SoftIssuer, SoftIssuerError> {
         let key = RsaKeyPair::from_pkcs8(pkcs8)
             .map_err(|e| SoftIssuerError::KeyRejected(KeyType::Rsa2048, e.to_string()))?;
-        let public = signature::RsaPublicKeyComponents::<Vec<u8>>::from(key.public());
+        let public = signature::RsaPublicKeyComponents::<Vec<u8>>::from(key.public_key());
         let modulus = strip_leading_zeros(&public.n);
         if modulus.len() != 256 {
             return Err(SoftIssuerError::RsaKeySize(modulus.len() * 8));
@@ -300,7 +298,7 @@ impl SoftIssuer {
         ] {
             let Some(pcrs) = pcrs else { continue };
             // TPM2_Quote digests the selected values with the signing scheme's hash (SHA-256).
-            let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+            let mut digest = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
             for value in pcrs.values() {
                 digest.update(value);
             }
@@ -348,7 +346,7 @@ impl SoftIssuer {
                 Ok(marshal::signature_ecdsa_sha256(r, s))
             }
             SigningKey::Rsa(key) => {
-                let mut sig = vec![0u8; key.public().modulus_len()];
+                let mut sig = vec![0u8; key.public_modulus_len()];
                 key.sign(&signature::RSA_PKCS1_SHA256, &self.rng, message, &mut sig)
                     .map_err(|_| SoftIssuerError::Sign)?;
                 Ok(marshal::signature_rsassa_sha256(&sig))

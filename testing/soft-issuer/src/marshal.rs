@@ -58,7 +58,7 @@ pub(crate) fn public_rsa(modulus: &[u8], exponent: u32) -> Vec<u8> {
 /// puts it in every quote as the qualified signer.
 pub(crate) fn name(public: &[u8]) -> Vec<u8> {
     let mut out = alg::SHA256.to_be_bytes().to_vec();
-    out.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, public).as_ref());
+    out.extend_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, public).as_ref());
     out
 }
 

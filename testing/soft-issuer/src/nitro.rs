@@ -9,13 +9,13 @@
 
 use std::collections::BTreeMap;
 
+use aws_lc_rs::signature::{ECDSA_P384_SHA384_FIXED_SIGNING, EcdsaKeyPair};
 use ciborium::value::Value;
 use coset::{CborSerializable as _, CoseSign1Builder, HeaderBuilder, iana};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, PKCS_ECDSA_P384_SHA384,
 };
-use ring::signature::{ECDSA_P384_SHA384_FIXED_SIGNING, EcdsaKeyPair};
 
 /// What a simulated document carries.
 #[derive(Clone, Debug, Default)]
@@ -139,12 +139,9 @@ impl NitroPki {
         let leaf_key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384)?;
         let leaf = params("i-0fedcba9876543210.simulated.nitro", None, from, to)?
             .signed_by(&leaf_key, &issuer)?;
-        let signer = EcdsaKeyPair::from_pkcs8(
-            &ECDSA_P384_SHA384_FIXED_SIGNING,
-            &leaf_key.serialize_der(),
-            &ring::rand::SystemRandom::new(),
-        )
-        .map_err(|e| anyhow::anyhow!("the leaf key: {e}"))?;
+        let signer =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, &leaf_key.serialize_der())
+                .map_err(|e| anyhow::anyhow!("the leaf key: {e}"))?;
         Ok(NitroPki {
             root_pem: pem(&cabundle[0]),
             cabundle,
@@ -219,7 +216,7 @@ impl NitroPki {
     pub fn sign(&self, payload: &Value) -> anyhow::Result<Vec<u8>> {
         let mut bytes = Vec::new();
         ciborium::ser::into_writer(payload, &mut bytes)?;
-        let rng = ring::rand::SystemRandom::new();
+        let rng = aws_lc_rs::rand::SystemRandom::new();
         let mut failed = false;
         let sign1 = CoseSign1Builder::new()
             .protected(

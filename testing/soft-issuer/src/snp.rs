@@ -19,8 +19,8 @@ use attestation::Variant;
 use std::sync::Arc;
 
 use attestation::snp::{InstanceRef, Product, SigningKey, Tcb, Trust};
-use ring::rand::SystemRandom;
-use ring::signature::{self, EcdsaKeyPair, KeyPair as _, RsaKeyPair};
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair as _, RsaKeyPair};
 use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
 use x509_cert::der::asn1::Uint;
 use x509_cert::der::asn1::{BitString, Ia5String, OctetString};
@@ -104,7 +104,7 @@ pub(crate) fn rsa_spki(key: &RsaKeyPair) -> Result<SubjectPublicKeyInfoOwned, Si
             oid: RSA_ENCRYPTION,
             parameters: Some(Any::null()),
         },
-        subject_public_key: BitString::from_bytes(key.public().as_ref())?,
+        subject_public_key: BitString::from_bytes(key.public_key().as_ref())?,
     })
 }
 
@@ -143,9 +143,9 @@ pub(crate) fn pkix<T: AssociatedOid + Encode>(
 
 /// RFC 5280's key identifier (method 1): SHA-1 of the subjectPublicKey bits.
 pub(crate) fn key_id(key: &RsaKeyPair) -> Vec<u8> {
-    ring::digest::digest(
-        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
-        key.public().as_ref(),
+    aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        key.public_key().as_ref(),
     )
     .as_ref()
     .to_vec()
@@ -508,7 +508,7 @@ impl SimulatedAmd {
     }
 
     fn pss_sign(&self, issuer: &Ca, message: &[u8]) -> Result<Vec<u8>, SimulationError> {
-        let mut sig = vec![0u8; issuer.key.public().modulus_len()];
+        let mut sig = vec![0u8; issuer.key.public_modulus_len()];
         issuer
             .key
             .sign(&signature::RSA_PSS_SHA384, &self.rng, message, &mut sig)
@@ -527,12 +527,9 @@ impl SimulatedAmd {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P384_SHA384_FIXED_SIGNING, &rng)
             .map_err(|e| SimulationError::Key(e.to_string()))?;
-        let key = EcdsaKeyPair::from_pkcs8(
-            &signature::ECDSA_P384_SHA384_FIXED_SIGNING,
-            pkcs8.as_ref(),
-            &rng,
-        )
-        .map_err(|e| SimulationError::Key(e.to_string()))?;
+        let key =
+            EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P384_SHA384_FIXED_SIGNING, pkcs8.as_ref())
+                .map_err(|e| SimulationError::Key(e.to_string()))?;
         let spki = SubjectPublicKeyInfoOwned {
             algorithm: AlgorithmIdentifierOwned {
                 oid: EC_PUBLIC_KEY,
@@ -836,7 +833,7 @@ impl SnpDocumentIssuer {
             .map_err(|e| SimulationError::Key(e.to_string()))?;
         fields
             .report_data
-            .copy_from_slice(ring::digest::digest(&ring::digest::SHA512, &spki).as_ref());
+            .copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA512, &spki).as_ref());
         let report = vlek.report(&fields)?;
         Ok(SnpDocumentIssuer {
             variant: Variant::AwsSevSnp,
@@ -860,8 +857,9 @@ impl SnpDocumentIssuer {
         mut fields: ReportFields,
     ) -> Result<Self, SimulationError> {
         let runtime = azure_runtime_data_for(&ak)?;
-        fields.report_data[..32]
-            .copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &runtime).as_ref());
+        fields.report_data[..32].copy_from_slice(
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &runtime).as_ref(),
+        );
         let report = vcek.report(&fields)?;
         Ok(SnpDocumentIssuer {
             variant: Variant::AzureSevSnp,

@@ -17,11 +17,11 @@
 use std::sync::Arc;
 
 use attestation::{IssueError, Issuer, Variant};
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair as _};
 use base64::Engine as _;
 use pcs_standin::intel::{PCE_SVN, QE_ISVSVN, QE_MRSIGNER, SGX_TCB_SVNS, TDX_TCB_SVNS};
 use pcs_standin::{PckCa, SimulatedIntel};
-use ring::rand::SystemRandom;
-use ring::signature::{self, EcdsaKeyPair, KeyPair as _};
 use x509_cert::der::asn1::{Any, OctetString};
 use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::{Encode, EncodeValue, Tag, Tagged};
@@ -370,12 +370,8 @@ impl std::fmt::Debug for TdxMachine {
 fn p256_key(rng: &SystemRandom) -> Result<EcdsaKeyPair, TdxSimulationError> {
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, rng)
         .map_err(|e| TdxSimulationError::Key(e.to_string()))?;
-    EcdsaKeyPair::from_pkcs8(
-        &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
-        pkcs8.as_ref(),
-        rng,
-    )
-    .map_err(|e| TdxSimulationError::Key(e.to_string()))
+    EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref())
+        .map_err(|e| TdxSimulationError::Key(e.to_string()))
 }
 
 /// An ECDSA P-256 signature as Intel's quotes hold it: r ‖ s, 32 bytes each.
@@ -461,7 +457,9 @@ impl TdxMachine {
         let mut hashed = Vec::with_capacity(96);
         hashed.extend_from_slice(attestation_point);
         hashed.extend_from_slice(qe_auth_data);
-        r[320..352].copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &hashed).as_ref());
+        r[320..352].copy_from_slice(
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &hashed).as_ref(),
+        );
         Ok(r)
     }
 
@@ -673,7 +671,7 @@ impl TdxDocumentIssuer {
             ReportData::Bound => {
                 let mut data = [0u8; 64];
                 data[..32].copy_from_slice(
-                    ring::digest::digest(&ring::digest::SHA256, &runtime).as_ref(),
+                    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &runtime).as_ref(),
                 );
                 data
             }

@@ -257,7 +257,7 @@ fn an_azure_node_is_accepted_and_its_quote_binds_the_vtpm_key() {
     let (quote, runtime) = parse_azure_instance_info(node.instance_info().unwrap()).unwrap();
     assert_eq!(
         &quote.td().report_data[..32],
-        ring::digest::digest(&ring::digest::SHA256, &runtime).as_ref()
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &runtime).as_ref()
     );
     assert_eq!(quote.td().report_data[32..], [0; 32]);
     // The vTPM quote's nonce binding still holds.

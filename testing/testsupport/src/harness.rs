@@ -377,7 +377,7 @@ pub fn extended_once(digest: &[u8; 32]) -> [u8; 32] {
     let mut input = [0u8; 64];
     input[32..].copy_from_slice(digest);
     let mut out = [0u8; 32];
-    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &input).as_ref());
+    out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &input).as_ref());
     out
 }
 

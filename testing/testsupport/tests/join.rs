@@ -99,7 +99,7 @@ async fn node_joins_and_rejoins_with_the_same_disk_key() {
     let ca_pem = std::fs::read(&system.paths.ca_cert).unwrap();
     let (_, ca_pem) = x509_parser::pem::parse_x509_pem(&ca_pem).unwrap();
     let ca = ca_pem.parse_x509().unwrap();
-    let spki_hash = ring::digest::digest(&ring::digest::SHA256, ca.public_key().raw);
+    let spki_hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, ca.public_key().raw);
     assert_eq!(
         ticket.discovery_token_ca_cert_hash,
         format!("sha256:{}", hex::encode(spki_hash))

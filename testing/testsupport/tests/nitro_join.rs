@@ -254,7 +254,7 @@ impl NitroDocumentSource for NitroSource {
 
 /// SHA-384 of `value` (the PCR before) followed by `digest`: one TPM extend of a SHA-384 bank.
 fn extend_sha384(value: &[u8], digest: &[u8]) -> Vec<u8> {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA384);
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA384);
     ctx.update(value);
     ctx.update(digest);
     ctx.finish().as_ref().to_vec()

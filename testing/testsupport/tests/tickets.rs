@@ -172,7 +172,7 @@ fn check_kubelet_cert(system: &System, ticket: &IssueJoinTicketResponse, node: &
         san.value.general_names
     );
     // The discovery hash pins this CA's public key.
-    let hash = ring::digest::digest(&ring::digest::SHA256, ca.public_key().raw);
+    let hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, ca.public_key().raw);
     assert_eq!(
         ticket.discovery_token_ca_cert_hash,
         format!("sha256:{}", hex::encode(hash))
@@ -200,7 +200,7 @@ fn check_ssh(ticket: &IssueJoinTicketResponse, host_key_wire: &[u8], requested: 
         .unwrap();
     let tail = 4 + (4 + 11) + (4 + 64);
     let (signed, sig_field) = blob.split_at(blob.len() - tail);
-    ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, ca_raw)
+    aws_lc_rs::signature::UnparsedPublicKey::new(&aws_lc_rs::signature::ED25519, ca_raw)
         .verify(signed, &sig_field[23..])
         .expect("host certificate verifies with the emergency SSH CA key");
 

@@ -49,7 +49,7 @@ pub enum MtlsError {
 }
 
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls23::crypto::ring::default_provider())
+    Arc::new(rustls23::crypto::aws_lc_rs::default_provider())
 }
 
 fn p256() -> Result<KeyPair, MtlsError> {

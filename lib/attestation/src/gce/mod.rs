@@ -571,20 +571,19 @@ mod tests {
 
     #[test]
     fn keys_compare_by_their_material() {
-        let rng = ring::rand::SystemRandom::new();
+        let rng = aws_lc_rs::rand::SystemRandom::new();
         let p256 = |_: ()| {
-            let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
-                &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            let pkcs8 = aws_lc_rs::signature::EcdsaKeyPair::generate_pkcs8(
+                &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
                 &rng,
             )
             .unwrap();
-            let key = ring::signature::EcdsaKeyPair::from_pkcs8(
-                &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            let key = aws_lc_rs::signature::EcdsaKeyPair::from_pkcs8(
+                &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
                 pkcs8.as_ref(),
-                &rng,
             )
             .unwrap();
-            use ring::signature::KeyPair as _;
+            use aws_lc_rs::signature::KeyPair as _;
             let point = key.public_key().as_ref().to_vec();
             let mut spki =
                 hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();

@@ -11,14 +11,10 @@
 //!
 //! A chain is verified once per certificate, not per join: whether an issuer's key signed a
 //! certificate (or a CRL) depends on nothing but the two DER encodings, so a signature that
-//! verified is remembered by their digests ([`SignatureMemo`]), and the next join with the same
+//! verified is remembered by their digests ([`crate::signature_memo::SignatureMemo`]), and the next join with the same
 //! ARK, ASK and VCEK (or ASVK and VLEK) spends no RSA verification on them. Everything that
 //! depends on the moment or on AMD's current CRL (validity periods, the trusted ARK, the CRL's
 //! freshness, revocation) is checked on every join.
-
-use std::collections::HashSet;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use x509_parser::certificate::X509Certificate;
 use x509_parser::der_parser::oid::Oid;
@@ -30,6 +26,7 @@ use x509_parser::x509::AlgorithmIdentifier;
 use super::report::{SigningKey, Tcb};
 use super::{Product, SnpError};
 pub(crate) use crate::issuer::Usage;
+use crate::signature_memo::SignatureMemo;
 
 /// `1.3.6.1.4.1.3704.1` is AMD's arc for SEV certificate extensions.
 const AMD_ARC: [u64; 8] = [1, 3, 6, 1, 4, 1, 3704, 1];
@@ -61,7 +58,9 @@ impl Cert {
     /// SHA-256 of the DER.
     pub fn sha256(&self) -> [u8; 32] {
         let mut out = [0u8; 32];
-        out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &self.der).as_ref());
+        out.copy_from_slice(
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &self.der).as_ref(),
+        );
         out
     }
 
@@ -136,90 +135,13 @@ fn product_of_ca(cn: &str) -> Option<Product> {
     Product::from_name(name)
 }
 
-/// Signatures that verified, by the digests of what was signed and of the issuer's certificate.
-///
-/// Bounded: two generations of at most [`SignatureMemo::GENERATION`] entries each; when the
-/// current one is full it becomes the previous one and the oldest is dropped, so pairs in use
-/// stay (a hit in the previous generation is carried over) and a flood of new chips costs at
-/// most a re-verification later. Only successes are remembered: a signature that failed is
-/// checked again, and fails again, every time.
-#[derive(Debug, Default)]
-pub struct SignatureMemo {
-    generations: Mutex<Generations>,
-    verified: AtomicU64,
-    hits: AtomicU64,
-}
-
-/// The current and the previous generation of remembered pairs.
-type Generations = (HashSet<[u8; 64]>, HashSet<[u8; 64]>);
-
-/// The memo every chain and CRL verification in this process shares.
+/// The memo every chain and CRL verification of AMD's certificates in this process shares.
 pub(crate) static SIGNATURES: std::sync::LazyLock<SignatureMemo> =
     std::sync::LazyLock::new(SignatureMemo::default);
 
-impl SignatureMemo {
-    /// Entries per generation: far more intermediates and chips than a cluster's nodes run on,
-    /// at 64 bytes each.
-    pub const GENERATION: usize = 8192;
-
-    fn key(signed_der: &[u8], issuer_der: &[u8]) -> [u8; 64] {
-        let mut key = [0u8; 64];
-        key[..32].copy_from_slice(ring::digest::digest(&ring::digest::SHA256, signed_der).as_ref());
-        key[32..].copy_from_slice(ring::digest::digest(&ring::digest::SHA256, issuer_der).as_ref());
-        key
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Generations> {
-        self.generations.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Runs `verify` unless the certificate or CRL `signed_der` is already known to be signed by
-    /// the key of the certificate `issuer_der`; remembers it if it verifies.
-    pub fn check<E>(
-        &self,
-        signed_der: &[u8],
-        issuer_der: &[u8],
-        verify: impl FnOnce() -> Result<(), E>,
-    ) -> Result<(), E> {
-        let key = Self::key(signed_der, issuer_der);
-        {
-            let mut generations = self.lock();
-            let (current, previous) = &mut *generations;
-            if current.contains(&key) {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            if previous.remove(&key) {
-                current.insert(key);
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-        }
-        // Verified without the lock held: joins on other threads go on meanwhile.
-        verify()?;
-        self.verified.fetch_add(1, Ordering::Relaxed);
-        let mut generations = self.lock();
-        if generations.0.len() >= Self::GENERATION {
-            generations.1 = std::mem::take(&mut generations.0);
-        }
-        generations.0.insert(key);
-        Ok(())
-    }
-
-    /// Signatures verified so far (each a real verification).
-    pub fn verified(&self) -> u64 {
-        self.verified.load(Ordering::Relaxed)
-    }
-
-    /// Checks answered from the memo so far.
-    pub fn hits(&self) -> u64 {
-        self.hits.load(Ordering::Relaxed)
-    }
-}
-
 /// Verifies `leaf` ← `intermediate` ← `ark` at `at` (seconds since the epoch), with `ark` one
 /// of `trusted` (compared by DER), and returns what the leaf says. Each signature is verified
-/// once per process ([`SignatureMemo`]); everything else on every call.
+/// once per process ([`crate::signature_memo::SignatureMemo`]); everything else on every call.
 pub fn verify_chain(
     leaf: &Cert,
     intermediate: &Cert,
@@ -305,7 +227,7 @@ fn verify_chain_in(
                 not_after: subject.validity().not_after.to_string(),
             });
         }
-        memo.check(subject_der, issuer_der, || {
+        memo.check(&[subject_der], issuer_der, || {
             verify_pss(
                 &subject.signature_algorithm,
                 subject.tbs_certificate.as_ref(),
@@ -370,9 +292,12 @@ pub(crate) fn verify_pss(
         return Err(format!("salt length {}, expected 48", params.salt_length()));
     }
     let key = issuer.public_key().subject_public_key.data.as_ref();
-    ring::signature::UnparsedPublicKey::new(&ring::signature::RSA_PSS_2048_8192_SHA384, key)
-        .verify(signed, signature)
-        .map_err(|_| "the signature does not verify".to_owned())
+    aws_lc_rs::signature::UnparsedPublicKey::new(
+        &aws_lc_rs::signature::RSA_PSS_2048_8192_SHA384,
+        key,
+    )
+    .verify(signed, signature)
+    .map_err(|_| "the signature does not verify".to_owned())
 }
 
 fn amd_oid(suffix: &[u64]) -> Oid<'static> {
@@ -508,9 +433,12 @@ pub fn verify_report_signature(
 ) -> Result<(), SnpError> {
     let parsed = leaf.parsed();
     let key = parsed.public_key().subject_public_key.data.as_ref();
-    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P384_SHA384_FIXED, key)
-        .verify(signed, signature_fixed)
-        .map_err(|_| SnpError::ReportSignature)
+    aws_lc_rs::signature::UnparsedPublicKey::new(
+        &aws_lc_rs::signature::ECDSA_P384_SHA384_FIXED,
+        key,
+    )
+    .verify(signed, signature_fixed)
+    .map_err(|_| SnpError::ReportSignature)
 }
 
 #[cfg(test)]
@@ -569,33 +497,5 @@ mod tests {
         // And so is the trusted root.
         let err = verify_chain_in(&memo, &vcek, &ask, &ark, &[], AT).unwrap_err();
         assert!(matches!(err, SnpError::UntrustedRoot(_)), "{err}");
-    }
-
-    #[test]
-    fn the_memo_keeps_two_generations_and_drops_the_oldest() {
-        let memo = SignatureMemo::default();
-        let ok = || Ok::<(), ()>(());
-        let n = SignatureMemo::GENERATION;
-        for i in 0..=n {
-            memo.check(&i.to_le_bytes(), b"issuer", ok).unwrap();
-        }
-        // The first generation became the previous one; its entries still hit.
-        assert_eq!(memo.verified(), n as u64 + 1);
-        memo.check(&0usize.to_le_bytes(), b"issuer", ok).unwrap();
-        assert_eq!(memo.hits(), 1);
-        // The same object under another issuer is another pair.
-        memo.check(&0usize.to_le_bytes(), b"other", ok).unwrap();
-        assert_eq!(memo.verified(), n as u64 + 2);
-        // Two more full generations push the first one out.
-        for i in n + 1..3 * n + 2 {
-            memo.check(&i.to_le_bytes(), b"issuer", ok).unwrap();
-        }
-        let before = memo.verified();
-        memo.check(&1usize.to_le_bytes(), b"issuer", ok).unwrap();
-        assert_eq!(memo.verified(), before + 1);
-        assert!(
-            memo.check(&7usize.to_le_bytes(), b"new", || Err(()))
-                .is_err()
-        );
     }
 }

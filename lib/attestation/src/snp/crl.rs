@@ -4,7 +4,7 @@
 //! distribution points name. The caller picks the list by the report's signing-key kind.
 //!
 //! x509-parser parses it and ring verifies its signature (once per CRL and ARK, see
-//! [`super::certs::SignatureMemo`]); checked on every call here: the issuer is the ARK
+//! [`crate::signature_memo::SignatureMemo`]); checked on every call here: the issuer is the ARK
 //! the chain ends in and its KeyUsage has cRLSign, the signature is AMD's RSA-PSS, the list is current at the verification
 //! time (thisUpdate ≤ time < nextUpdate + the staleness the caller allows, so a list past that is
 //! refused rather than trusted), and
@@ -86,7 +86,7 @@ impl Crl {
             .map_err(|e| SnpError::Crl(e.to_string()))?;
         // The signature depends on the two encodings alone: verified once per CRL and ARK.
         super::certs::SIGNATURES
-            .check(&self.der, ark.der(), || {
+            .check(&[&self.der], ark.der(), || {
                 verify_pss(
                     &crl.signature_algorithm,
                     crl.tbs_cert_list.as_ref(),

@@ -177,7 +177,7 @@ pub fn check_azure_binding(
 ) -> Result<(), crate::Error> {
     use crate::Error;
     use subtle::ConstantTimeEq;
-    let digest = ring::digest::digest(&ring::digest::SHA256, runtime_data);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, runtime_data);
     let head = report_data.get(..32).unwrap_or_default();
     if !bool::from(digest.as_ref().ct_eq(head)) {
         return Err(Error::Binding(

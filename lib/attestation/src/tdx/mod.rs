@@ -35,6 +35,7 @@
 
 pub mod collateral;
 pub mod config;
+mod dcap;
 pub mod quote;
 mod tcb;
 
@@ -199,7 +200,10 @@ impl Trust {
 
     /// SHA-256 of the root certificate, lowercase hex.
     pub fn fingerprint(&self) -> String {
-        hex::encode(ring::digest::digest(&ring::digest::SHA256, &self.root_der))
+        hex::encode(aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA256,
+            &self.root_der,
+        ))
     }
 }
 
@@ -303,12 +307,8 @@ pub fn verify_quote_within(
         at
     };
     let now = u64::try_from(evaluated_at).map_err(|_| not_current())?;
-    let verified = QuoteVerifier::new(trust.root_der().to_vec()).verify_with_policy(
-        quote.bytes(),
-        collateral.dcap(),
-        now,
-        &DecideLater,
-    );
+    let verified = QuoteVerifier::<dcap::Backend>::new_with_config(trust.root_der().to_vec())
+        .verify_with_policy(quote.bytes(), collateral.dcap(), now, &DecideLater);
     let (status, advisory_ids, platform_status, tcb_date, qe_status) = match verified {
         Ok(claims) => (
             claims.tcb.status,

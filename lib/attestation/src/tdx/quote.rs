@@ -154,7 +154,7 @@ impl TdQuote {
         let leaf = chain
             .first()
             .ok_or_else(|| bad("the PCK certificate chain is empty"))?;
-        let pck = dcap_qvl::intel::parse_pck_extension(leaf)
+        let pck = dcap_qvl::intel::parse_pck_extension_with::<super::dcap::Backend>(leaf)
             .map_err(|e| bad(format!("the PCK certificate's Intel extension: {e:#}")))?;
         let (_, cert) = x509_parser::certificate::X509Certificate::from_der(leaf)
             .map_err(|e| bad(format!("the PCK certificate: {e}")))?;

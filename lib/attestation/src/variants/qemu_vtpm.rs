@@ -22,7 +22,7 @@ use crate::{Validator, Variant, Verified};
 /// document's `ak_pub`), the form in which a config names the keys it trusts.
 pub fn ak_digest(ak_pub: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
-    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, ak_pub).as_ref());
+    out.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, ak_pub).as_ref());
     out
 }
 

@@ -333,7 +333,7 @@ fn check_binding(
             let spki = ak
                 .spki_der()
                 .map_err(|e| Error::Binding(format!("the AK has no SubjectPublicKeyInfo: {e}")))?;
-            let digest = ring::digest::digest(&ring::digest::SHA512, &spki);
+            let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA512, &spki);
             if !bool::from(digest.as_ref().ct_eq(report_data.as_slice())) {
                 return Err(Error::Binding(
                     "REPORT_DATA is not SHA-512 of the attestation key's SubjectPublicKeyInfo"

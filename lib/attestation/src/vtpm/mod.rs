@@ -30,7 +30,7 @@ pub const MAX_QUOTES: usize = 8;
 
 /// `extraData` of Constellation's vTPM documents: SHA-256(UserData ‖ nonce).
 pub fn make_extra_data(user_data: &[u8], nonce: &[u8]) -> [u8; 32] {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     ctx.update(user_data);
     ctx.update(nonce);
     to_array(ctx.finish())
@@ -39,13 +39,13 @@ pub fn make_extra_data(user_data: &[u8], nonce: &[u8]) -> [u8; 32] {
 /// The TPM quote's qualifying data: SHA-256(InstanceInfo ‖ extraData). Hashing the instance
 /// info in binds it to the quote as well (it is empty for qemu-vtpm).
 pub fn make_qualifying_data(instance_info: &[u8], extra_data: &[u8]) -> [u8; 32] {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     ctx.update(instance_info);
     ctx.update(extra_data);
     to_array(ctx.finish())
 }
 
-fn to_array(d: ring::digest::Digest) -> [u8; 32] {
+fn to_array(d: aws_lc_rs::digest::Digest) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(d.as_ref());
     out
@@ -236,7 +236,7 @@ fn check_quote(
     }
     // The TPM digests the selected values in selection order with the signing scheme's hash
     // (TPM2_Quote uses inScheme's hash, which may differ from the bank's).
-    let mut ctx = ring::digest::Context::new(sig_hash.ring_algorithm());
+    let mut ctx = aws_lc_rs::digest::Context::new(sig_hash.ring_algorithm());
     for value in pcrs.pcrs.values() {
         if value.len() != bank.digest_len() {
             return Err(selection_error(format!(

@@ -1,20 +1,15 @@
 //! Verifying a quote's signature with the attestation key.
 //!
-//! ring (the project's one crypto provider) verifies every combination it implements:
+//! aws-lc-rs (the project's one crypto provider) verifies every combination a TPM signs with:
 //! RSASSA-PKCS1-v1_5 and RSA-PSS with SHA-256/384/512 (keys of 2048 to 8192 bits), and ECDSA
-//! on P-256 and P-384 with SHA-256 and SHA-384.
-//!
-//! ring has no ECDSA with SHA-512 on P-256 or P-384, yet a TPM signs that way when the AK's
-//! scheme says so (it truncates the 64-byte digest to the curve order's size, as FIPS 186
-//! prescribes). Refusing those keys would reject genuine nodes for a library gap, so for exactly
-//! those two combinations the digest is computed with ring and the prehash is verified with
-//! RustCrypto's `p256`/`p384` (pure Rust, no OpenSSL, verification only, so no secret-dependent
-//! code paths are involved; its `verify_prehash` performs the same leftmost-bits truncation).
+//! on P-256 and P-384 with SHA-256, SHA-384 and SHA-512 (a TPM signs with SHA-512 when the AK's
+//! scheme says so, and truncates the 64-byte digest to the curve order's size, as FIPS 186
+//! prescribes; so does the provider).
 
 use crate::Error;
 use crate::tpm::{HashAlg, PublicKey, Signature, curve, object_attributes};
 
-/// Smallest RSA modulus accepted: ring refuses smaller ones, and so should we.
+/// Smallest RSA modulus accepted: the provider refuses smaller ones, and so should we.
 const MIN_RSA_BITS: u16 = 2048;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,24 +132,24 @@ impl AkKey {
         match (self, sig) {
             (AkKey::Rsa { n, e }, Signature::RsaSsa { sig, .. }) => {
                 let params = match hash {
-                    HashAlg::Sha256 => &ring::signature::RSA_PKCS1_2048_8192_SHA256,
-                    HashAlg::Sha384 => &ring::signature::RSA_PKCS1_2048_8192_SHA384,
-                    HashAlg::Sha512 => &ring::signature::RSA_PKCS1_2048_8192_SHA512,
+                    HashAlg::Sha256 => &aws_lc_rs::signature::RSA_PKCS1_2048_8192_SHA256,
+                    HashAlg::Sha384 => &aws_lc_rs::signature::RSA_PKCS1_2048_8192_SHA384,
+                    HashAlg::Sha512 => &aws_lc_rs::signature::RSA_PKCS1_2048_8192_SHA512,
                     HashAlg::Sha1 => return Err(bad()),
                 };
-                ring::signature::RsaPublicKeyComponents { n, e }
+                aws_lc_rs::signature::RsaPublicKeyComponents { n, e }
                     .verify(params, message, sig)
                     .map_err(|_| bad())?;
             }
             (AkKey::Rsa { n, e }, Signature::RsaPss { sig, .. }) => {
-                // The TPM's PSS salt is as long as the digest, which is what ring expects.
+                // The TPM's PSS salt is as long as the digest, which is what the provider expects.
                 let params = match hash {
-                    HashAlg::Sha256 => &ring::signature::RSA_PSS_2048_8192_SHA256,
-                    HashAlg::Sha384 => &ring::signature::RSA_PSS_2048_8192_SHA384,
-                    HashAlg::Sha512 => &ring::signature::RSA_PSS_2048_8192_SHA512,
+                    HashAlg::Sha256 => &aws_lc_rs::signature::RSA_PSS_2048_8192_SHA256,
+                    HashAlg::Sha384 => &aws_lc_rs::signature::RSA_PSS_2048_8192_SHA384,
+                    HashAlg::Sha512 => &aws_lc_rs::signature::RSA_PSS_2048_8192_SHA512,
                     HashAlg::Sha1 => return Err(bad()),
                 };
-                ring::signature::RsaPublicKeyComponents { n, e }
+                aws_lc_rs::signature::RsaPublicKeyComponents { n, e }
                     .verify(params, message, sig)
                     .map_err(|_| bad())?;
             }
@@ -190,15 +185,16 @@ fn verify_ecdsa(
     message: &[u8],
     rs: &[u8],
 ) -> Result<(), ()> {
-    use ring::signature as rs_;
-    // ring offers the cross combinations (P-256 with SHA-384, P-384 with SHA-256) only with
-    // ASN.1 signatures, so those get r and s DER-encoded.
-    let (ring_alg, der): (&'static rs_::EcdsaVerificationAlgorithm, bool) = match (curve, hash) {
+    use aws_lc_rs::signature as rs_;
+    // The provider offers the cross combinations (P-256 with SHA-384 or SHA-512, P-384 with
+    // SHA-256 or SHA-512) only with ASN.1 signatures, so those get r and s DER-encoded.
+    let (alg, der): (&'static rs_::EcdsaVerificationAlgorithm, bool) = match (curve, hash) {
         (Curve::P256, HashAlg::Sha256) => (&rs_::ECDSA_P256_SHA256_FIXED, false),
         (Curve::P384, HashAlg::Sha384) => (&rs_::ECDSA_P384_SHA384_FIXED, false),
         (Curve::P256, HashAlg::Sha384) => (&rs_::ECDSA_P256_SHA384_ASN1, true),
+        (Curve::P256, HashAlg::Sha512) => (&rs_::ECDSA_P256_SHA512_ASN1, true),
         (Curve::P384, HashAlg::Sha256) => (&rs_::ECDSA_P384_SHA256_ASN1, true),
-        (_, HashAlg::Sha512) => return verify_ecdsa_sha512(curve, point, message, rs),
+        (Curve::P384, HashAlg::Sha512) => (&rs_::ECDSA_P384_SHA512_ASN1, true),
         (_, HashAlg::Sha1) => return Err(()),
     };
     let sig = if der {
@@ -207,7 +203,7 @@ fn verify_ecdsa(
     } else {
         rs.to_vec()
     };
-    rs_::UnparsedPublicKey::new(ring_alg, point)
+    rs_::UnparsedPublicKey::new(alg, point)
         .verify(message, &sig)
         .map_err(|_| ())
 }
@@ -232,25 +228,6 @@ fn der_ecdsa_signature(r: &[u8], s: &[u8]) -> Vec<u8> {
     let mut out = vec![0x30, body.len() as u8];
     out.extend(body);
     out
-}
-
-/// The combinations ring lacks; see the module comment for why RustCrypto verifies them.
-fn verify_ecdsa_sha512(curve: Curve, point: &[u8], message: &[u8], rs: &[u8]) -> Result<(), ()> {
-    let digest = HashAlg::Sha512.digest(message);
-    match curve {
-        Curve::P256 => {
-            use p256::ecdsa::signature::hazmat::PrehashVerifier;
-            let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(point).map_err(|_| ())?;
-            let sig = p256::ecdsa::Signature::from_slice(rs).map_err(|_| ())?;
-            key.verify_prehash(&digest, &sig).map_err(|_| ())
-        }
-        Curve::P384 => {
-            use p384::ecdsa::signature::hazmat::PrehashVerifier;
-            let key = p384::ecdsa::VerifyingKey::from_sec1_bytes(point).map_err(|_| ())?;
-            let sig = p384::ecdsa::Signature::from_slice(rs).map_err(|_| ())?;
-            key.verify_prehash(&digest, &sig).map_err(|_| ())
-        }
-    }
 }
 
 /// Left-pads a big-endian integer to `len` bytes; `None` if it does not fit. TPMs may drop

@@ -325,7 +325,8 @@ mod tests {
             let bytes = testdata(path);
             let report = parse_hcl_report(&bytes, report_type).unwrap();
             assert_eq!(report.runtime_data.len(), runtime_len, "{path}");
-            let digest = ring::digest::digest(&ring::digest::SHA256, &report.runtime_data);
+            let digest =
+                aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &report.runtime_data);
             assert_eq!(
                 &report.hw_report[report_data_at..report_data_at + 32],
                 digest.as_ref(),

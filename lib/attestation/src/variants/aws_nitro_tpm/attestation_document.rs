@@ -214,7 +214,7 @@ impl NitroRoots {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
+    hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes))
 }
 
 /// A parsed document whose signature and chain verified.
@@ -407,8 +407,8 @@ pub fn verify(bytes: &[u8], roots: &NitroRoots, now: i64) -> Result<NitroDocumen
         roots,
         &[(timestamp, "at the document's timestamp"), (now, "now")],
     )?;
-    let key = ring::signature::UnparsedPublicKey::new(
-        &ring::signature::ECDSA_P384_SHA384_FIXED,
+    let key = aws_lc_rs::signature::UnparsedPublicKey::new(
+        &aws_lc_rs::signature::ECDSA_P384_SHA384_FIXED,
         leaf_key,
     );
     sign1

@@ -175,7 +175,8 @@ impl Anchor {
         let subject = parsed.subject().to_string();
         let subject_raw = parsed.subject().as_raw().to_vec();
         let mut sha256 = [0u8; 32];
-        sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &der).as_ref());
+        sha256
+            .copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &der).as_ref());
         Ok(Anchor {
             der,
             subject,

@@ -223,8 +223,8 @@ mod tests {
         );
         // The SHA-1 thumbprint Microsoft publishes for the 2023 root, and Constellation's bytes.
         assert_eq!(
-            hex::encode(ring::digest::digest(
-                &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+            hex::encode(aws_lc_rs::digest::digest(
+                &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
                 roots[0].der()
             )),
             "cdb9bc34197a5355f652f1583fbd4e9a1d4801f0"
