@@ -49,7 +49,8 @@ pub struct NodeKeys {
 /// The keys every join gets alike, kept between joins.
 ///
 /// The measurement secret is wiped once neither the keeper nor a join holds it. The CA key pair
-/// is ring's, which does not wipe its memory on drop; the seed it was made from is wiped at once.
+/// is aws-lc-rs's, held by AWS-LC, which clears an allocation when it frees it; the seed it was
+/// made from is wiped at once.
 #[derive(Debug)]
 pub struct ClusterKeys {
     /// The cluster's measurement secret.

@@ -31,10 +31,10 @@
 //!   being vouched for; a node that lives longer re-joins after a reinstall anyway.
 //! - **Key id** is the disk UUID (the node's identity in the join protocol, which sshd logs
 //!   show); the **serial** is random, so one certificate can be revoked in a KRL.
-//! - **Signing uses ring.** The `ssh-key` crate parses the node's untrusted host key, but its
+//! - **Signing uses aws-lc-rs.** The `ssh-key` crate parses the node's untrusted host key, but its
 //!   certificate builder re-verifies every signature in debug builds, which would need its
 //!   second Ed25519 implementation (ed25519-dalek). The certificate's few fixed fields
-//!   (PROTOCOL.certkeys) are therefore encoded here and signed with ring's Ed25519.
+//!   (PROTOCOL.certkeys) are therefore encoded here and signed with aws-lc-rs's Ed25519.
 
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -44,7 +44,7 @@ pub enum LoadError {
     /// The key file holds no PKCS#1, PKCS#8 or SEC1 PEM private key.
     #[error("{0} holds no PEM private key (PKCS#1 RSA, PKCS#8 or SEC1 EC)")]
     KeyPem(PathBuf),
-    /// The key is of a type or curve ring cannot sign with.
+    /// The key is of a type or curve the crypto provider cannot sign with.
     #[error("{path}: unsupported or malformed private key")]
     Key {
         /// The file.
@@ -148,7 +148,7 @@ const EC_P384_ALG_ID: &[u8] = &[
     0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22,
 ];
 
-/// A signing key from kubeadm's key file. ring (our one crypto provider) only reads PKCS#8, so
+/// A signing key from kubeadm's key file. aws-lc-rs (our one crypto provider) is given PKCS#8, so
 /// PKCS#1 RSA (what kubeadm writes) and SEC1 EC keys are re-wrapped into PKCS#8 first.
 fn load_key(path: &Path, pem: &[u8]) -> Result<KeyPair, LoadError> {
     let key = PrivateKeyDer::from_pem_slice(pem).map_err(|_| LoadError::KeyPem(path.to_owned()))?;
@@ -163,7 +163,7 @@ fn load_key(path: &Path, pem: &[u8]) -> Result<KeyPair, LoadError> {
             from_pkcs8(pkcs8(RSA_ALG_ID, der.secret_pkcs1_der())).map_err(key_err)
         }
         PrivateKeyDer::Sec1(der) => {
-            // The curve is inside the SEC1 structure; ring checks it against the wrapper's, so
+            // The curve is inside the SEC1 structure; aws-lc-rs checks it against the wrapper's, so
             // trying each supported curve is both simple and exact.
             from_pkcs8(pkcs8(EC_P256_ALG_ID, der.secret_sec1_der()))
                 .or_else(|_| from_pkcs8(pkcs8(EC_P384_ALG_ID, der.secret_sec1_der())))

@@ -129,7 +129,7 @@ async fn admin(
 /// Serves TokenIssuer on `config.socket` until `shutdown` fires, then lets in-flight requests
 /// finish for at most `config.grace_period`.
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
-    // kube-rs builds its rustls config from the process default provider; ours is ring.
+    // kube-rs builds its rustls config from the process default provider; ours is aws-lc-rs.
     let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
     let endpoint = config.api_server_endpoint().unwrap_or_default();
     if !valid_endpoint(&endpoint) {

@@ -47,14 +47,14 @@
 //! ClientHello outright (`ServerNameMustContainOneHostName`), so a stock 0.23 server cannot talk
 //! to a Go node at all. rustls 0.24 adds `ServerConfig::invalid_sni_policy =
 //! InvalidSniPolicy::IgnoreAll`, but is only published as a pre-release (`=0.24.0-dev.2`), with
-//! its ring provider in the separate `rustls-ring` crate.
+//! its aws-lc-rs provider in the separate `rustls-aws-lc-rs` crate.
 //!
 //! The trade-off: we pin an exact pre-release whose API still moves between dev releases, and
 //! there is no tokio-rustls for it, so [`TlsStream`] is our own small async adapter over the
 //! rustls connection. The pin is exact (`=`) so an update is a deliberate, reviewed change; the
 //! adapter is confined to `stream.rs`. Once rustls 0.24 is released, this crate should move to
 //! it (and possibly to tokio-rustls) without changing its public API. The rest of the workspace
-//! (kube-rs) stays on rustls 0.23; both use ring.
+//! (kube-rs) stays on rustls 0.23; both use aws-lc-rs.
 //!
 //! # Blocking
 //!
@@ -92,7 +92,7 @@ pub const ALPN_H2: &[u8] = b"h2";
 /// Offered by the client after `h2`, as Constellation's Go client does.
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 
-/// The workspace's one crypto provider (ring), built once and shared by every config.
+/// The workspace's one crypto provider (aws-lc-rs), built once and shared by every config.
 fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER

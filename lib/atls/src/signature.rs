@@ -5,7 +5,7 @@
 //! attacker could relay the server's nonce to an honest node, obtain that node's freshly
 //! attested certificate, and present it as its own. rustls' own helpers for this live
 //! behind its `webpki` feature, which would pull in a second pre-release crate just to parse a
-//! SubjectPublicKeyInfo, so we do the small remaining step ourselves on top of the ring
+//! SubjectPublicKeyInfo, so we do the small remaining step ourselves on top of the aws-lc-rs
 //! provider's algorithm table.
 
 use rustls::SignerPublicKey;

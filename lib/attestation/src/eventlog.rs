@@ -347,7 +347,7 @@ impl EventLog {
                 }
                 init
             });
-            let mut ctx = aws_lc_rs::digest::Context::new(bank.ring_algorithm());
+            let mut ctx = aws_lc_rs::digest::Context::new(bank.digest_algorithm());
             ctx.update(current);
             ctx.update(digest);
             *current = ctx.finish().as_ref().to_vec();

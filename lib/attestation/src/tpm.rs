@@ -70,7 +70,7 @@ pub mod object_attributes {
 pub const MAX_DIGEST_SIZE: usize = 64;
 /// `TPM2B_NAME` holds an algorithm id plus a digest, or a 4-byte handle.
 pub const MAX_NAME_SIZE: usize = 2 + MAX_DIGEST_SIZE;
-/// RSA moduli and signatures up to 8192 bits (TPMs implement at most 4096; ring verifies up to
+/// RSA moduli and signatures up to 8192 bits (TPMs implement at most 4096; aws-lc-rs verifies up to
 /// 8192, so nothing legitimate is refused here).
 pub const MAX_RSA_KEY_BYTES: usize = 1024;
 /// ECC coordinates and signature scalars up to P-521 (66 bytes).
@@ -221,8 +221,8 @@ impl HashAlg {
         .find(|h| h.digest_len() == len)
     }
 
-    /// ring's implementation of this hash.
-    pub fn ring_algorithm(self) -> &'static aws_lc_rs::digest::Algorithm {
+    /// The provider's implementation of this hash.
+    pub fn digest_algorithm(self) -> &'static aws_lc_rs::digest::Algorithm {
         match self {
             HashAlg::Sha1 => &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
             HashAlg::Sha256 => &aws_lc_rs::digest::SHA256,
@@ -233,7 +233,7 @@ impl HashAlg {
 
     /// Hashes `data`.
     pub fn digest(self, data: &[u8]) -> Vec<u8> {
-        aws_lc_rs::digest::digest(self.ring_algorithm(), data)
+        aws_lc_rs::digest::digest(self.digest_algorithm(), data)
             .as_ref()
             .to_vec()
     }

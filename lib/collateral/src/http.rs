@@ -1,5 +1,5 @@
 //! The HTTPS client every vendor source fetches with: the system's roots plus an operator's CA,
-//! ring, a timeout on the answer and on its body, a bounded body, and the vendor's `Retry-After`
+//! aws-lc-rs, a timeout on the answer and on its body, a bounded body, and the vendor's `Retry-After`
 //! carried into the [`FetchError`] so the cache backs off as asked.
 
 use std::time::Duration;

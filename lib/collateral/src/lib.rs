@@ -59,7 +59,7 @@
 //! The sources: [`kds`], AMD's key distribution service, for SEV-SNP (CRLs, chains, VCEKs);
 //! [`pcs`], Intel's Provisioning Certification Service v4, for TDX (TCB info per FMSPC, QE
 //! identity, PCK and root CRLs, each with its issuer chain). Both fetch over the same HTTPS
-//! client: the system's roots plus an operator's CA, ring, bounded bodies and timeouts.
+//! client: the system's roots plus an operator's CA, aws-lc-rs, bounded bodies and timeouts.
 
 mod http;
 pub mod kds;

@@ -1,5 +1,5 @@
 //! The HTTP(S) client the processes use to reach services outside the cluster (AMD's KDS, the
-//! GCE metadata server and Compute API): rustls on ring, the system's roots plus an operator's
+//! GCE metadata server and Compute API): rustls on aws-lc-rs, the system's roots plus an operator's
 //! extra CA, HTTP/1.1, plain `http://` allowed for a proxy or a metadata server.
 
 use std::path::Path;

@@ -53,8 +53,8 @@ pub fn kubelet_request(node_name: &str, ips: &[IpAddr]) -> Result<KubeletRequest
     })
 }
 
-/// The fixed start of an Ed25519 PKCS#8 v2 document (RFC 8410 OneAsymmetricKey, the form ring
-/// reads and writes): SEQUENCE, version 1, the Ed25519 algorithm identifier, then the 32-byte
+/// The fixed start of an Ed25519 PKCS#8 v2 document (RFC 8410 OneAsymmetricKey, the form
+/// aws-lc-rs reads and writes): SEQUENCE, version 1, the Ed25519 algorithm identifier, then the 32-byte
 /// seed as an OCTET STRING inside an OCTET STRING.
 const PKCS8_V2_PREFIX: [u8; 16] = [
     0x30, 0x51, 0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
@@ -106,7 +106,7 @@ impl SshHostKey {
 /// An Ed25519 private key given as PKCS#8 v2 (what [`SshHostKey::generate`] makes) in
 /// OpenSSH's private key format, unencrypted, for sshd.
 pub fn openssh_private_key(pkcs8: &[u8]) -> Result<Zeroizing<String>, KeyError> {
-    // ring checks the document and that its public key belongs to its seed; the seed then sits
+    // aws-lc-rs checks the document and that its public key belongs to its seed; the seed then sits
     // at a fixed offset, since the v2 layout for Ed25519 has no variable-length parts.
     let pair = Ed25519KeyPair::from_pkcs8(pkcs8).map_err(|_| KeyError::SshPkcs8)?;
     let seed_end = PKCS8_V2_PREFIX.len() + ED25519_SEED_LEN;
@@ -193,7 +193,7 @@ mod tests {
             key.public_wire,
             "the private key file's public half is the key sent to the join service"
         );
-        // The seed went through unchanged: ring makes the same public key from it.
+        // The seed went through unchanged: aws-lc-rs makes the same public key from it.
         let seed = parsed.key_data().ed25519().unwrap().private.to_bytes();
         let pair = Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
         assert_eq!(&key.public_wire[19..], pair.public_key().as_ref());

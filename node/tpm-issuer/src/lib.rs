@@ -487,7 +487,7 @@ fn quote_bank(
         }
         let parsed = attestation::tpm::Attest::parse(&attest).map_err(TpmIssuerError::BadQuote)?;
         // TPM2_Quote digests the selected PCRs with the signing scheme's hash.
-        let mut ctx = aws_lc_rs::digest::Context::new(sig_hash.ring_algorithm());
+        let mut ctx = aws_lc_rs::digest::Context::new(sig_hash.digest_algorithm());
         for value in pcrs.values() {
             ctx.update(value);
         }

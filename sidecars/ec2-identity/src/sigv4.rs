@@ -1,8 +1,8 @@
 //! AWS Signature Version 4 for the one request this process signs: an EC2 Query API `GET`
 //! with its parameters in the query string and an empty body.
 //!
-//! Written here on ring's HMAC-SHA256 and SHA-256 rather than taken from AWS's `aws-sigv4`
-//! crate, which brings the AWS SDK's runtime crates and RustCrypto's HMAC: ring is this
+//! Written here on aws-lc-rs's HMAC-SHA256 and SHA-256 rather than taken from AWS's `aws-sigv4`
+//! crate, which brings the AWS SDK's runtime crates and RustCrypto's HMAC: aws-lc-rs is this
 //! project's one crypto provider. The steps are AWS's: a canonical request (method, path,
 //! sorted query, lower-case headers, signed header names, payload hash), a string to sign over
 //! its hash with the credential scope `date/region/service/aws4_request`, and a signing key

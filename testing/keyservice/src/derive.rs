@@ -92,7 +92,7 @@ impl MasterSecret {
 /// The largest `length` [`MasterSecret::derive_key`] accepts: 255 blocks of SHA-256 output.
 pub const MAX_KEY_LEN: usize = 255 * 32;
 
-/// HKDF (RFC 5869) extract-then-expand with ring. Public so the RFC's test vectors can be
+/// HKDF (RFC 5869) extract-then-expand with aws-lc-rs. Public so the RFC's test vectors can be
 /// checked against exactly the code that derives production keys.
 pub fn hkdf_derive(
     algorithm: hkdf::Algorithm,
@@ -130,7 +130,7 @@ pub fn hkdf_derive(
     }
 }
 
-/// ring asks for the output length through its `KeyType` trait.
+/// aws-lc-rs asks for the output length through its `KeyType` trait.
 struct OutputLen(usize);
 
 impl hkdf::KeyType for OutputLen {

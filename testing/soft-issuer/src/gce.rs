@@ -36,7 +36,7 @@ pub struct BootEvent {
 impl BootEvent {
     /// The digest extended for this event in the `bank` bank (the hash of its data).
     pub fn digest(&self, bank: HashAlg) -> Vec<u8> {
-        aws_lc_rs::digest::digest(bank.ring_algorithm(), &self.data)
+        aws_lc_rs::digest::digest(bank.digest_algorithm(), &self.data)
             .as_ref()
             .to_vec()
     }

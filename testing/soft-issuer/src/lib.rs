@@ -4,7 +4,7 @@
 //! node's `tpm-issuer` produce (`TPMT_PUBLIC` attestation key, `TPMS_ATTEST` quote with
 //! `TPM_GENERATED` and `TPM_ST_ATTEST_QUOTE`, `TPMT_SIGNATURE`; ECC P-256 with ECDSA-SHA256 or
 //! RSA-2048 with RSASSA-PKCS1-v1_5-SHA256), but signs them with a key held in process memory
-//! (ring). One quote of the SHA-256 bank covers PCRs 0–23 with values the caller chooses, so a
+//! (aws-lc-rs). One quote of the SHA-256 bank covers PCRs 0–23 with values the caller chooses, so a
 //! simulated node can match (or deliberately miss) a measurement policy. Issuing costs one
 //! signature, so thousands of simulated nodes fit on one machine without a TPM.
 //!
@@ -47,8 +47,8 @@ use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
 /// PC Client TPMs have PCRs 0–23; like go-tpm-tools, every quote covers all of them.
 pub const PCR_COUNT: u32 = 24;
 
-/// The RSA-2048 key [`SoftIssuer::rsa_2048`] uses (PKCS#8 DER). ring cannot generate RSA keys,
-/// so one is shipped; it is public and only ever signs simulated quotes (see `keys/README.md`).
+/// The RSA-2048 key [`SoftIssuer::rsa_2048`] uses (PKCS#8 DER). An RSA key takes tens of
+/// milliseconds to generate, so one is shipped; it is public and only ever signs simulated quotes (see `keys/README.md`).
 pub const TEST_RSA_2048_PKCS8: &[u8] = include_bytes!("../keys/rsa2048-test.pk8");
 
 /// The firmware version the simulated TPM reports in its quotes.
@@ -66,10 +66,10 @@ pub enum KeyType {
 /// Why the software issuer failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SoftIssuerError {
-    // ring's `Unspecified` is an error only with its `std` feature; it says nothing more anyway.
+    // The provider's `Unspecified` says nothing more.
     #[error("cannot generate an ECDSA P-256 key")]
     KeyGeneration,
-    /// ring's `KeyRejected` is not an error type without its `std` feature; its text is kept.
+    /// The provider's `KeyRejected`, as text.
     #[error("the key is not a usable PKCS#8 {0:?} key: {1}")]
     KeyRejected(KeyType, String),
     #[error("the RSA key has {0} bits; the software issuer signs with RSA-2048 only")]

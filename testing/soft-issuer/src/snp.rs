@@ -10,7 +10,7 @@
 //! keyCertSign, and a CRL distribution point naming `/vcek/v1/{product}/crl` and
 //! `/vlek/v1/{product}/crl` respectively; VCEKs and VLEKs, as AMD's, none of them), so the
 //! verifier checks them exactly as it checks real ones. RSA keys are 3072 bits where AMD's are
-//! 4096 (test keys ring can load). They are trusted
+//! 4096 (shipped test keys, faster than generating). They are trusted
 //! only where a test's attestation config sets `amdRootKey` to [`SimulatedAmd::ark_pem`].
 
 use std::str::FromStr;
@@ -189,7 +189,7 @@ impl SimulatedAmd {
     }
 
     /// Roots with AMD's names that [`SimulatedAmd::new`]'s ARK did not make: the same test keys
-    /// in other roles (ring cannot generate RSA keys), so its ARK is another key. A config that
+    /// in other roles (RSA keys are shipped, not generated), so its ARK is another key. A config that
     /// trusts `new`'s ARK must refuse everything this one signs.
     pub fn impostor(product: Product) -> Result<SimulatedAmd, SimulationError> {
         SimulatedAmd::with_keys(product, [ASVK_KEY, ARK_KEY, ASK_KEY], None)
@@ -676,7 +676,7 @@ impl SimulatedSigner {
             .key
             .sign(&SystemRandom::new(), &r[..0x2A0])
             .map_err(|e| SimulationError::Sign(e.to_string()))?;
-        // ring gives big-endian r ‖ s; the report holds each little-endian in 72 bytes.
+        // The provider gives big-endian r ‖ s; the report holds each little-endian in 72 bytes.
         for (i, component) in sig.as_ref().chunks(48).enumerate() {
             let start = 0x2A0 + i * 72;
             for (j, byte) in component.iter().rev().enumerate() {

@@ -272,8 +272,8 @@ impl GceRegistry {
 ///   chips as VMs over a data centre's hosts. Constellation's Azure nodes send the VCEK (from
 ///   the host's HCL) and its chain in their documents, and so do these unless told to leave the
 ///   certificates out ([`SnpMachines::leave_out_certificates`]: the verifier then fetches each
-///   chip's VCEK from the KDS). Azure attestation keys are RSA, and ring makes no RSA keys, so
-///   every node shares soft-issuer's one RSA key (each report still binds it).
+///   chip's VCEK from the KDS). Azure attestation keys are RSA, and an RSA key takes longer to make
+///   than a join, so every node shares soft-issuer's one RSA key (each report still binds it).
 /// - **gcp-sev-snp**: chips per host as for azure; each node is a GCE instance of its own
 ///   (`<random prefix>-<n>` in [`GCE_PROJECT`], [`GCE_ZONE`]) with its own ECDSA P-256 key,
 ///   registered with the GCE stand-in as the instance's key when the node is made
@@ -286,7 +286,7 @@ pub struct SnpMachines {
     signers: Vec<Arc<SimulatedSigner>>,
     chain_pem: String,
     issue: IssueFn,
-    /// Shared by every node where the variant needs a key type ring cannot generate.
+    /// Shared by every node where the variant needs an RSA key (slow to generate).
     shared_ak: Option<soft_issuer::SoftIssuer>,
     next: std::sync::atomic::AtomicUsize,
     with_certificates: bool,

@@ -163,7 +163,7 @@ impl TdxSite {
 /// all) with its own PCK from the Platform CA (serials `0x1000 + host`); nodes are spread over
 /// the hosts round robin. Every TD is a production TD at the UpToDate level with soft-issuer's
 /// `MRTD` and `RTMRS` (qemu-tdx measures them). azure-tdx nodes share soft-issuer's one RSA key as
-/// their vTPM key (Azure's are RSA and ring makes none), quoting the harness's boot
+/// their vTPM key (Azure's are RSA, slow to generate), quoting the harness's boot
 /// measurements; each node's TD quote still binds it through the runtime data.
 pub struct TdxMachines {
     variant: Variant,

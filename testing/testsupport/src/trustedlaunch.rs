@@ -109,7 +109,7 @@ pub fn issuer(swtpm: &Swtpm) -> anyhow::Result<Arc<TrustedLaunchIssuer>> {
 /// azure-trustedlaunch VMs for load, without a vTPM: each [`SoftVms::node`] gets an AK
 /// certificate of its own (`<random prefix>-<n>.TrustedVM.Azure.windows.net`) from a simulated
 /// CA and sends it with that CA as InstanceInfo, as [`TrustedLaunchIssuer`] does, quoting the
-/// harness's boot measurements. Azure's AK is RSA and ring makes no RSA keys, so every VM
+/// harness's boot measurements. Azure's AK is RSA and an RSA key is slow to make, so every VM
 /// shares soft-issuer's one RSA key; each certificate still certifies it. The simulated CA's
 /// keys are fixed ([`SimulatedAzureVtpmCa::new`]), so these certificates chain to the root of
 /// any site made with `new` (a running `local-cluster --variant azure-trustedlaunch`'s too):

@@ -7,7 +7,7 @@
 //! aTLS client does. Session resumption is off on both sides, so every connection is a full
 //! handshake, as with aTLS.
 //!
-//! This uses the workspace's rustls 0.23 with ring (through tokio-rustls), the stock stack a
+//! This uses the workspace's rustls 0.23 with aws-lc-rs (through tokio-rustls), the stock stack a
 //! service without attestation would use; aTLS is rustls 0.24 (see `atls`).
 
 use std::path::Path;

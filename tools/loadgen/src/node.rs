@@ -52,8 +52,8 @@ pub enum NodeError {
 pub struct SoftAttestation {
     key_type: KeyType,
     pcrs: Vec<(u32, [u8; 32])>,
-    // ring cannot generate RSA keys, so every node shares soft-issuer's one RSA key; P-256
-    // attestation keys are generated per node.
+    // An RSA key takes tens of milliseconds to generate, more than a join costs, so every node
+    // shares soft-issuer's one RSA key; P-256 attestation keys are generated per node.
     rsa: Option<SoftIssuer>,
 }
 

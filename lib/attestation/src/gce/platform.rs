@@ -96,7 +96,7 @@ pub enum PlatformError {
 }
 
 fn digest(bank: HashAlg, data: &[u8]) -> Vec<u8> {
-    aws_lc_rs::digest::digest(bank.ring_algorithm(), data)
+    aws_lc_rs::digest::digest(bank.digest_algorithm(), data)
         .as_ref()
         .to_vec()
 }

@@ -1,6 +1,6 @@
 //! AMD's certificate chain: ARK → ASK → VCEK, or ARK → ASVK → VLEK.
 //!
-//! x509-parser parses the certificates; ring verifies their RSA-PSS signatures (SHA-384, MGF1
+//! x509-parser parses the certificates; aws-lc-rs verifies their RSA-PSS signatures (SHA-384, MGF1
 //! with SHA-384, 48-byte salt, as AMD signs them) and the report's ECDSA P-384 signature. What
 //! neither does is done here: the names chain, every issuer (ARK, ASK, ASVK) is a CA
 //! (BasicConstraints CA:TRUE) with KeyUsage keyCertSign as RFC 5280 asks, the signature

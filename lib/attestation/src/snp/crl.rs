@@ -3,7 +3,7 @@
 //! `/vlek/v1/{product}/crl` for ASVK-certified ones, the URLs the ASK's and the ASVK's CRL
 //! distribution points name. The caller picks the list by the report's signing-key kind.
 //!
-//! x509-parser parses it and ring verifies its signature (once per CRL and ARK, see
+//! x509-parser parses it and aws-lc-rs verifies its signature (once per CRL and ARK, see
 //! [`crate::signature_memo::SignatureMemo`]); checked on every call here: the issuer is the ARK
 //! the chain ends in and its KeyUsage has cRLSign, the signature is AMD's RSA-PSS, the list is current at the verification
 //! time (thisUpdate ≤ time < nextUpdate + the staleness the caller allows, so a list past that is

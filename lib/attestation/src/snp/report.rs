@@ -213,7 +213,7 @@ impl Report {
         &self.raw[..SIGNED_LEN]
     }
 
-    /// The signature as ring's fixed-size big-endian `r ‖ s`.
+    /// The signature as the provider's fixed-size big-endian `r ‖ s`.
     pub fn signature_fixed(&self) -> [u8; 2 * P384_LEN] {
         let mut out = [0u8; 2 * P384_LEN];
         for (i, start) in [OFFSET_SIGNATURE, OFFSET_SIGNATURE + SIG_COMPONENT_LEN]

@@ -6,10 +6,11 @@
 //!   header (version 4 or 5, ECDSA P-256 attestation key, TEE type TDX, Intel's QE vendor ID),
 //!   the TD report (TDX 1.0 and 1.5 bodies), and the PCK certificate's FMSPC and issuing CA;
 //!   [`TdQuote::verify_pck_signatures`] then checks the PCK certificate's signature by the PCK
-//!   CA the quote carries and that CA's by the trusted root (ring, through x509-parser), before
+//!   CA the quote carries and that CA's by the trusted root (aws-lc-rs, through x509-parser), before
 //!   the collateral for the FMSPC is looked up: only platforms Intel certified are asked of
 //!   Intel's PCS, never one a node wrote into its quote;
-//! - the `dcap-qvl` crate (pinned, ring only) verifies, following Intel's QVL: the quote's
+//! - the `dcap-qvl` crate (pinned, on aws-lc-rs through `dcap.rs`, which remembers the
+//!   signatures that verified) verifies, following Intel's QVL: the quote's
 //!   signature by the attestation key; the QE report's signature by the PCK; QE REPORT_DATA =
 //!   SHA-256(attestation key ‖ QE auth data); the PCK chain to the trusted root, with the root
 //!   and PCK CRLs (signed by their issuers, within nextUpdate, every certificate's status known);
@@ -239,6 +240,12 @@ impl dcap_qvl::Policy for DecideLater {
 
 /// dcap-qvl's last check, refusing a TD without SEPT_VE_DISABLE (see [`tcb`]).
 const SEPT_VE_REFUSAL: &str = "SEPT_VE_DISABLE is not enabled";
+
+/// The signatures this process verified for TDX quotes, remembered so that the platform's and
+/// Intel's (all but each quote's own) are verified once (see `dcap.rs`).
+pub fn remembered_signatures() -> &'static crate::signature_memo::SignatureMemo {
+    &dcap::SIGNATURES
+}
 
 /// Verifies `quote` with `collateral` up to the root `trust` names, at `at` (seconds since the
 /// epoch). Every status but Revoked passes here; which statuses are accepted is the config's.

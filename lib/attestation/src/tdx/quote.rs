@@ -210,7 +210,7 @@ impl TdQuote {
     }
 
     /// Checks that the PCK certificate was signed by the PCK CA the quote carries, and that CA
-    /// by the root `trust` names: signatures and names only, with ring. The FMSPC and CA this
+    /// by the root `trust` names: signatures and names only, with aws-lc-rs. The FMSPC and CA this
     /// quote names are then Intel's word, not a node's, and may be looked up at Intel (a made-up
     /// FMSPC would cost a PCS request and a cache entry per name). Dates and revocation are
     /// checked with the collateral by [`super::verify_quote`].

@@ -219,7 +219,7 @@ mod tests {
         u32le(&mut out, spec.len());
         out.extend_from_slice(&spec);
         let digest = |bank: HashAlg, data: &[u8]| {
-            aws_lc_rs::digest::digest(bank.ring_algorithm(), data)
+            aws_lc_rs::digest::digest(bank.digest_algorithm(), data)
                 .as_ref()
                 .to_vec()
         };

@@ -236,7 +236,7 @@ fn check_quote(
     }
     // The TPM digests the selected values in selection order with the signing scheme's hash
     // (TPM2_Quote uses inScheme's hash, which may differ from the bank's).
-    let mut ctx = aws_lc_rs::digest::Context::new(sig_hash.ring_algorithm());
+    let mut ctx = aws_lc_rs::digest::Context::new(sig_hash.digest_algorithm());
     for value in pcrs.pcrs.values() {
         if value.len() != bank.digest_len() {
             return Err(selection_error(format!(

@@ -15,7 +15,7 @@
 //! ES384; every payload field's type and bounds; the chain `certificate` ← `cabundle[n-1]` ←
 //! … ← `cabundle[1]` ← `cabundle[0]`, where `cabundle[0]` must be byte for byte one of the
 //! trusted roots ([`NitroRoots`]: AWS's `aws.nitro-enclaves` G1 root built in, or the config's);
-//! names chaining (issuer = next subject), every signature (ring, through x509-parser), every
+//! names chaining (issuer = next subject), every signature (aws-lc-rs, through x509-parser), every
 //! issuer a CA with keyCertSign ([`crate::issuer`]) within its pathLenConstraint, and every
 //! certificate valid both at the document's `timestamp` (AWS vouched then) and at the
 //! verification time (its key was not retired since: AWS's leaf certificates live hours, so an
