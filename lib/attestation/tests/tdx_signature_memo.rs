@@ -99,6 +99,14 @@ fn a_quotes_platform_signatures_are_verified_once_and_nothing_unverified_is_reme
         "a failed signature is not remembered"
     );
 
+    // The PCK chain's two signatures, which a verifier checks before it looks up any collateral:
+    // verified with the first quote of a platform, remembered for the next.
+    let before = memo.verified();
+    quote.verify_pck_signatures(&Trust::builtin()).unwrap();
+    assert_eq!(memo.verified(), before + 2);
+    quote.verify_pck_signatures(&Trust::builtin()).unwrap();
+    assert_eq!(memo.verified(), before + 2);
+
     // Collateral whose signed TCB info changed by one character, after the genuine one was
     // remembered: refused, every time.
     let forged = String::from_utf8(tcb_info).unwrap().replacen(

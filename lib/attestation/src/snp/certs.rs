@@ -39,16 +39,24 @@ const EXT_FMC: [u64; 2] = [3, 9];
 const EXT_HWID: [u64; 1] = [4];
 const EXT_CSP_ID: [u64; 1] = [5];
 
-/// One certificate, DER, parsed on demand.
+/// One certificate, DER, parsed on demand; its subject's common name, which every check names
+/// it by, read once.
 #[derive(Clone, Debug)]
 pub struct Cert {
     der: Vec<u8>,
+    common_name: String,
 }
 
 impl Cert {
     pub fn from_der(der: Vec<u8>) -> Result<Cert, SnpError> {
-        parse(&der)?;
-        Ok(Cert { der })
+        let common_name = parse(&der)?
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Cert { der, common_name })
     }
 
     pub fn der(&self) -> &[u8] {
@@ -71,13 +79,7 @@ impl Cert {
 
     /// The subject's common name.
     pub fn common_name(&self) -> String {
-        self.parsed()
-            .subject()
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .unwrap_or_default()
-            .to_owned()
+        self.common_name.clone()
     }
 }
 

@@ -226,13 +226,13 @@ impl TdQuote {
                 .map(|(_, cert)| cert)
                 .map_err(|e| chain_error(format!("{what}: {e}")))
         }
-        let [leaf, ca, ..] = self.pck_chain.as_slice() else {
+        let [leaf_der, ca_der, ..] = self.pck_chain.as_slice() else {
             return Err(chain_error(
                 "the quote carries no PCK CA certificate".to_owned(),
             ));
         };
-        let leaf = parse(leaf, "the PCK certificate")?;
-        let ca = parse(ca, "the PCK CA certificate")?;
+        let leaf = parse(leaf_der, "the PCK certificate")?;
+        let ca = parse(ca_der, "the PCK CA certificate")?;
         let root = parse(trust.root_der(), "the trusted root")?;
         // dcap-qvl's path building (webpki) requires CA:TRUE of an issuer but not keyCertSign;
         // RFC 5280 asks both of the two issuers this chain has.
@@ -248,11 +248,18 @@ impl TdQuote {
             )));
         }
         may_sign("PCK CA", &ca)?;
-        leaf.verify_signature(Some(ca.public_key())).map_err(|e| {
-            chain_error(format!(
-                "the PCK certificate's signature does not verify with its CA's key: {e}"
-            ))
-        })?;
+        // Both signatures are the platform's and Intel's, the same for every quote of a host:
+        // verified once (see `dcap.rs`); the names and usages above and below on every quote.
+        let remembered = &super::dcap::SIGNATURES;
+        remembered
+            .check(&[leaf_der], ca_der, || {
+                leaf.verify_signature(Some(ca.public_key()))
+            })
+            .map_err(|e| {
+                chain_error(format!(
+                    "the PCK certificate's signature does not verify with its CA's key: {e}"
+                ))
+            })?;
         // A CA the trusted root did not sign, whatever root the quote's chain ends at: a chain
         // failure, named with the root that is trusted.
         if ca.issuer() != root.subject() {
@@ -263,7 +270,7 @@ impl TdQuote {
                 trust.fingerprint()
             )));
         }
-        ca.verify_signature(Some(root.public_key())).map_err(|e| {
+        remembered.check(&[ca_der], trust.root_der(), || ca.verify_signature(Some(root.public_key()))).map_err(|e| {
             chain_error(format!(
                 "the PCK CA's signature does not verify with the trusted root's key (SHA-256 {}): {e}",
                 trust.fingerprint()
