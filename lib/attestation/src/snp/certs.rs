@@ -11,8 +11,9 @@
 //!
 //! A chain is verified once per certificate, not per join: whether an issuer's key signed a
 //! certificate (or a CRL) depends on nothing but the two DER encodings, so a signature that
-//! verified is remembered by their digests ([`crate::signature_memo::SignatureMemo`]), and the next join with the same
-//! ARK, ASK and VCEK (or ASVK and VLEK) spends no RSA verification on them. Everything that
+//! verified is remembered by their digests ([`crate::signature_memo::SignatureMemo`]), and the
+//! next join with the same ARK, ASK and VCEK (or ASVK and VLEK) spends no RSA verification on
+//! them. Everything that
 //! depends on the moment or on AMD's current CRL (validity periods, the trusted ARK, the CRL's
 //! freshness, revocation) is checked on every join.
 
