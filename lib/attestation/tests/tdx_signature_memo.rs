@@ -7,8 +7,6 @@
 
 use std::path::PathBuf;
 
-use base64::Engine as _;
-
 use attestation::tdx::collateral::PcsResponses;
 use attestation::tdx::{Collateral, TdQuote, TdxError, Trust, remembered_signatures, verify_quote};
 
@@ -21,17 +19,9 @@ fn read(path: &str) -> Vec<u8> {
 
 fn collateral(tcb_info: &[u8]) -> Collateral {
     let root = read("Intel_SGX_Provisioning_Certification_RootCA.cer");
-    let b64 = base64::engine::general_purpose::STANDARD.encode(root);
-    let lines: Vec<&str> = b64
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).unwrap())
-        .collect();
-    let chain = String::from_utf8(read("signing_cert.pem")).unwrap()
-        + &format!(
-            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            lines.join("\n")
-        );
+    let root =
+        pem_rfc7468::encode_string("CERTIFICATE", pem_rfc7468::LineEnding::LF, &root).unwrap();
+    let chain = String::from_utf8(read("signing_cert.pem")).unwrap() + &root;
     Collateral::from_pcs(PcsResponses {
         tcb_info,
         tcb_info_issuer_chain: &chain,

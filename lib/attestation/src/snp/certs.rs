@@ -50,13 +50,7 @@ pub struct Cert {
 
 impl Cert {
     pub fn from_der(der: Vec<u8>) -> Result<Cert, SnpError> {
-        let common_name = parse(&der)?
-            .subject()
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+        let common_name = common_name_of(&parse(&der)?);
         Ok(Cert { der, common_name })
     }
 
@@ -256,15 +250,18 @@ pub(crate) fn issuer_may_sign(
     usage: Usage,
 ) -> Result<(), SnpError> {
     crate::issuer::may_sign(cert, usage).map_err(|reason| {
-        let cn = cert
-            .subject()
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        SnpError::Chain(format!("the {which} {cn:?} {reason}"))
+        SnpError::Chain(format!("the {which} {:?} {reason}", common_name_of(cert)))
     })
+}
+
+/// The subject's first common name, empty if it has none.
+fn common_name_of(cert: &X509Certificate<'_>) -> String {
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Checks that `signed` (a certificate's or CRL's to-be-signed bytes) is signed by `issuer`'s key
