@@ -1,6 +1,6 @@
 //! The HTTPS client every vendor source fetches with: the system's roots plus an operator's CA,
-//! aws-lc-rs, a timeout on the answer and on its body, a bounded body, and the vendor's `Retry-After`
-//! carried into the [`FetchError`] so the cache backs off as asked.
+//! aws-lc-rs, a timeout on the answer and on its body, a bounded body, and the vendor's
+//! `Retry-After` carried into the [`FetchError`] so the cache backs off as asked.
 
 use std::time::Duration;
 

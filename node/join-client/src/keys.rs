@@ -54,8 +54,8 @@ pub fn kubelet_request(node_name: &str, ips: &[IpAddr]) -> Result<KubeletRequest
 }
 
 /// The fixed start of an Ed25519 PKCS#8 v2 document (RFC 8410 OneAsymmetricKey, the form
-/// aws-lc-rs reads and writes): SEQUENCE, version 1, the Ed25519 algorithm identifier, then the 32-byte
-/// seed as an OCTET STRING inside an OCTET STRING.
+/// aws-lc-rs reads and writes): SEQUENCE, version 1, the Ed25519 algorithm identifier, then the
+/// 32-byte seed as an OCTET STRING inside an OCTET STRING.
 const PKCS8_V2_PREFIX: [u8; 16] = [
     0x30, 0x51, 0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
 ];

@@ -4,8 +4,8 @@
 //! node's `tpm-issuer` produce (`TPMT_PUBLIC` attestation key, `TPMS_ATTEST` quote with
 //! `TPM_GENERATED` and `TPM_ST_ATTEST_QUOTE`, `TPMT_SIGNATURE`; ECC P-256 with ECDSA-SHA256 or
 //! RSA-2048 with RSASSA-PKCS1-v1_5-SHA256), but signs them with a key held in process memory
-//! (aws-lc-rs). One quote of the SHA-256 bank covers PCRs 0–23 with values the caller chooses, so a
-//! simulated node can match (or deliberately miss) a measurement policy. Issuing costs one
+//! (aws-lc-rs). One quote of the SHA-256 bank covers PCRs 0–23 with values the caller chooses,
+//! so a simulated node can match (or deliberately miss) a measurement policy. Issuing costs one
 //! signature, so thousands of simulated nodes fit on one machine without a TPM.
 //!
 //! [`gce`] simulates a GCE confidential VM's boot record for gcp-sev-es; [`snp`] and [`tdx`]
@@ -48,7 +48,8 @@ use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
 pub const PCR_COUNT: u32 = 24;
 
 /// The RSA-2048 key [`SoftIssuer::rsa_2048`] uses (PKCS#8 DER). An RSA key takes tens of
-/// milliseconds to generate, so one is shipped; it is public and only ever signs simulated quotes (see `keys/README.md`).
+/// milliseconds to generate, so one is shipped; it is public and only ever signs simulated
+/// quotes (see `keys/README.md`).
 pub const TEST_RSA_2048_PKCS8: &[u8] = include_bytes!("../keys/rsa2048-test.pk8");
 
 /// The firmware version the simulated TPM reports in its quotes.

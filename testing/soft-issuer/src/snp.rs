@@ -189,8 +189,8 @@ impl SimulatedAmd {
     }
 
     /// Roots with AMD's names that [`SimulatedAmd::new`]'s ARK did not make: the same test keys
-    /// in other roles (RSA keys are shipped, not generated), so its ARK is another key. A config that
-    /// trusts `new`'s ARK must refuse everything this one signs.
+    /// in other roles (RSA keys are shipped, not generated), so its ARK is another key. A config
+    /// that trusts `new`'s ARK must refuse everything this one signs.
     pub fn impostor(product: Product) -> Result<SimulatedAmd, SimulationError> {
         SimulatedAmd::with_keys(product, [ASVK_KEY, ARK_KEY, ASK_KEY], None)
     }

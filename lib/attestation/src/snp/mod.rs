@@ -5,8 +5,8 @@
 //! - [`report`] reads the report's fixed layout and checks the length, the known versions,
 //!   reserved bytes and bits and the signature algorithm, and decodes the TCB for the product
 //!   the chain names (it says why the `sev` crate's decoder is not used);
-//! - x509-parser parses the certificates and aws-lc-rs verifies every signature (the chain's RSA-PSS
-//!   and the report's ECDSA P-384);
+//! - x509-parser parses the certificates and aws-lc-rs verifies every signature (the chain's
+//!   RSA-PSS and the report's ECDSA P-384);
 //! - [`certs`] checks the chain's shape: names, validity at the verification time, an ARK the
 //!   configuration trusts, one product along the chain, VCEK vs VLEK consistent with the
 //!   report, and reads AMD's extensions;

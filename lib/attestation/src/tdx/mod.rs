@@ -6,9 +6,9 @@
 //!   header (version 4 or 5, ECDSA P-256 attestation key, TEE type TDX, Intel's QE vendor ID),
 //!   the TD report (TDX 1.0 and 1.5 bodies), and the PCK certificate's FMSPC and issuing CA;
 //!   [`TdQuote::verify_pck_signatures`] then checks the PCK certificate's signature by the PCK
-//!   CA the quote carries and that CA's by the trusted root (aws-lc-rs, through x509-parser), before
-//!   the collateral for the FMSPC is looked up: only platforms Intel certified are asked of
-//!   Intel's PCS, never one a node wrote into its quote;
+//!   CA the quote carries and that CA's by the trusted root (aws-lc-rs, through x509-parser,
+//!   each pair once per process), before the collateral for the FMSPC is looked up: only
+//!   platforms Intel certified are asked of Intel's PCS, never one a node wrote into its quote;
 //! - the `dcap-qvl` crate (pinned, on aws-lc-rs through `dcap.rs`, which remembers the
 //!   signatures that verified) verifies, following Intel's QVL: the quote's
 //!   signature by the attestation key; the QE report's signature by the PCK; QE REPORT_DATA =

@@ -270,12 +270,17 @@ impl TdQuote {
                 trust.fingerprint()
             )));
         }
-        remembered.check(&[ca_der], trust.root_der(), || ca.verify_signature(Some(root.public_key()))).map_err(|e| {
-            chain_error(format!(
-                "the PCK CA's signature does not verify with the trusted root's key (SHA-256 {}): {e}",
-                trust.fingerprint()
-            ))
-        })?;
+        remembered
+            .check(&[ca_der], trust.root_der(), || {
+                ca.verify_signature(Some(root.public_key()))
+            })
+            .map_err(|e| {
+                chain_error(format!(
+                    "the PCK CA's signature does not verify with the trusted root's key \
+                     (SHA-256 {}): {e}",
+                    trust.fingerprint()
+                ))
+            })?;
         may_sign("trusted root", &root)?;
         Ok(())
     }
