@@ -197,7 +197,7 @@ fn checked_cert(
     let cert = attestation::snp::Cert::from_der(der.to_vec())
         .map_err(|source| InstanceInfoError::BadCertificate { which, source })?;
     let cn = cert.common_name();
-    if !expected(&cn) {
+    if !expected(cn) {
         return Err(InstanceInfoError::BadCertificate {
             which,
             source: attestation::snp::SnpError::Certificate(format!("its common name is {cn:?}")),

@@ -73,7 +73,7 @@ fn signer_cert(bytes: Vec<u8>) -> anyhow::Result<Cert> {
         let certs = certs_from_pem(&bytes)?;
         let mut leaves: Vec<Cert> = certs
             .into_iter()
-            .filter(|c| matches!(c.common_name().as_str(), "SEV-VCEK" | "SEV-VLEK"))
+            .filter(|c| matches!(c.common_name(), "SEV-VCEK" | "SEV-VLEK"))
             .collect();
         if leaves.len() != 1 {
             bail!("expected one VCEK or VLEK, found {}", leaves.len());

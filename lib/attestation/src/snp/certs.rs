@@ -73,8 +73,8 @@ impl Cert {
     }
 
     /// The subject's common name.
-    pub fn common_name(&self) -> String {
-        self.common_name.clone()
+    pub fn common_name(&self) -> &str {
+        &self.common_name
     }
 }
 
@@ -165,7 +165,7 @@ fn verify_chain_in(
     let (ark_c, int_c, leaf_c) = (ark.parsed(), intermediate.parsed(), leaf.parsed());
 
     let ark_cn = ark.common_name();
-    let product = product_of_ca(&ark_cn)
+    let product = product_of_ca(ark_cn)
         .filter(|_| ark_cn.starts_with("ARK-"))
         .ok_or_else(|| SnpError::Chain(format!("the root is {ark_cn:?}, not an AMD ARK")))?;
     let int_cn = intermediate.common_name();
@@ -173,13 +173,13 @@ fn verify_chain_in(
         Some(_) => SigningKey::Vlek,
         None => SigningKey::Vcek,
     };
-    if product_of_ca(&int_cn) != Some(product) {
+    if product_of_ca(int_cn) != Some(product) {
         return Err(SnpError::Chain(format!(
             "the intermediate {int_cn:?} is not {product}'s ASK or ASVK"
         )));
     }
     let leaf_cn = leaf.common_name();
-    let leaf_key = match leaf_cn.as_str() {
+    let leaf_key = match leaf_cn {
         "SEV-VCEK" => SigningKey::Vcek,
         "SEV-VLEK" => SigningKey::Vlek,
         other => {

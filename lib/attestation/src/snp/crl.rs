@@ -121,7 +121,7 @@ impl Crl {
                 .any(|r| r.raw_serial() == serial)
             {
                 return Err(SnpError::Revoked {
-                    which: cert.common_name(),
+                    which: cert.common_name().to_owned(),
                     serial: hex::encode(serial),
                 });
             }
