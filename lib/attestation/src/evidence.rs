@@ -2,7 +2,7 @@
 //! again, so that a new policy can be tried on the nodes the cluster really has before it is
 //! enforced ([`crate::dry_run`]).
 //!
-//! One [`Record`] per decided connection, one JSON file per record in a directory of its own:
+//! One [`Record`] per decided connection, one line of JSON per record in a directory of its own:
 //! the attestation document exactly as the certificate carried it, the nonce the connection
 //! sent, the user data the document had to bind (SHA-256 of the certificate's
 //! SubjectPublicKeyInfo), and the audit record of the decision made ([`Decision`]: time, peer,
@@ -12,12 +12,18 @@
 //! runs and, for hardware variants, which chip or instance it is; whatever a node put into its
 //! document (an Azure node may add an MAA token) is kept with it.
 //!
-//! The [`Store`] is bounded three ways, oldest first: by count, by the bytes of its files and by
-//! age. The directory is 0700 and each file 0600, both owned by the process's uid, and a
+//! Records are appended to segment files, each line one record written whole by one `write`, so
+//! that keeping a decision costs one system call rather than creating, renaming and removing a
+//! file; a reader takes only newline-terminated lines, so it never sees half a record. A segment
+//! takes at most a sixteenth of each bound (and 64 records, 1 MiB, one minute), then the next
+//! record begins a new one; a restart never appends to an earlier run's segment.
+//!
+//! The [`Store`] is bounded three ways, oldest segment first: by count, by the bytes of its files
+//! and by age. The directory is 0700 and each file 0600, both owned by the process's uid, and a
 //! directory owned by another uid is refused: evidence is public, but another uid must not be
-//! able to plant records that a dry run or a held reload would count. Files are written under a
-//! temporary name and renamed, so a reader sees whole records only. File names begin with the
-//! decision time in milliseconds, so the store's order is known from a listing.
+//! able to plant records that a dry run or a held reload would count. Segment names begin with
+//! the decision time of their first record in milliseconds, so the store's order is known from
+//! a listing.
 
 use std::collections::VecDeque;
 use std::fs::{DirBuilder, OpenOptions};
@@ -188,12 +194,36 @@ pub enum StoreError {
     TooLarge { size: u64, limit: u64 },
 }
 
-/// One kept file: its name, the decision time it names (ms since the epoch), its size.
+/// One segment file: its name, the decision time of its first record (ms since the epoch, the
+/// start of its name), how many records it holds and its size.
 #[derive(Clone, Debug)]
-struct Kept {
+struct Segment {
     name: String,
     millis: u64,
+    records: usize,
     size: u64,
+}
+
+/// When the open segment is full and the next record begins a new one: a sixteenth of each
+/// bound, so that removing the oldest segment whole never takes more than a sixteenth of what
+/// the bounds allow, and at most 64 records, 1 MiB or one minute of decisions.
+#[derive(Clone, Copy, Debug)]
+struct SegmentLimits {
+    records: usize,
+    bytes: u64,
+    span_millis: u64,
+}
+
+impl SegmentLimits {
+    fn of(bounds: Bounds) -> Self {
+        Self {
+            records: (bounds.max_records / 16).clamp(1, 64),
+            bytes: (bounds.max_bytes / 16).min(1 << 20),
+            span_millis: u64::try_from((bounds.max_age / 16).as_millis())
+                .unwrap_or(u64::MAX)
+                .min(60_000),
+        }
+    }
 }
 
 /// The bounded directory of records. Writing is blocking file I/O: attest-proxy calls it from a
@@ -202,13 +232,20 @@ struct Kept {
 pub struct Store {
     dir: PathBuf,
     bounds: Bounds,
-    kept: VecDeque<Kept>,
+    limits: SegmentLimits,
+    /// Oldest first; the last is the one `open` appends to, while it is open.
+    segments: VecDeque<Segment>,
+    records: usize,
     bytes: u64,
-    /// Distinguishes records of the same millisecond.
+    open: Option<std::fs::File>,
+    /// Distinguishes segments begun in the same millisecond.
     counter: u64,
 }
 
-const SUFFIX: &str = ".json";
+const SUFFIX: &str = ".jsonl";
+
+/// The largest segment file read back: the writer begins a new one at 1 MiB.
+pub const MAX_SEGMENT_SIZE: u64 = 4 << 20;
 
 /// The uid of this process (the owner of `/proc/self`).
 fn own_uid() -> std::io::Result<u32> {
@@ -221,7 +258,7 @@ fn millis(time: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// The decision time a record's file name starts with.
+/// The decision time a segment's file name starts with.
 fn millis_of_name(name: &str) -> Option<u64> {
     let stem = name.strip_suffix(SUFFIX)?;
     let (millis, counter) = stem.split_once('-')?;
@@ -229,10 +266,17 @@ fn millis_of_name(name: &str) -> Option<u64> {
     millis.parse().ok()
 }
 
+/// The complete records (newline-terminated lines) in a segment an earlier run left.
+fn complete_records(path: &Path) -> std::io::Result<usize> {
+    let bytes = std::fs::read(path)?;
+    Ok(bytes.iter().filter(|&&b| b == b'\n').count())
+}
+
 impl Store {
     /// Opens (creating it 0700 if needed) the store in `dir`, tightens the directory to 0700 and
-    /// its records to 0600, and applies the bounds to what an earlier run left. Files that are
-    /// not records (a temporary file of an interrupted write) are removed.
+    /// its segments to 0600, and applies the bounds to what an earlier run left, which is never
+    /// appended to: this run begins a segment of its own. Files that are not segments and
+    /// segments without a complete record are removed.
     pub fn open(dir: &Path, bounds: Bounds) -> Result<Store, StoreError> {
         let dir_error = |source| StoreError::Dir {
             path: dir.to_owned(),
@@ -259,33 +303,43 @@ impl Store {
             });
         }
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_error)?;
-        let mut kept = Vec::new();
+        let mut segments = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(dir_error)? {
             let entry = entry.map_err(dir_error)?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let meta = entry.metadata().map_err(dir_error)?;
-            match millis_of_name(&name) {
-                Some(millis) if meta.is_file() && meta.uid() == own => {
-                    std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))
-                        .map_err(dir_error)?;
-                    kept.push(Kept {
-                        name,
-                        millis,
-                        size: meta.len(),
-                    });
+            let millis = match millis_of_name(&name) {
+                Some(millis)
+                    if meta.is_file() && meta.uid() == own && meta.len() <= MAX_SEGMENT_SIZE =>
+                {
+                    millis
                 }
                 _ => {
                     remove_quietly(&entry.path());
+                    continue;
                 }
+            };
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))
+                .map_err(dir_error)?;
+            match complete_records(&entry.path()).map_err(dir_error)? {
+                0 => remove_quietly(&entry.path()),
+                records => segments.push(Segment {
+                    name,
+                    millis,
+                    records,
+                    size: meta.len(),
+                }),
             }
         }
-        kept.sort_by(|a, b| (a.millis, &a.name).cmp(&(b.millis, &b.name)));
-        let bytes = kept.iter().map(|k| k.size).sum();
+        segments.sort_by(|a, b| (a.millis, &a.name).cmp(&(b.millis, &b.name)));
         let mut store = Store {
             dir: dir.to_owned(),
             bounds,
-            kept: kept.into(),
-            bytes,
+            limits: SegmentLimits::of(bounds),
+            records: segments.iter().map(|s| s.records).sum(),
+            bytes: segments.iter().map(|s| s.size).sum(),
+            segments: segments.into(),
+            open: None,
             counter: 0,
         };
         store.prune(SystemTime::now());
@@ -299,28 +353,30 @@ impl Store {
 
     /// Records kept now.
     pub fn len(&self) -> usize {
-        self.kept.len()
+        self.records
     }
 
     /// Whether no record is kept.
     pub fn is_empty(&self) -> bool {
-        self.kept.is_empty()
+        self.records == 0
     }
 
-    /// Bytes of the record files kept now.
+    /// Bytes of the segment files kept now.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
 
-    /// Keeps `record` (file 0600), then removes the oldest records beyond the bounds. A record
-    /// larger than the byte bound on its own is refused.
+    /// Keeps `record` (one line appended to the open segment, or to a new one, file 0600), then
+    /// removes the oldest segments beyond the bounds. A record larger than the byte bound on its
+    /// own is refused.
     pub fn put(&mut self, record: &Record) -> Result<(), StoreError> {
         let time = record.time().unwrap_or_else(|_| SystemTime::now());
-        let body = serde_json::to_vec(record).map_err(|e| StoreError::Write {
+        let mut line = serde_json::to_vec(record).map_err(|e| StoreError::Write {
             path: self.dir.clone(),
             source: e.into(),
         })?;
-        let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
+        line.push(b'\n');
+        let size = u64::try_from(line.len()).unwrap_or(u64::MAX);
         if size > self.bounds.max_bytes || size > MAX_RECORD_SIZE {
             return Err(StoreError::TooLarge {
                 size,
@@ -328,55 +384,101 @@ impl Store {
             });
         }
         let millis = millis(time);
-        // A record of the same millisecond from an earlier run may hold the next name.
-        let (name, path) = loop {
-            self.counter = self.counter.wrapping_add(1);
-            let name = format!("{millis:013}-{:06}{SUFFIX}", self.counter % 1_000_000);
-            let path = self.dir.join(&name);
-            if !path.exists() {
-                break (name, path);
-            }
-        };
-        let tmp = self.dir.join(format!(".{name}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            file.write_all(&body)?;
-            std::fs::rename(&tmp, &path)
-        };
-        if let Err(source) = write() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(StoreError::Write { path, source });
+        if !self.takes(millis, size) {
+            self.begin(millis)?;
         }
-        // Records arrive nearly in time order; one decided a moment before the newest goes in
-        // its place.
-        let at = self
-            .kept
-            .iter()
-            .rposition(|k| k.millis <= millis)
-            .map_or(0, |i| i + 1);
-        self.kept.insert(at, Kept { name, millis, size });
+        let (Some(file), Some(segment)) = (self.open.as_mut(), self.segments.back_mut()) else {
+            return Err(StoreError::Write {
+                path: self.dir.clone(),
+                source: std::io::Error::other("no open segment"),
+            });
+        };
+        // One write of the whole line: a reader sees the record whole or, while it is being
+        // written, not yet.
+        if let Err(source) = file.write_all(&line) {
+            // Part of the line may be in the file: the next record begins a new segment, and
+            // readers name this one's incomplete end.
+            self.open = None;
+            return Err(StoreError::Write {
+                path: self.dir.join(&segment.name),
+                source,
+            });
+        }
+        segment.records += 1;
+        segment.size += size;
+        self.records += 1;
         self.bytes += size;
         self.prune(SystemTime::now());
         Ok(())
     }
 
-    /// Removes the oldest records while any bound is exceeded, and every record older than the
-    /// age bound at `now`.
+    /// Whether the open segment takes a record of `size` bytes decided at `millis`.
+    fn takes(&self, millis: u64, size: u64) -> bool {
+        match (&self.open, self.segments.back()) {
+            (Some(_), Some(last)) => {
+                last.records < self.limits.records
+                    && last.size + size <= self.limits.bytes
+                    && millis.saturating_sub(last.millis) < self.limits.span_millis
+            }
+            _ => false,
+        }
+    }
+
+    /// Begins a new segment, named by the decision time of its first record.
+    fn begin(&mut self, millis: u64) -> Result<(), StoreError> {
+        self.open = None;
+        // A segment of the same millisecond from an earlier run may hold the next name.
+        for _ in 0..1_000 {
+            self.counter = self.counter.wrapping_add(1);
+            let name = format!("{millis:013}-{:06}{SUFFIX}", self.counter % 1_000_000);
+            let path = self.dir.join(&name);
+            match OpenOptions::new()
+                .append(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(file) => {
+                    self.open = Some(file);
+                    self.segments.push_back(Segment {
+                        name,
+                        millis,
+                        records: 0,
+                        size: 0,
+                    });
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(StoreError::Write { path, source }),
+            }
+        }
+        Err(StoreError::Write {
+            path: self.dir.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "no free segment name for this millisecond",
+            ),
+        })
+    }
+
+    /// Removes the oldest segments while any bound is exceeded, and every segment whose first
+    /// record is older than the age bound at `now` (so no record outlives the bound; the
+    /// youngest of such a segment go up to a sixteenth of it early).
     pub fn prune(&mut self, now: SystemTime) {
         let oldest_allowed = millis(now)
             .saturating_sub(u64::try_from(self.bounds.max_age.as_millis()).unwrap_or(u64::MAX));
-        while let Some(first) = self.kept.front() {
-            let over = self.kept.len() > self.bounds.max_records
+        while let Some(first) = self.segments.front() {
+            let over = self.records > self.bounds.max_records
                 || self.bytes > self.bounds.max_bytes
                 || first.millis < oldest_allowed;
             if !over {
                 break;
             }
-            if let Some(first) = self.kept.pop_front() {
+            if self.segments.len() == 1 {
+                self.open = None;
+            }
+            if let Some(first) = self.segments.pop_front() {
+                self.records = self.records.saturating_sub(first.records);
                 self.bytes = self.bytes.saturating_sub(first.size);
                 remove_quietly(&self.dir.join(&first.name));
             }
@@ -390,16 +492,17 @@ fn remove_quietly(path: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
-/// What [`read_dir`] found: the records, oldest first, and the files that could not be read as
-/// records, with why.
+/// What [`read_dir`] found: the records, oldest first, and the records that could not be read,
+/// each with its file and why.
 #[derive(Debug, Default)]
 pub struct Read {
     pub records: Vec<Record>,
     pub skipped: Vec<(PathBuf, String)>,
 }
 
-/// The records in `dir`. A file removed between the listing and its reading (pruned meanwhile)
-/// is left out silently.
+/// The records in `dir`, oldest first. A segment removed between the listing and its reading
+/// (pruned meanwhile) is left out silently, and so is the end of the newest segment while its
+/// line is still being written.
 pub fn read_dir(dir: &Path) -> std::io::Result<Read> {
     let mut names: Vec<(u64, String)> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
@@ -409,33 +512,72 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Read> {
         })
         .collect();
     names.sort();
-    let mut records = Vec::with_capacity(names.len());
-    let mut skipped = Vec::new();
-    for (_, name) in names {
-        let path = dir.join(&name);
-        let read = (|| -> Result<Option<Record>, String> {
-            let file = match std::fs::File::open(&path) {
-                Ok(file) => file,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.to_string()),
-            };
-            let size = file.metadata().map_err(|e| e.to_string())?.len();
-            if size > MAX_RECORD_SIZE {
-                return Err(format!(
-                    "{size} bytes exceed the record limit of {MAX_RECORD_SIZE}"
-                ));
+    let newest = names.len().saturating_sub(1);
+    let mut read = Read::default();
+    for (index, (_, name)) in names.iter().enumerate() {
+        let path = dir.join(name);
+        let bytes = match read_segment(&path) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => continue,
+            Err(reason) => {
+                read.skipped.push((path, reason));
+                continue;
             }
-            let record: Record = serde_json::from_reader(std::io::BufReader::new(file))
-                .map_err(|e| format!("not a record: {e}"))?;
-            Ok(Some(record))
-        })();
-        match read {
-            Ok(Some(record)) => records.push(record),
-            Ok(None) => {}
-            Err(reason) => skipped.push((path, reason)),
+        };
+        for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+            let Some(line) = line.strip_suffix(b"\n") else {
+                if index != newest {
+                    read.skipped.push((
+                        path.clone(),
+                        format!("record {}: incomplete (its write was cut short)", n + 1),
+                    ));
+                }
+                break;
+            };
+            if u64::try_from(line.len()).unwrap_or(u64::MAX) > MAX_RECORD_SIZE {
+                read.skipped.push((
+                    path.clone(),
+                    format!(
+                        "record {}: {} bytes exceed the record limit of {MAX_RECORD_SIZE}",
+                        n + 1,
+                        line.len()
+                    ),
+                ));
+                continue;
+            }
+            match serde_json::from_slice::<Record>(line) {
+                Ok(record) => read.records.push(record),
+                Err(e) => read
+                    .skipped
+                    .push((path.clone(), format!("record {}: not a record: {e}", n + 1))),
+            }
         }
     }
-    Ok(Read { records, skipped })
+    // Segments overlap in time by a few records at most; the order readers see is the
+    // decisions'.
+    read.records.sort_by_key(|record| record.time().ok());
+    Ok(read)
+}
+
+/// A segment's bytes (`None`: removed since the listing), or why it cannot be read.
+fn read_segment(path: &Path) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read as _;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    if size > MAX_SEGMENT_SIZE {
+        return Err(format!(
+            "{size} bytes exceed the segment limit of {MAX_SEGMENT_SIZE}"
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_SEGMENT_SIZE)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]
@@ -637,11 +779,96 @@ mod tests {
         let mut store = Store::open(&dir, bounds(10, 1 << 20, DAY)).unwrap();
         let kept = record(SystemTime::now(), "n", 10);
         store.put(&kept).unwrap();
-        std::fs::write(dir.join("0000000000001-000009.json"), b"{not json").unwrap();
+        std::fs::write(dir.join("0000000000001-000009.jsonl"), b"{not json\n").unwrap();
         let Read { records, skipped } = read_dir(&dir).unwrap();
         assert_eq!(records, [kept]);
         assert_eq!(skipped.len(), 1);
-        assert!(skipped[0].1.contains("not a record"), "{skipped:?}");
+        assert!(
+            skipped[0].1.starts_with("record 1: not a record"),
+            "{skipped:?}"
+        );
+    }
+
+    #[test]
+    fn records_share_segments_within_the_limits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("evidence");
+        let mut store = Store::open(&dir, bounds(1024, 1 << 30, DAY)).unwrap();
+        let now = SystemTime::now();
+        for i in 0..130u64 {
+            let at = now + Duration::from_millis(i);
+            store.put(&record(at, &format!("n{i:03}"), 10)).unwrap();
+        }
+        // 64 records to a segment (a sixteenth of 1,024, at most 64).
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3);
+        assert_eq!(store.len(), 130);
+        let expected: Vec<_> = (0..130).map(|i| format!("n{i:03}")).collect();
+        assert_eq!(peers(&dir), expected);
+        // A minute later the next record begins a new segment, however few the last one has.
+        store
+            .put(&record(now + Duration::from_secs(61), "later", 10))
+            .unwrap();
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4);
+        // The count bound removes the oldest segment whole, 64 records.
+        let mut store = Store::open(&dir, bounds(100, 1 << 30, DAY)).unwrap();
+        assert_eq!(store.len(), 131 - 64);
+        store
+            .put(&record(now + Duration::from_secs(62), "last", 10))
+            .unwrap();
+        assert_eq!(store.len(), 131 - 64 + 1);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            4,
+            "a new run, a new segment"
+        );
+        let peers = peers(&dir);
+        assert_eq!(peers.first().map(String::as_str), Some("n064"));
+        assert_eq!(peers.last().map(String::as_str), Some("last"));
+    }
+
+    #[test]
+    fn an_incomplete_last_line_is_named_unless_it_is_being_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("evidence");
+        let mut store = Store::open(&dir, bounds(1024, 1 << 30, DAY)).unwrap();
+        let now = SystemTime::now();
+        store.put(&record(now, "whole", 10)).unwrap();
+        let segment = std::fs::read_dir(&dir)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        // Half a record at the end of the newest segment: a write in progress, left out.
+        let half = br#"{"format":1,"nonce":"#;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&segment)
+            .unwrap()
+            .write_all(half)
+            .unwrap();
+        let read = read_dir(&dir).unwrap();
+        assert_eq!(read.records.len(), 1);
+        assert!(read.skipped.is_empty(), "{:?}", read.skipped);
+        // Once a newer segment exists, that end was cut short for good: named.
+        drop(store);
+        let mut store = Store::open(&dir, bounds(1024, 1 << 30, DAY)).unwrap();
+        store
+            .put(&record(now + Duration::from_millis(1), "next", 10))
+            .unwrap();
+        let read = read_dir(&dir).unwrap();
+        let peers: Vec<_> = read
+            .records
+            .iter()
+            .map(|r| r.decision.peer.as_str())
+            .collect();
+        assert_eq!(peers, ["whole", "next"]);
+        assert_eq!(read.skipped.len(), 1, "{:?}", read.skipped);
+        assert_eq!(read.skipped[0].0, segment);
+        assert_eq!(
+            read.skipped[0].1,
+            "record 2: incomplete (its write was cut short)"
+        );
     }
 
     #[test]
