@@ -293,11 +293,8 @@ async fn attest(
     if let (true, Some(keeper)) = (verified_here, &shared.evidence) {
         keeper.keep(decision.clone(), variant, evidence.clone());
     }
-    shared.audit.seal(decision.to_value(), |record| {
-        plumbing::telemetry::audit(
-            decision.result == audit::Outcome::Accepted,
-            &attestation::audit_trail::canonical(record),
-        );
+    shared.audit.seal(decision.to_value(), |_, canonical| {
+        plumbing::telemetry::audit(decision.result == audit::Outcome::Accepted, canonical);
     });
     Ok((tls, outcome))
 }

@@ -42,9 +42,13 @@ pub fn canonical(record: &Value) -> String {
 
 /// SHA-256 of a record's canonical form, lowercase hex.
 pub fn digest(record: &Value) -> String {
+    digest_of(&canonical(record))
+}
+
+fn digest_of(canonical: &str) -> String {
     hex::encode(aws_lc_rs::digest::digest(
         &aws_lc_rs::digest::SHA256,
-        canonical(record).as_bytes(),
+        canonical.as_bytes(),
     ))
 }
 
@@ -85,9 +89,9 @@ impl Chain {
     }
 
     /// Seals `record` (a JSON object) as the next link, sets its `seq` and `prev`, and calls
-    /// `write` with it while no other record can be sealed, so the order written is the order
-    /// chained.
-    pub fn seal<T>(&self, mut record: Value, write: impl FnOnce(&Value) -> T) -> T {
+    /// `write` with it and its [`canonical`] form (the text its digest is over, made once)
+    /// while no other record can be sealed, so the order written is the order chained.
+    pub fn seal<T>(&self, mut record: Value, write: impl FnOnce(&Value, &str) -> T) -> T {
         let mut link = self
             .state
             .lock()
@@ -97,8 +101,9 @@ impl Chain {
             map.insert("seq".to_owned(), link.seq.into());
             map.insert("prev".to_owned(), link.prev.clone().into());
         }
-        link.prev = digest(&record);
-        write(&record)
+        let text = canonical(&record);
+        link.prev = digest_of(&text);
+        write(&record, &text)
     }
 }
 
@@ -222,7 +227,10 @@ mod tests {
         for i in 0..records {
             let record =
                 serde_json::json!({"result": "accepted", "peer": format!("10.0.0.{i}:4000")});
-            lines.push(chain.seal(record, text_line));
+            // The text `seal` hands over is what the digest was made over.
+            lines.push(chain.seal(record, |_, canonical| {
+                format!("2026-11-28T07:00:00.000000Z  WARN audit: {canonical}")
+            }));
         }
         lines
     }
@@ -291,7 +299,7 @@ mod tests {
             json_line(&start),
             chain.seal(
                 serde_json::json!({"b": 1, "a": [{"y": 2, "x": 1}]}),
-                json_line,
+                |record, _| json_line(record),
             ),
         ];
         assert_eq!(check(&lines).unwrap()[0].records, 1);

@@ -17,6 +17,7 @@ pub mod eventlog;
 pub mod evidence;
 pub mod gce;
 pub mod issuer;
+pub mod parse_memo;
 pub mod policy;
 pub mod saved;
 pub mod signature_memo;

@@ -122,11 +122,8 @@ impl Client {
                                 .map(|policy| policy.refusal(addr, certificate.as_ref(), &source));
                             let text = attestation::audit::chain(source.as_ref());
                             if let Some(decision) = decision {
-                                audit_chain().seal(decision.to_value(), |record| {
-                                    plumbing::telemetry::audit(
-                                        false,
-                                        &attestation::audit_trail::canonical(record),
-                                    );
+                                audit_chain().seal(decision.to_value(), |_, canonical| {
+                                    plumbing::telemetry::audit(false, canonical);
                                 });
                                 *slot.lock().unwrap_or_else(PoisonError::into_inner) =
                                     Some(ClientError::ServerRefused {

@@ -27,6 +27,7 @@ use x509_parser::x509::AlgorithmIdentifier;
 use super::report::{SigningKey, Tcb};
 use super::{Product, SnpError};
 pub(crate) use crate::issuer::Usage;
+use crate::parse_memo::ParseMemo;
 use crate::signature_memo::SignatureMemo;
 
 /// `1.3.6.1.4.1.3704.1` is AMD's arc for SEV certificate extensions.
@@ -91,8 +92,17 @@ fn parse(der: &[u8]) -> Result<X509Certificate<'_>, SnpError> {
     }
 }
 
+/// Bundles parsed lately: the VCEKs or VLEKs and intermediates nodes send are the same for
+/// every node of a chip or cloud.
+static PARSED: std::sync::LazyLock<ParseMemo<Vec<Cert>>> =
+    std::sync::LazyLock::new(|| ParseMemo::new(1024));
+
 /// Every certificate in a PEM bundle, in order.
 pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<Cert>, SnpError> {
+    PARSED.get_or_parse(pem, parse_pem)
+}
+
+fn parse_pem(pem: &[u8]) -> Result<Vec<Cert>, SnpError> {
     let mut out = Vec::new();
     for block in x509_parser::pem::Pem::iter_from_buffer(pem) {
         let block = block.map_err(|e| SnpError::Certificate(format!("bad PEM: {e}")))?;

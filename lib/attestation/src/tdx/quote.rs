@@ -7,6 +7,7 @@ use x509_parser::prelude::FromDer;
 
 use super::collateral::PckCa;
 use super::{INTEL_QE_VENDOR_ID, TdxError};
+use crate::parse_memo::ParseMemo;
 
 /// The largest quote accepted. A quote is a TD report, signatures, a QE report and a PCK chain of
 /// three certificates: about 5 KB; some tools zero-pad it to 8 KB.
@@ -102,6 +103,53 @@ pub struct TdQuote {
     pck_chain: Vec<Vec<u8>>,
 }
 
+/// What a quote's PCK certificate chain says, as [`TdQuote::parse`] reads it.
+#[derive(Clone, Debug)]
+struct Pck {
+    fmspc: [u8; 6],
+    ca: PckCa,
+    cpu_svn: [u8; 16],
+    pce_svn: u16,
+    /// DER, leaf first.
+    chain: Vec<Vec<u8>>,
+}
+
+/// Chains parsed lately, by their PEM: the PCK chain is the same in every quote of a platform.
+static PARSED: std::sync::LazyLock<ParseMemo<Pck>> =
+    std::sync::LazyLock::new(|| ParseMemo::new(1024));
+
+impl Pck {
+    fn of(quote: &dcap_qvl::quote::Quote) -> Result<Pck, TdxError> {
+        let chain = dcap_qvl::intel::extract_cert_chain(quote)
+            .map_err(|e| bad(format!("no PCK certificate chain: {e:#}")))?;
+        let leaf = chain
+            .first()
+            .ok_or_else(|| bad("the PCK certificate chain is empty"))?;
+        let pck = dcap_qvl::intel::parse_pck_extension_with::<super::dcap::Backend>(leaf)
+            .map_err(|e| bad(format!("the PCK certificate's Intel extension: {e:#}")))?;
+        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(leaf)
+            .map_err(|e| bad(format!("the PCK certificate: {e}")))?;
+        let issuer = cert
+            .issuer()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or_default();
+        let ca = PckCa::from_issuer_cn(issuer).ok_or_else(|| {
+            bad(format!(
+                "the PCK certificate's issuer {issuer:?} is neither Intel PCK CA"
+            ))
+        })?;
+        Ok(Pck {
+            fmspc: pck.fmspc,
+            ca,
+            cpu_svn: pck.cpu_svn,
+            pce_svn: pck.pce_svn,
+            chain,
+        })
+    }
+}
+
 fn bad(reason: impl Into<String>) -> TdxError {
     TdxError::Quote(reason.into())
 }
@@ -149,26 +197,11 @@ impl TdQuote {
                 return Err(bad("the body is an SGX enclave report, not a TD report"));
             }
         };
-        let chain = dcap_qvl::intel::extract_cert_chain(&quote)
-            .map_err(|e| bad(format!("no PCK certificate chain: {e:#}")))?;
-        let leaf = chain
-            .first()
-            .ok_or_else(|| bad("the PCK certificate chain is empty"))?;
-        let pck = dcap_qvl::intel::parse_pck_extension_with::<super::dcap::Backend>(leaf)
-            .map_err(|e| bad(format!("the PCK certificate's Intel extension: {e:#}")))?;
-        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(leaf)
-            .map_err(|e| bad(format!("the PCK certificate: {e}")))?;
-        let issuer = cert
-            .issuer()
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .unwrap_or_default();
-        let ca = PckCa::from_issuer_cn(issuer).ok_or_else(|| {
-            bad(format!(
-                "the PCK certificate's issuer {issuer:?} is neither Intel PCK CA"
-            ))
-        })?;
+        let pck = match quote.raw_cert_chain() {
+            // `Pck::of` reads the chain from exactly these bytes.
+            Ok(pem) => PARSED.get_or_parse(pem, |_| Pck::of(&quote))?,
+            Err(_) => Pck::of(&quote)?,
+        };
         let td = TdReport {
             tee_tcb_svn: base.tee_tcb_svn,
             mr_seam: base.mr_seam,
@@ -201,11 +234,11 @@ impl TdQuote {
             qe_vendor_id: header.qe_vendor_id,
             td,
             fmspc: pck.fmspc,
-            ca,
+            ca: pck.ca,
             pck_cpu_svn: pck.cpu_svn,
             pck_pce_svn: pck.pce_svn,
             qe_isvsvn,
-            pck_chain: chain.iter().map(|c| c.to_vec()).collect(),
+            pck_chain: pck.chain,
         })
     }
 
