@@ -14,12 +14,15 @@ use std::sync::Mutex;
 
 use aws_lc_rs::digest::{SHA256, digest};
 
+/// The current and the previous generation, by the SHA-256 of the parsed bytes.
+type Generations<V> = (HashMap<[u8; 32], V>, HashMap<[u8; 32], V>);
+
 /// Parsed values by the digest of their bytes; two generations of at most `capacity` each, so
 /// values in use stay and a flood of new bytes costs at most a parse again later.
 #[derive(Debug)]
 pub struct ParseMemo<V> {
     capacity: usize,
-    generations: Mutex<(HashMap<[u8; 32], V>, HashMap<[u8; 32], V>)>,
+    generations: Mutex<Generations<V>>,
 }
 
 impl<V: Clone> ParseMemo<V> {
@@ -58,7 +61,7 @@ impl<V: Clone> ParseMemo<V> {
         Ok(value)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<[u8; 32], V>, HashMap<[u8; 32], V>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generations<V>> {
         self.generations.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
