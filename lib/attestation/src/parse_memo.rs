@@ -18,17 +18,22 @@ use aws_lc_rs::digest::{SHA256, digest};
 type Generations<V> = (HashMap<[u8; 32], V>, HashMap<[u8; 32], V>);
 
 /// Parsed values by the digest of their bytes; two generations of at most `capacity` each, so
-/// values in use stay and a flood of new bytes costs at most a parse again later.
+/// values in use stay and a flood of new bytes costs at most a parse again later. The bytes
+/// are a node's, given before anything is verified, so only inputs of at most `max_input`
+/// bytes are kept: what a flood of made-up certificates can make the memo hold is bounded by
+/// about 2 × `capacity` × `max_input`, whatever the size of the documents it sends.
 #[derive(Debug)]
 pub struct ParseMemo<V> {
     capacity: usize,
+    max_input: usize,
     generations: Mutex<Generations<V>>,
 }
 
 impl<V: Clone> ParseMemo<V> {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, max_input: usize) -> Self {
         Self {
             capacity: capacity.max(1),
+            max_input,
             generations: Mutex::new((HashMap::new(), HashMap::new())),
         }
     }
@@ -39,6 +44,9 @@ impl<V: Clone> ParseMemo<V> {
         bytes: &[u8],
         parse: impl FnOnce(&[u8]) -> Result<V, E>,
     ) -> Result<V, E> {
+        if bytes.len() > self.max_input {
+            return parse(bytes);
+        }
         let mut key = [0u8; 32];
         key.copy_from_slice(digest(&SHA256, bytes).as_ref());
         {
@@ -73,7 +81,7 @@ mod tests {
 
     #[test]
     fn parses_each_bytes_once_and_never_keeps_a_failure() {
-        let memo = ParseMemo::new(2);
+        let memo = ParseMemo::new(2, 4);
         let parses = Cell::new(0);
         let parse = |bytes: &[u8]| {
             parses.set(parses.get() + 1);
@@ -96,5 +104,9 @@ mod tests {
         }
         memo.get_or_parse(b"b", parse).unwrap();
         assert_eq!(parses.get(), 11);
+        // Larger than kept: parsed every time.
+        memo.get_or_parse(b"large", parse).unwrap();
+        memo.get_or_parse(b"large", parse).unwrap();
+        assert_eq!(parses.get(), 13);
     }
 }

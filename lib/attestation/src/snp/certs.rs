@@ -93,9 +93,10 @@ fn parse(der: &[u8]) -> Result<X509Certificate<'_>, SnpError> {
 }
 
 /// Bundles parsed lately: the VCEKs or VLEKs and intermediates nodes send are the same for
-/// every node of a chip or cloud.
+/// every node of a chip or cloud. AMD's are a few KiB of PEM; at most 2 × 256 of up to
+/// 16 KiB are kept.
 static PARSED: std::sync::LazyLock<ParseMemo<Vec<Cert>>> =
-    std::sync::LazyLock::new(|| ParseMemo::new(1024));
+    std::sync::LazyLock::new(|| ParseMemo::new(256, 16 * 1024));
 
 /// Every certificate in a PEM bundle, in order.
 pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<Cert>, SnpError> {

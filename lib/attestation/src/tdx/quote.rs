@@ -115,8 +115,9 @@ struct Pck {
 }
 
 /// Chains parsed lately, by their PEM: the PCK chain is the same in every quote of a platform.
+/// Intel's three certificates are about 4 KiB of PEM; at most 2 × 256 of up to 16 KiB are kept.
 static PARSED: std::sync::LazyLock<ParseMemo<Pck>> =
-    std::sync::LazyLock::new(|| ParseMemo::new(1024));
+    std::sync::LazyLock::new(|| ParseMemo::new(256, 16 * 1024));
 
 impl Pck {
     fn of(quote: &dcap_qvl::quote::Quote) -> Result<Pck, TdxError> {
