@@ -5,6 +5,7 @@
 //! A missing extension is refused: every AMD and Intel CA carries both.
 
 use x509_parser::certificate::X509Certificate;
+use x509_parser::x509::X509Name;
 
 /// What an issuing certificate is used for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,4 +48,13 @@ pub fn may_sign(cert: &X509Certificate<'_>, usage: Usage) -> Result<(), String> 
         return Err(format!("has no KeyUsage {bit}, so it may not sign {what}"));
     }
     Ok(())
+}
+
+/// The first common name of `name` (a subject or an issuer), empty if it has none: how the
+/// vendors' certificates and CRLs are named in checks and errors.
+pub fn common_name<'a>(name: &'a X509Name<'_>) -> &'a str {
+    name.iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
 }

@@ -267,12 +267,7 @@ pub(crate) fn issuer_may_sign(
 
 /// The subject's first common name, empty if it has none.
 fn common_name_of(cert: &X509Certificate<'_>) -> String {
-    cert.subject()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_owned()
+    crate::issuer::common_name(cert.subject()).to_owned()
 }
 
 /// Checks that `signed` (a certificate's or CRL's to-be-signed bytes) is signed by `issuer`'s key

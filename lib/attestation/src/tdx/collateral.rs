@@ -172,13 +172,7 @@ fn time(field: &str, value: &str) -> Result<i64, TdxError> {
 fn crl_facts(field: &str, der: &[u8]) -> Result<(String, i64, i64), TdxError> {
     let (_, crl) = x509_parser::revocation_list::CertificateRevocationList::from_der(der)
         .map_err(|e| bad(format!("{field} is not a DER CRL: {e}")))?;
-    let issuer = crl
-        .issuer()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let issuer = crate::issuer::common_name(crl.issuer()).to_owned();
     let next = crl
         .next_update()
         .map(|t| t.timestamp())

@@ -130,12 +130,7 @@ impl Pck {
             .map_err(|e| bad(format!("the PCK certificate's Intel extension: {e:#}")))?;
         let (_, cert) = x509_parser::certificate::X509Certificate::from_der(leaf)
             .map_err(|e| bad(format!("the PCK certificate: {e}")))?;
-        let issuer = cert
-            .issuer()
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .unwrap_or_default();
+        let issuer = crate::issuer::common_name(cert.issuer());
         let ca = PckCa::from_issuer_cn(issuer).ok_or_else(|| {
             bad(format!(
                 "the PCK certificate's issuer {issuer:?} is neither Intel PCK CA"
