@@ -16,6 +16,7 @@ pub mod error;
 pub mod eventlog;
 pub mod evidence;
 pub mod gce;
+mod generations;
 pub mod issuer;
 pub mod parse_memo;
 pub mod policy;

@@ -9,13 +9,11 @@
 //! on the parsed certificates (signatures, names, validity, revocation, what they say about the
 //! chip) runs on every join.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use aws_lc_rs::digest::{SHA256, digest};
 
-/// The current and the previous generation, by the SHA-256 of the parsed bytes.
-type Generations<V> = (HashMap<[u8; 32], V>, HashMap<[u8; 32], V>);
+use crate::generations::Generations;
 
 /// Parsed values by the digest of their bytes; two generations of at most `capacity` each, so
 /// values in use stay and a flood of new bytes costs at most a parse again later. The bytes
@@ -24,17 +22,16 @@ type Generations<V> = (HashMap<[u8; 32], V>, HashMap<[u8; 32], V>);
 /// about 2 × `capacity` × `max_input`, whatever the size of the documents it sends.
 #[derive(Debug)]
 pub struct ParseMemo<V> {
-    capacity: usize,
     max_input: usize,
-    generations: Mutex<Generations<V>>,
+    /// By the SHA-256 of the parsed bytes.
+    generations: Mutex<Generations<[u8; 32], V>>,
 }
 
 impl<V: Clone> ParseMemo<V> {
     pub fn new(capacity: usize, max_input: usize) -> Self {
         Self {
-            capacity: capacity.max(1),
             max_input,
-            generations: Mutex::new((HashMap::new(), HashMap::new())),
+            generations: Mutex::new(Generations::new(capacity)),
         }
     }
 
@@ -49,27 +46,16 @@ impl<V: Clone> ParseMemo<V> {
         }
         let mut key = [0u8; 32];
         key.copy_from_slice(digest(&SHA256, bytes).as_ref());
-        {
-            let mut generations = self.lock();
-            if let Some(value) = generations.0.get(&key) {
-                return Ok(value.clone());
-            }
-            if let Some(value) = generations.1.remove(&key) {
-                generations.0.insert(key, value.clone());
-                return Ok(value);
-            }
+        if let Some(value) = self.lock().get(key) {
+            return Ok(value);
         }
         // Parsed without the lock held: joins on other threads go on meanwhile.
         let value = parse(bytes)?;
-        let mut generations = self.lock();
-        if generations.0.len() >= self.capacity {
-            generations.1 = std::mem::take(&mut generations.0);
-        }
-        generations.0.insert(key, value.clone());
+        self.lock().insert(key, value.clone());
         Ok(value)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Generations<V>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generations<[u8; 32], V>> {
         self.generations.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

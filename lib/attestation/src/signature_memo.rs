@@ -9,11 +9,12 @@
 //! Everything that depends on the moment (validity periods, freshness, revocation, the trusted
 //! root) stays with the callers, checked on every join.
 
-use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_lc_rs::digest::{Context, SHA256, digest};
+
+use crate::generations::Generations;
 
 /// Signatures that verified, by the digest of what was signed (with its signature) and of the
 /// signer (an issuer's certificate, or a public key).
@@ -23,15 +24,23 @@ use aws_lc_rs::digest::{Context, SHA256, digest};
 /// stay (a hit in the previous generation is carried over) and a flood of new signers costs at
 /// most a re-verification later. Only successes are remembered: a signature that failed is
 /// checked again, and fails again, every time.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SignatureMemo {
-    generations: Mutex<Generations>,
+    /// The remembered pairs.
+    generations: Mutex<Generations<[u8; 64], ()>>,
     verified: AtomicU64,
     hits: AtomicU64,
 }
 
-/// The current and the previous generation of remembered pairs.
-type Generations = (HashSet<[u8; 64]>, HashSet<[u8; 64]>);
+impl Default for SignatureMemo {
+    fn default() -> Self {
+        Self {
+            generations: Mutex::new(Generations::new(Self::GENERATION)),
+            verified: AtomicU64::default(),
+            hits: AtomicU64::default(),
+        }
+    }
+}
 
 impl SignatureMemo {
     /// Entries per generation: far more intermediates, chips and platforms than a cluster's
@@ -52,7 +61,7 @@ impl SignatureMemo {
         key
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Generations> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generations<[u8; 64], ()>> {
         self.generations.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -66,27 +75,14 @@ impl SignatureMemo {
         verify: impl FnOnce() -> Result<(), E>,
     ) -> Result<(), E> {
         let key = Self::key(signed, signer);
-        {
-            let mut generations = self.lock();
-            let (current, previous) = &mut *generations;
-            if current.contains(&key) {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            if previous.remove(&key) {
-                current.insert(key);
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
+        if self.lock().get(key).is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         }
         // Verified without the lock held: joins on other threads go on meanwhile.
         verify()?;
         self.verified.fetch_add(1, Ordering::Relaxed);
-        let mut generations = self.lock();
-        if generations.0.len() >= Self::GENERATION {
-            generations.1 = std::mem::take(&mut generations.0);
-        }
-        generations.0.insert(key);
+        self.lock().insert(key, ());
         Ok(())
     }
 
