@@ -13,8 +13,8 @@
 //! document (an Azure node may add an MAA token) is kept with it.
 //!
 //! Records are appended to segment files, each line one record written whole by one `write`, so
-//! that keeping a decision costs one system call rather than creating, renaming and removing a
-//! file; a reader takes only newline-terminated lines, so it never sees half a record. A segment
+//! that keeping a decision costs one system call, not a file of its own; a reader takes only
+//! newline-terminated lines, so it never sees half a record. A segment
 //! takes at most a sixteenth of each bound (and 64 records, 1 MiB, one minute), then the next
 //! record begins a new one; a restart never appends to an earlier run's segment.
 //!
