@@ -3,13 +3,12 @@
 //!
 //! The crate's integration tests (`tests/`) read the manifests and check their least-privilege
 //! properties, so a change that widens what a container may do fails `cargo test -p deploy`.
-//! [`grants_for_service_account`] turns the RBAC objects into the Kubernetes API stand-in's
-//! grants, so the end-to-end tests run token-issuer with exactly the permissions an operator
-//! deploys: a call the manifests do not allow fails with the API server's 403.
+//! [`grants_for_service_account`] turns the RBAC objects into the grants of the Kubernetes API
+//! stand-in token-issuer's own tests use, so they run token-issuer with exactly the permissions
+//! an operator deploys; the end-to-end tests apply the manifests to a real kube-apiserver.
 
 use std::path::{Path, PathBuf};
 
-use kube_standin::admission::AdmissionPolicy;
 use kube_standin::{Grant, PolicyRule};
 use serde::Deserialize;
 
@@ -21,12 +20,6 @@ pub const RBAC_FILE: &str = "rbac.yaml";
 
 /// The manifest that holds the ValidatingAdmissionPolicy narrowing token-issuer's Secrets.
 pub const ADMISSION_POLICY_FILE: &str = "admission-policy.yaml";
-
-/// The admission policies (with their bindings) in `deploy/base/admission-policy.yaml`, for the
-/// stand-in to evaluate as the API server would.
-pub fn admission_policies() -> Result<Vec<AdmissionPolicy>, kube_standin::admission::LoadError> {
-    AdmissionPolicy::from_file(&Path::new(MANIFEST_DIR).join(ADMISSION_POLICY_FILE))
-}
 
 /// Why the RBAC manifests could not be turned into grants.
 #[derive(Debug, thiserror::Error)]

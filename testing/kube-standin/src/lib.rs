@@ -1,11 +1,11 @@
-//! A stand-in for the Kubernetes API server, for tests and the local run.
+//! A stand-in for the Kubernetes API server, for token-issuer's own unit-level tests.
 //!
-//! No kube-apiserver can run on the machines this project is built on, yet token-issuer must be
-//! tested against something that answers like one. This crate serves the real paths over HTTPS
-//! (h2 and http/1.1) with its own CA, authenticates bearer tokens, authorizes with RBAC-shaped
-//! rules ([`rbac`]), evaluates ValidatingAdmissionPolicies' CEL on create, patch and delete
-//! ([`admission`], [`StandinConfig::admission`]) and fails with the real `Status` bodies
-//! ([`status`]). Tests steer it with [`Fault`]s (per method and path: forced codes, slowness)
+//! The whole-system tests and the local run meet the real kube-apiserver
+//! (`testsupport::control_plane`); this crate remains for token-issuer's in-process tests. It
+//! serves the real paths over HTTPS (h2 and http/1.1) with its own CA, authenticates bearer
+//! tokens, authorizes with RBAC-shaped rules ([`rbac`]) and fails with the real `Status` bodies
+//! ([`status`]). It runs no admission: what the deployed ValidatingAdmissionPolicy admits is
+//! judged by the real API server only. Tests steer it with [`Fault`]s (per method and path: forced codes, slowness)
 //! and seed and inspect what it stores through [`Running`]; out-of-process users get the same
 //! through the test-only admin endpoints under [`ADMIN_PREFIX`] when [`StandinConfig::admin_api`]
 //! is on.
@@ -21,7 +21,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod admission;
 mod apply;
 mod faults;
 pub mod fixtures;
@@ -88,8 +87,6 @@ pub struct StandinConfig {
     pub namespaces: Vec<String>,
     /// Serve the test-only admin endpoints under [`ADMIN_PREFIX`].
     pub admin_api: bool,
-    /// Validating admission policies evaluated on create, update and delete ([`admission`]).
-    pub admission: Vec<admission::AdmissionPolicy>,
 }
 
 impl StandinConfig {
@@ -102,7 +99,6 @@ impl StandinConfig {
                 .map(String::from)
                 .to_vec(),
             admin_api: false,
-            admission: Vec::new(),
         }
     }
 }
@@ -129,7 +125,6 @@ impl KubeStandin {
         let state = Arc::new(server::State {
             users: config.users,
             admin_api: config.admin_api,
-            admission: config.admission,
             server_address: addr.to_string(),
             store: Mutex::new(store::Store::new(config.namespaces)),
             faults: Mutex::new(faults::Faults::default()),

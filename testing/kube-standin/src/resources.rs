@@ -453,7 +453,6 @@ pub(crate) fn create(
     t: &Target<'_>,
     body: &[u8],
     suffix: impl FnOnce() -> String,
-    admit: impl FnOnce(&str, &Value) -> Result<(), Failure>,
 ) -> Result<Value, Failure> {
     let r = t.resource;
     let ns = t.namespace;
@@ -475,7 +474,6 @@ pub(crate) fn create(
     let revision = store.next_revision();
     stamp_new(r, &mut object, revision);
     let object = Value::Object(object);
-    admit(&name, &object)?;
     store.insert(r.plural, ns_key, &name, object.clone());
     Ok(object)
 }
@@ -495,12 +493,7 @@ struct DeleteOptions {
 }
 
 /// DELETE of one object, honouring `uid` and `resourceVersion` preconditions in the body.
-pub(crate) fn delete(
-    store: &mut Store,
-    t: &Target<'_>,
-    body: &[u8],
-    admit: impl FnOnce(&Value) -> Result<(), Failure>,
-) -> Result<Value, Failure> {
+pub(crate) fn delete(store: &mut Store, t: &Target<'_>, body: &[u8]) -> Result<Value, Failure> {
     let r = t.resource;
     let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
@@ -543,7 +536,6 @@ pub(crate) fn delete(
             ));
         }
     }
-    admit(&current)?;
     store.remove(r.plural, ns_key(t), t.name);
     store.next_revision();
     let uid = current
@@ -586,8 +578,8 @@ pub(crate) fn seed(
         namespace: if r.namespaced { ns.as_deref() } else { None },
         name: "",
     };
-    // Seeding writes as etcd would, past admission: it stands for objects others created.
-    let mut stored = create(store, &t, &body, || "seed0".to_owned(), |_, _| Ok(()))?;
+    // Seeding writes as etcd would: it stands for objects others created.
+    let mut stored = create(store, &t, &body, || "seed0".to_owned())?;
     // A create drops a custom resource's status; a seeded object stands for one whose
     // controller has written its status as well.
     if let (Some(status), Some(map)) = (status, stored.as_object_mut()) {

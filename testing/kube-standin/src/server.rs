@@ -16,7 +16,6 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::admission::{self, AdmissionPolicy};
 use crate::faults::{Fault, Faults};
 use crate::rbac::{Attributes, User};
 use crate::selector::Selector;
@@ -45,7 +44,6 @@ pub struct RequestRecord {
 pub(crate) struct State {
     pub users: Vec<User>,
     pub admin_api: bool,
-    pub admission: Vec<AdmissionPolicy>,
     pub server_address: String,
     pub store: Mutex<Store>,
     pub faults: Mutex<Faults>,
@@ -241,24 +239,6 @@ async fn dispatch(state: &State, user: &User, req: Request<Incoming>) -> Resp {
         },
         _ => Bytes::new(),
     };
-    // Validating admission, after authorization and after the server has set what it sets on
-    // create (creationTimestamp), as in kube-apiserver.
-    let admit = |operation, name: &str, object: Option<&Value>, old_object: Option<&Value>| {
-        admission::admit(
-            &state.admission,
-            &admission::Request {
-                operation,
-                group: resource.group,
-                version: resource.version,
-                resource: resource.plural,
-                namespace: target.namespace,
-                name,
-                username: &user.name,
-                object,
-                old_object,
-            },
-        )
-    };
     let result = match verb {
         "get" => resources::get(&lock(&state.store), &target).map(|o| (200, o)),
         "list" => match Selector::from_query(query.as_deref()) {
@@ -268,29 +248,17 @@ async fn dispatch(state: &State, user: &User, req: Request<Incoming>) -> Resp {
             )),
             Err(why) => Err(status::bad_request(why)),
         },
-        "create" => resources::create(
-            &mut lock(&state.store),
-            &target,
-            &body,
-            random_suffix,
-            |name, object| admit("CREATE", name, Some(object), None),
-        )
-        .map(|o| (201, o)),
-        "delete" => resources::delete(&mut lock(&state.store), &target, &body, |old| {
-            admit("DELETE", target.name, None, Some(old))
-        })
-        .map(|o| (200, o)),
+        "create" => resources::create(&mut lock(&state.store), &target, &body, random_suffix)
+            .map(|o| (201, o)),
+        "delete" => resources::delete(&mut lock(&state.store), &target, &body).map(|o| (200, o)),
         "patch" => {
             let opts = apply::PatchOptions::from_query(query.as_deref());
-            let patched = |operation, object: &Value, old: Option<&Value>| {
-                admit(operation, target.name, Some(object), old)
-            };
             match content_type.as_str() {
                 "application/apply-patch+yaml" => {
-                    apply::apply(&mut lock(&state.store), &target, &body, &opts, patched)
+                    apply::apply(&mut lock(&state.store), &target, &body, &opts)
                 }
                 "application/merge-patch+json" => {
-                    apply::merge_patch(&mut lock(&state.store), &target, &body, &opts, patched)
+                    apply::merge_patch(&mut lock(&state.store), &target, &body, &opts)
                         .map(|o| (200, o))
                 }
                 // JSON patch and strategic merge patch are not needed by anything this
