@@ -1,5 +1,6 @@
-//! The whole join system on one machine: swtpm, the key service, the Kubernetes API stand-in, and
-//! token-issuer, join-core and attest-proxy as real processes talking over real Unix sockets.
+//! The whole join system on one machine: swtpm, the key service, a real Kubernetes control plane
+//! ([`crate::cluster`]), and token-issuer, join-core and attest-proxy as real processes talking
+//! over real Unix sockets.
 //!
 //! Tests and `local-cluster` both start it through [`System::start`]. Every process it starts
 //! ends when the process that started it ends, even by SIGKILL or a crash
@@ -20,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use attestation::AkTrust;
-use kube_standin::fixtures::{components_json, constellation_version, control_plane_expectation};
-use kube_standin::{KubeStandin, Running, StandinConfig, User};
 use node_client::Client;
 use rand::Rng;
 use tpm_issuer::AkSpec;
 
+pub use crate::cluster::{COMPONENTS_REF, EXPECTED_CONTROL_PLANE_NODES, KUBERNETES_VERSION, Kube};
+use crate::control_plane::Pki;
 use crate::process::{Process, RunAs, bin_for_others, free_port};
 use crate::swtpm::Swtpm;
 
@@ -36,16 +37,8 @@ pub const BOOT_MEASUREMENTS: [(u32, u8); 4] = [(4, 0x44), (9, 0x99), (11, 0x11),
 /// The token-issuer's service-account name, as the deployment's RBAC names it.
 pub const TOKEN_ISSUER_USER: &str = "system:serviceaccount:kube-system:join-token-issuer";
 
-/// The API server endpoint handed out in tickets (the stand-in does not serve kubelets).
+/// The API server endpoint handed out in tickets (no kubelet runs in the tests to reach it).
 pub const API_SERVER_ENDPOINT: &str = "10.0.0.1:6443";
-
-/// The cluster's Kubernetes version, as the seeded `NodeVersion` names it.
-pub const KUBERNETES_VERSION: &str = "v1.31.1";
-
-/// How many control-plane nodes the seeded cluster expects (it has none yet).
-pub const EXPECTED_CONTROL_PLANE_NODES: u32 = 3;
-/// The components ConfigMap the seeded `NodeVersion` references.
-pub const COMPONENTS_REF: &str = "k8s-components-sha256-4a7b2c9e";
 
 /// `apiServer.certSANs` of the kubeadm ClusterConfiguration join-core reads.
 pub const API_SERVER_CERT_SANS: [&str; 2] = ["10.0.0.1", "api.cluster.example"];
@@ -301,7 +294,8 @@ pub struct System {
     pub ec2_identity: Option<Process>,
     /// The certifier and the control-plane node's swtpm it holds ([`Options::certifier`]).
     pub certifier: Option<(Process, Swtpm)>,
-    pub kube: Running,
+    /// The Kubernetes control plane and the fault proxy token-issuer reaches it through.
+    pub kube: Kube,
     pub swtpm: Swtpm,
     pub proxy_addr: SocketAddr,
     /// Where the key service listens (join-core's `--kms-endpoint`).
@@ -336,6 +330,8 @@ pub struct Paths {
     pub kubeadm_config: PathBuf,
     pub measurement_salt: PathBuf,
     pub kubeconfig: PathBuf,
+    /// token-issuer's ServiceAccount token, as the pod's projected volume holds it.
+    pub service_account_token: PathBuf,
     pub logs: PathBuf,
     /// attest-proxy's evidence directory ([`Options::keep_evidence`]).
     pub evidence: PathBuf,
@@ -359,6 +355,7 @@ impl Paths {
             kubeadm_config: p("config/kubeadm/ClusterConfiguration"),
             measurement_salt: p("config/measurementSalt"),
             kubeconfig: p("config/token-issuer.kubeconfig"),
+            service_account_token: p("config/token-issuer.token"),
             logs: p("logs"),
             evidence: p("cache/evidence"),
         }
@@ -501,37 +498,6 @@ fn write(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
     std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
 
-/// A self-signed CA named `cn`: (certificate PEM, key PEM).
-fn self_signed_ca(cn: &str) -> anyhow::Result<(String, String)> {
-    let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let cert = params.self_signed(&key)?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
-/// kubeadm's PKI directory: the cluster CA and the other shared control-plane files.
-fn write_pki(paths: &Paths) -> anyhow::Result<()> {
-    let (ca_cert, ca_key) = self_signed_ca("kubernetes")?;
-    write(&paths.ca_cert, ca_cert.as_bytes())?;
-    write(&paths.ca_key, ca_key.as_bytes())?;
-    for (stem, cn) in [("front-proxy-ca", "front-proxy-ca"), ("etcd/ca", "etcd-ca")] {
-        let (cert, key) = self_signed_ca(cn)?;
-        write(&paths.pki_dir.join(format!("{stem}.crt")), cert.as_bytes())?;
-        write(&paths.pki_dir.join(format!("{stem}.key")), key.as_bytes())?;
-    }
-    let sa = rcgen::KeyPair::generate()?;
-    write(&paths.pki_dir.join("sa.key"), sa.serialize_pem().as_bytes())?;
-    write(
-        &paths.pki_dir.join("sa.pub"),
-        sa.public_key_pem().as_bytes(),
-    )?;
-    Ok(())
-}
-
 /// The kubeadm ClusterConfiguration as Constellation's `kubeadm-config` ConfigMap holds it.
 fn cluster_configuration() -> String {
     let sans: String = API_SERVER_CERT_SANS
@@ -610,7 +576,7 @@ impl System {
         };
 
         // Cluster secrets and configuration, as the deployment would mount them.
-        write_pki(&paths)?;
+        let pki = Pki::generate(&paths.pki_dir)?;
         write(&paths.kubeadm_config, cluster_configuration().as_bytes())?;
         let mut salt = [0u8; 32];
         rand::rng().fill(&mut salt);
@@ -631,35 +597,27 @@ impl System {
             )?,
         }
 
-        // The Kubernetes API, with the token-issuer's service account allowed exactly what the
-        // deployment's RBAC (deploy/base/rbac.yaml) allows, so a call the manifests do not permit
-        // fails here with the API server's 403; and the cluster's version as Constellation's
-        // node operator records it. The cluster is a fresh one: it expects
-        // EXPECTED_CONTROL_PLANE_NODES control-plane nodes and has none yet, so token-issuer
-        // releases the control-plane files to control-plane joiners.
-        let token = random_hex(16);
-        let grants = match &options.rbac {
-            Some(path) => deploy::grants_from_file(path, "kube-system", "join-token-issuer"),
-            None => deploy::grants_for_service_account("kube-system", "join-token-issuer"),
-        }
-        .context("loading the deployment's RBAC")?;
-        let user = User::service_account(&token, "kube-system", "join-token-issuer", grants);
-        let mut config = StandinConfig::new(vec![user]);
-        // The deployed ValidatingAdmissionPolicy judges everything token-issuer writes.
-        config.admission = deploy::admission_policies().context("loading the admission policy")?;
-        let kube = KubeStandin::start(config)
-            .await
-            .context("starting kube-standin")?;
-        let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
-        let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
-        for object in version.into_iter().chain([expectation]) {
-            kube.seed(object)
-                .map_err(|status| anyhow::anyhow!("seeding kube-standin: {}", status.message))?;
-        }
-        write(&paths.kubeconfig, kube.kubeconfig(&token).as_bytes())?;
+        // The real Kubernetes control plane, with what a Constellation cluster holds before the
+        // join service arrives (the cluster's version as its node operator records it; a fresh
+        // cluster that expects EXPECTED_CONTROL_PLANE_NODES control-plane nodes and has none
+        // yet, so token-issuer releases the control-plane files to control-plane joiners), then
+        // the deployment's ServiceAccount, RBAC and admission policy as they are: a call the
+        // manifests do not permit fails with the API server's own 403. token-issuer reaches it
+        // through the fault proxy, with a token the API server issued for its ServiceAccount.
+        let mut kube = Kube::start(&pki, &paths.root, options.rbac.as_deref()).await?;
+        write(
+            &paths.service_account_token,
+            kube.token_issuer_token.as_bytes(),
+        )?;
+        write(
+            &paths.kubeconfig,
+            kube.kubeconfig_via_proxy(&paths.service_account_token)
+                .as_bytes(),
+        )?;
         if uids.distinct() {
             hand_out_files(&paths, &uids)?;
         }
+        kube.keep_token_fresh(&paths.service_account_token);
 
         let kms_port = free_port()?;
         let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
@@ -889,14 +847,10 @@ impl System {
         )?)
     }
 
-    /// What joins create in Kubernetes (bootstrap token Secrets and `JoiningNode`s), leaving
-    /// out the objects the harness seeded.
-    pub fn join_objects(&self) -> Vec<kube_standin::StoredObject> {
-        self.kube
-            .objects()
-            .into_iter()
-            .filter(|o| o.resource == "secrets" || o.resource == "joiningnodes")
-            .collect()
+    /// What joins create in Kubernetes (bootstrap token Secrets and `JoiningNode`s), by kind
+    /// and name.
+    pub async fn join_objects(&self) -> Vec<String> {
+        self.kube.join_objects().await
     }
 
     /// The process running `service`.
@@ -993,6 +947,7 @@ fn hand_out_files(paths: &Paths, uids: &Uids) -> anyhow::Result<()> {
         give(&entry, uids.token_issuer, mode)?;
     }
     give(&paths.kubeconfig, uids.token_issuer, 0o600)?;
+    give(&paths.service_account_token, uids.token_issuer, 0o600)?;
     // join-core: the measurement salt and kubeadm's ClusterConfiguration.
     give(&paths.measurement_salt, uids.join_core, 0o600)?;
     give(&paths.kubeadm_config, uids.join_core, 0o600)?;

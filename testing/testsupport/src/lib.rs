@@ -7,8 +7,11 @@
 //! aws-nitro-tpm.
 
 pub mod azure;
+pub mod cluster;
+pub mod control_plane;
 pub mod gce;
 pub mod harness;
+pub mod kube_faults;
 pub mod nitro;
 pub mod process;
 pub mod snp;

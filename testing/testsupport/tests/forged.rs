@@ -88,9 +88,9 @@ async fn a_forged_quote_with_the_right_pcrs_does_not_join_the_pinned_default() {
         wait_for_log(&system, &["\"check\":\"ak_untrusted\"", &digest]).await;
     }
     assert!(
-        system.join_objects().is_empty(),
+        system.join_objects().await.is_empty(),
         "{:?}",
-        system.join_objects()
+        system.join_objects().await
     );
 
     // The swtpm's own key is the one pinned: a real node joins.

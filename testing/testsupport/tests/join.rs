@@ -56,9 +56,9 @@ async fn assert_refused(system: &System, issuer: Arc<dyn Issuer>, reason: &str) 
         refused.message()
     );
     assert!(
-        system.join_objects().is_empty(),
+        system.join_objects().await.is_empty(),
         "a refused node must create nothing: {:?}",
-        system.join_objects()
+        system.join_objects().await
     );
     assert!(
         !system.join_core.log().contains("worker-bad"),
@@ -91,9 +91,12 @@ async fn node_joins_and_rejoins_with_the_same_disk_key() {
     // The token is "<id>.<secret>" and its Secret exists in kube-system.
     let (id, secret) = ticket.token.split_once('.').unwrap();
     assert_eq!((id.len(), secret.len()), (6, 16));
-    let secrets = system.kube.secrets("kube-system");
+    let secrets = system.kube.bootstrap_tokens().await;
     assert_eq!(secrets.len(), 1);
-    assert_eq!(secrets[0].name, format!("bootstrap-token-{id}"));
+    assert_eq!(
+        secrets[0].metadata.name.as_deref(),
+        Some(format!("bootstrap-token-{id}").as_str())
+    );
 
     // The discovery hash pins the cluster CA's public key.
     let ca_pem = std::fs::read(&system.paths.ca_cert).unwrap();

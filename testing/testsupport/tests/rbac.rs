@@ -1,7 +1,7 @@
-//! The API stand-in enforces the deployed RBAC (`deploy/base/rbac.yaml`) for token-issuer's token, so
-//! the end-to-end joins pass only because the manifests allow exactly what the code does. This
-//! test takes one verb out of a copy of the manifest and shows the join then fails where the
-//! real API server would refuse it: with a 403, named in the node's status, and nothing left.
+//! The real kube-apiserver enforces the deployed RBAC (`deploy/base/rbac.yaml`) for token-issuer's
+//! token, so the end-to-end joins pass only because the manifests allow exactly what the code
+//! does. This test takes one verb out of a copy of the manifest and shows the join then fails
+//! where the API server refuses it: with a 403, named in the node's status, and nothing left.
 
 #![allow(clippy::unwrap_used)]
 
@@ -57,7 +57,7 @@ async fn a_call_the_deployed_rbac_does_not_allow_fails_with_the_api_servers_403(
         ["PATCH /apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-0"]
     );
     assert!(
-        system.kube.secrets("kube-system").is_empty(),
+        system.kube.bootstrap_tokens().await.is_empty(),
         "no token for a join that failed"
     );
 }

@@ -71,7 +71,7 @@ async fn a_node_refuses_a_service_that_does_not_attest() {
     let system = System::start(Options::default()).await.unwrap();
     let decision = refusal(&system, policy).await;
     assert_eq!(decision.check.as_deref(), Some("server_evidence_missing"));
-    assert!(system.kube.secrets("kube-system").is_empty());
+    assert!(system.kube.bootstrap_tokens().await.is_empty());
 }
 
 /// A node without a service policy (as every Go Constellation node is: it passes no validator

@@ -1,8 +1,10 @@
 //! Complete join tickets, end to end: a node attesting with a real swtpm joins through
-//! attest-proxy, join-core, token-issuer (against the Kubernetes API stand-in) and the key
+//! attest-proxy, join-core, token-issuer (against a real kube-apiserver) and the key
 //! service, all real processes. Every part of the ticket is checked the way its consumer would
-//! check it: the kubelet certificate against the cluster CA, the token under the rules of the
-//! Kubernetes bootstrap-token authenticator, the SSH host certificate against the CA key, the
+//! check it: the kubelet certificate against the cluster CA and by the API server (as
+//! `system:node:<name>`, which the Node authorizer confines to its own Node), the token by the API
+//! server's bootstrap-token authenticator (and its TLS bootstrap CSR), the SSH host certificate
+//! against the CA key, the
 //! components and control-plane files against what the cluster holds. And every refusal and
 //! API server failure is checked to leave no token and no `JoiningNode` behind.
 
@@ -12,12 +14,13 @@
 use std::net::IpAddr;
 
 use base64::Engine as _;
-use kube_standin::{Fault, StoredObject};
+use kube::api::DynamicObject;
 use node_client::{ClientError, keys};
 use proto::join::{IssueJoinTicketRequest, IssueJoinTicketResponse};
 use testsupport::harness::{
     API_SERVER_CERT_SANS, API_SERVER_ENDPOINT, COMPONENTS_REF, KUBERNETES_VERSION, Options, System,
 };
+use testsupport::kube_faults::Fault;
 use tonic::Code;
 use x509_parser::prelude::*;
 
@@ -48,91 +51,17 @@ fn refusal(result: Result<IssueJoinTicketResponse, ClientError>) -> tonic::Statu
     }
 }
 
-// ---- The Kubernetes bootstrap-token authenticator, as the API server applies it ----
+// ---- What the API server makes of the ticket's credentials ----
 
-/// What the authenticator yields for a valid token: the user name and groups.
-#[derive(Debug, PartialEq, Eq)]
-struct BootstrapUser {
-    name: String,
-    groups: Vec<String>,
-}
-
-fn lower_alnum(s: &str, len: usize) -> bool {
-    s.len() == len
-        && s.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-}
-
-/// `\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z`
-fn valid_bootstrap_group(g: &str) -> bool {
-    let Some(rest) = g.strip_prefix("system:bootstrappers:") else {
-        return false;
-    };
-    let Some(last) = rest.bytes().last() else {
-        return false;
-    };
-    let body = &rest[..rest.len() - 1];
-    body.len() <= 255
-        && body
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b':' || c == b'-')
-        && (last.is_ascii_lowercase() || last.is_ascii_digit())
-}
-
-/// Authenticates `token` against the Secrets in kube-system the way kube-apiserver's
-/// bootstrap-token authenticator does; `Err` says which rule failed.
-fn authenticate(token: &str, secrets: &[StoredObject]) -> Result<BootstrapUser, String> {
-    let (id, secret) = token.split_once('.').ok_or("token is not <id>.<secret>")?;
-    if !lower_alnum(id, 6) || !lower_alnum(secret, 16) {
-        return Err(format!(
-            "token {token:?} is not [a-z0-9]{{6}}.[a-z0-9]{{16}}"
-        ));
+/// Who the real API server says `token` is: its user name and groups, or why it refused.
+async fn authenticate(system: &System, token: &str) -> Result<(String, Vec<String>), String> {
+    match system.kube.authenticate(token).await {
+        Ok(user) => Ok((
+            user.username.unwrap_or_default(),
+            user.groups.unwrap_or_default(),
+        )),
+        Err(error) => Err(error.to_string()),
     }
-    let name = format!("bootstrap-token-{id}");
-    let s = secrets
-        .iter()
-        .find(|s| s.name == name)
-        .ok_or(format!("no Secret {name} in kube-system"))?;
-    if s.object["metadata"].get("deletionTimestamp").is_some() {
-        return Err("Secret is being deleted".into());
-    }
-    if s.secret_type() != Some("bootstrap.kubernetes.io/token") {
-        return Err(format!("Secret type {:?}", s.secret_type()));
-    }
-    let stored = s.secret_data("token-secret").unwrap_or_default();
-    // The authenticator compares in constant time; a test only needs the verdict.
-    if stored != secret.as_bytes() {
-        return Err("token-secret does not match".into());
-    }
-    if s.secret_string("token-id").as_deref() != Some(id) {
-        return Err("token-id does not match".into());
-    }
-    if let Some(expiration) = s.secret_string("expiration") {
-        let at = ::time::OffsetDateTime::parse(
-            &expiration,
-            &::time::format_description::well_known::Rfc3339,
-        )
-        .map_err(|e| format!("expiration {expiration:?} is not RFC 3339: {e}"))?;
-        if at <= ::time::OffsetDateTime::now_utc() {
-            return Err(format!("expired at {expiration}"));
-        }
-    }
-    if s.secret_string("usage-bootstrap-authentication").as_deref() != Some("true") {
-        return Err("usage-bootstrap-authentication is not \"true\"".into());
-    }
-    let mut groups = vec!["system:bootstrappers".to_owned()];
-    if let Some(extra) = s.secret_string("auth-extra-groups") {
-        for g in extra.split(',') {
-            if !valid_bootstrap_group(g) {
-                return Err(format!("auth-extra-groups entry {g:?} is invalid"));
-            }
-            groups.push(g.to_owned());
-        }
-    }
-    Ok(BootstrapUser {
-        name: format!("system:bootstrap:{id}"),
-        groups,
-    })
 }
 
 // ---- Ticket checks ----
@@ -215,20 +144,23 @@ fn check_ssh(ticket: &IssueJoinTicketResponse, host_key_wire: &[u8], requested: 
     }
 }
 
-fn spec<'a>(o: &'a StoredObject, field: &str) -> &'a serde_json::Value {
-    &o.object["spec"][field]
+fn spec<'a>(o: &'a DynamicObject, field: &str) -> &'a serde_json::Value {
+    &o.data["spec"][field]
 }
 
-fn check_common(system: &System, ticket: &IssueJoinTicketResponse, node: &str) {
+async fn check_common(system: &System, ticket: &IssueJoinTicketResponse, node: &str) {
     check_kubelet_cert(system, ticket, node);
     assert_eq!(ticket.api_server_endpoint, API_SERVER_ENDPOINT);
-    let user = authenticate(&ticket.token, &system.kube.secrets("kube-system"))
+    let (name, mut groups) = authenticate(system, &ticket.token)
+        .await
         .unwrap_or_else(|why| panic!("token does not authenticate: {why}"));
     let (id, _) = ticket.token.split_once('.').unwrap();
-    assert_eq!(user.name, format!("system:bootstrap:{id}"));
+    assert_eq!(name, format!("system:bootstrap:{id}"));
+    groups.sort();
     assert_eq!(
-        user.groups,
+        groups,
         [
+            "system:authenticated",
             "system:bootstrappers",
             "system:bootstrappers:kubeadm:default-node-token"
         ]
@@ -274,17 +206,17 @@ async fn worker_join_gets_a_complete_ticket() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
 
-    check_common(&system, &ticket, "worker-1");
+    check_common(&system, &ticket, "worker-1").await;
     check_ssh(&ticket, &host_key, &["worker-1.internal"]);
     assert!(
         ticket.control_plane_files.is_empty(),
         "workers get no CA keys"
     );
 
-    let nodes = system.kube.joining_nodes();
+    let nodes = system.kube.joining_nodes().await;
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     let n = &nodes[0];
-    assert_eq!(n.name, "worker-1");
+    assert_eq!(n.metadata.name.as_deref(), Some("worker-1"));
     assert_eq!(spec(n, "name"), "worker-1");
     assert_eq!(spec(n, "componentsreference"), COMPONENTS_REF);
     assert_eq!(spec(n, "iscontrolplane"), false);
@@ -307,7 +239,7 @@ async fn control_plane_join_gets_a_complete_ticket() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
 
-    check_common(&system, &ticket, "cp-1");
+    check_common(&system, &ticket, "cp-1").await;
     check_ssh(&ticket, &host_key, &[]);
     let mut names: Vec<&str> = ticket
         .control_plane_files
@@ -337,17 +269,23 @@ async fn control_plane_join_gets_a_complete_ticket() {
         );
     }
 
-    let nodes = system.kube.joining_nodes();
+    let nodes = system.kube.joining_nodes().await;
     assert_eq!(nodes.len(), 1, "{nodes:?}");
-    assert_eq!(nodes[0].name, "control-plane");
+    assert_eq!(nodes[0].metadata.name.as_deref(), Some("control-plane"));
     assert_eq!(spec(&nodes[0], "name"), "cp-1");
     assert_eq!(spec(&nodes[0], "iscontrolplane"), true);
 
     // The release is recorded as an Event naming the node and the digest of the evidence
     // attest-proxy verified: the digest its own audit line records for this connection.
-    let events = system.kube.objects_of("events");
+    let events: Vec<_> = system
+        .kube
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ControlPlaneFilesReleased"))
+        .collect();
     assert_eq!(events.len(), 1, "{events:?}");
-    let event = &events[0].object;
+    let event = serde_json::to_value(&events[0]).unwrap();
     assert_eq!(event["reason"], "ControlPlaneFilesReleased");
     assert_eq!(event["involvedObject"]["name"], "cp-1");
     let message = event["message"].as_str().unwrap();
@@ -390,12 +328,12 @@ async fn two_control_plane_nodes_at_once_one_joins_the_other_is_told_to_retry() 
         refused.message()
     );
     assert_eq!(
-        system.kube.secrets("kube-system").len(),
+        system.kube.bootstrap_tokens().await.len(),
         1,
         "the refused node got no token"
     );
-    authenticate(&ticket.token, &system.kube.secrets("kube-system")).unwrap();
-    assert_eq!(system.kube.joining_nodes().len(), 1);
+    authenticate(&system, &ticket.token).await.unwrap();
+    assert_eq!(system.kube.joining_nodes().await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -444,17 +382,13 @@ async fn bad_kubelet_csrs_are_refused_before_anything_is_created() {
             status.message()
         );
         assert!(
-            system.join_objects().is_empty(),
+            system.join_objects().await.is_empty(),
             "{what}: {:?}",
-            system.join_objects()
+            system.join_objects().await
         );
     }
     assert!(
-        system
-            .kube
-            .requests()
-            .iter()
-            .all(|r| r.method == "GET" || r.path.starts_with("/__standin")),
+        system.kube.requests().iter().all(|r| r.method == "GET"),
         "a refused CSR writes nothing: {:?}",
         system.kube.requests()
     );
@@ -528,9 +462,9 @@ async fn api_server_failures_reach_the_node_as_specific_statuses_and_leave_nothi
             status.message()
         );
         assert!(
-            system.join_objects().is_empty(),
+            system.join_objects().await.is_empty(),
             "{what}: left behind {:?}",
-            system.join_objects()
+            system.join_objects().await
         );
     }
     // The service keeps serving: the next joins succeed.
@@ -539,4 +473,154 @@ async fn api_server_failures_reach_the_node_as_specific_statuses_and_leave_nothi
         .await
         .unwrap();
     client.join(request("cp-1", true, &[]).0).await.unwrap();
+}
+
+/// PEM text of `der` under `label`.
+fn pem(label: &str, der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+        lines.join("\n")
+    )
+}
+
+/// Whether the caller of `client` may `verb` the Node `name` (SelfSubjectAccessReview).
+async fn may(client: &kube::Client, verb: &str, name: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                resource: Some("nodes".to_owned()),
+                verb: Some(verb.to_owned()),
+                name: Some(name.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    kube::Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .allowed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ticket_works_the_way_kubernetes_uses_it() {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    use testsupport::control_plane::client_from_kubeconfig;
+
+    let system = System::start(Options::default()).await.unwrap();
+    let client = system.client(system.issuer().unwrap()).unwrap();
+    let kubelet = keys::kubelet_request("worker-7", &[IpAddr::from(NODE_IP)]).unwrap();
+    let (mut req, _) = request("worker-7", false, &[]);
+    req.certificate_request = kubelet.csr_der.clone();
+    let ticket = client
+        .join(req)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+    let plane = &system.kube.plane;
+
+    // The TLS bootstrap: the bootstrap token may ask for a kubelet client certificate.
+    let bootstrap = client_from_kubeconfig(&plane.token_kubeconfig(&ticket.token))
+        .await
+        .unwrap();
+    let tls_bootstrap = keys::kubelet_request("worker-7", &[]).unwrap();
+    let csr: CertificateSigningRequest = serde_json::from_value(serde_json::json!({
+        "metadata": {"generateName": "node-csr-"},
+        "spec": {
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"],
+            "request": base64::engine::general_purpose::STANDARD
+                .encode(pem("CERTIFICATE REQUEST", &tls_bootstrap.csr_der)),
+        },
+    }))
+    .unwrap();
+    let created = kube::Api::<CertificateSigningRequest>::all(bootstrap)
+        .create(&Default::default(), &csr)
+        .await
+        .unwrap_or_else(|e| panic!("the bootstrap token cannot create a kubelet CSR: {e}"));
+    let (id, _) = ticket.token.split_once('.').unwrap();
+    assert_eq!(
+        created.spec.username.as_deref(),
+        Some(format!("system:bootstrap:{id}").as_str())
+    );
+
+    // The kubelet certificate authenticates as the node; the Node authorizer lets it read its
+    // own Node and no other.
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (
+        dir.path().join("kubelet.crt"),
+        dir.path().join("kubelet.key"),
+    );
+    std::fs::write(&cert, &ticket.kubelet_cert).unwrap();
+    std::fs::write(&key, &kubelet.key_pem).unwrap();
+    let node = client_from_kubeconfig(&plane.certificate_kubeconfig(&cert, &key))
+        .await
+        .unwrap();
+    let review =
+        kube::Api::<k8s_openapi::api::authentication::v1::SelfSubjectReview>::all(node.clone())
+            .create(&Default::default(), &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("the kubelet certificate does not authenticate: {e}"));
+    let user = review.status.unwrap().user_info.unwrap();
+    assert_eq!(user.username.as_deref(), Some("system:node:worker-7"));
+    let mut groups = user.groups.unwrap_or_default();
+    groups.sort();
+    assert_eq!(groups, ["system:authenticated", "system:nodes"]);
+    assert!(
+        may(&node, "get", "worker-7").await,
+        "a node reads its own Node"
+    );
+    assert!(
+        !may(&node, "get", "worker-8").await,
+        "a node reads no other Node"
+    );
+    assert!(!may(&node, "delete", "worker-8").await);
+
+    // The discovery hash is that of the CA the API server's certificate chains to (the clients
+    // above trusted only it).
+    let ca_der = pem_cert(plane.ca_pem().as_bytes());
+    let (_, ca) = X509Certificate::from_der(&ca_der).unwrap();
+    let spki = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, ca.public_key().raw);
+    assert_eq!(
+        ticket.discovery_token_ca_cert_hash,
+        format!("sha256:{}", hex::encode(spki.as_ref()))
+    );
+
+    // An expired token no longer authenticates.
+    let expired = (::time::OffsetDateTime::now_utc() - ::time::Duration::minutes(1))
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&::time::format_description::well_known::Rfc3339)
+        .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(plane.admin(), "kube-system")
+        .patch(
+            &format!("bootstrap-token-{id}"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"stringData": {"expiration": expired}})),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match authenticate(&system, &ticket.token).await {
+            Err(why) if why.contains("401") || why.contains("Unauthorized") => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "an expired token still authenticates: {other:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

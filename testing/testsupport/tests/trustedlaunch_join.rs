@@ -22,7 +22,7 @@ const DISK: &str = "8e7d6c5b-4a39-4281-9f0e-d1c2b3a4f5e6";
 /// Joins with the node on `swtpm` and expects a refusal whose message holds `expected`, and
 /// that nothing was created for it.
 async fn refused(system: &System, swtpm: &testsupport::swtpm::Swtpm, name: &str, expected: &str) {
-    let before = system.join_objects().len();
+    let before = system.join_objects().await.len();
     let client = system.client(issuer(swtpm).unwrap()).unwrap();
     let status = refusal(client.join(join_request(name, DISK).unwrap()).await);
     assert_eq!(status.code(), Code::Unauthenticated, "{name}: {status:?}");
@@ -32,7 +32,7 @@ async fn refused(system: &System, swtpm: &testsupport::swtpm::Swtpm, name: &str,
         status.message()
     );
     assert_eq!(
-        system.join_objects().len(),
+        system.join_objects().await.len(),
         before,
         "{name} created something"
     );

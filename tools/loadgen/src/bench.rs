@@ -6,8 +6,7 @@
 //! - **B**: aTLS with attestation verification through the real attest-proxy binary to the same
 //!   trivial upstream on a Unix socket.
 //! - **C**: full joins through the whole system (`local-cluster`: attest-proxy, join-core,
-//!   token-issuer, the key service as processes, the Kubernetes API stand-in inside
-//!   local-cluster's own process).
+//!   token-issuer, the key service, etcd and kube-apiserver as processes).
 //! - **C-mutual**: C with mutual attestation (qemu-vtpm only). `local-cluster --attested-service`
 //!   also runs the certifier on a control-plane swtpm, which certifies attest-proxy's server key
 //!   at start (and hourly), and every node checks that key's evidence with the service policy
@@ -922,9 +921,9 @@ pub(crate) fn pregenerate(rate: f64, concurrency: usize, step: Duration) -> u64 
 
 /// The service's processes of a running `local-cluster` (pid `cluster`): its children
 /// attest-proxy, join-core, token-issuer and keyservice (and gce-identity for gcp-sev-snp and
-/// gcp-sev-es, ec2-identity for aws-nitro-tpm), and
-/// local-cluster itself, which hosts the Kubernetes API stand-in (and the KDS and GCE stand-ins
-/// of the SNP variants, the PCS stand-in of the TDX variants).
+/// gcp-sev-es, ec2-identity for aws-nitro-tpm), the control plane's etcd and kube-apiserver, and
+/// local-cluster itself, which hosts the fault proxy in front of the API server (and the KDS and
+/// GCE stand-ins of the SNP variants, the PCS stand-in of the TDX variants).
 pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
     let mut watched = Vec::new();
     for (pid, comm) in procstat::children(cluster)? {
@@ -943,7 +942,7 @@ pub fn local_cluster_processes(cluster: u32) -> anyhow::Result<Vec<Watched>> {
         }
     }
     watched.push(Watched {
-        name: "kube-standin (local-cluster)".to_owned(),
+        name: "local-cluster".to_owned(),
         pid: cluster,
         server_side: true,
     });

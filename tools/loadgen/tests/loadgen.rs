@@ -49,13 +49,8 @@ fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
 }
 
 /// The bootstrap token Secrets joins created: one per node that joined.
-fn bootstrap_tokens(system: &System) -> usize {
-    system
-        .kube
-        .secrets("kube-system")
-        .into_iter()
-        .filter(|s| s.name.starts_with("bootstrap-token-"))
-        .count()
+async fn bootstrap_tokens(system: &System) -> usize {
+    system.kube.bootstrap_tokens().await.len()
 }
 
 /// The service's processes, watched for CPU and memory under these names.
@@ -112,7 +107,7 @@ async fn full_joins_through_the_whole_system_are_counted() {
     }
     assert!(report.server_cpu_ms_per_join.unwrap() > 0.0, "{report}");
     // Each join really went through: one bootstrap token Secret per node.
-    assert_eq!(bootstrap_tokens(&system), 12, "{report}");
+    assert_eq!(bootstrap_tokens(&system).await, 12, "{report}");
 
     // Nodes whose measurements miss the policy are refused, and the report says why.
     let wrong = Arc::new(Target::Atls {
@@ -205,7 +200,7 @@ async fn gcp_nodes_cost_one_gce_lookup_each_and_are_counted() {
         report.to_string().contains("1.0000 lookups per join"),
         "{report}"
     );
-    assert_eq!(bootstrap_tokens(&system) as u64, NODES, "{report}");
+    assert_eq!(bootstrap_tokens(&system).await as u64, NODES, "{report}");
 }
 
 /// A short run of `variant`'s nodes, made as the benchmark makes them (TDs spread over
@@ -280,7 +275,11 @@ async fn tdx_nodes_join_and_cost_no_fetch_after_warm_up(variant: attestation::Va
         report.to_string().contains("0.0000 fetches per join"),
         "{report}"
     );
-    assert_eq!(bootstrap_tokens(&system) as u64, 3 + NODES, "{report}");
+    assert_eq!(
+        bootstrap_tokens(&system).await as u64,
+        3 + NODES,
+        "{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,7 +72,7 @@ async fn nodes_with_the_service_policy_join_the_attested_service() {
         system.logs()
     );
     // Each join really went through: one JoiningNode per node.
-    assert_eq!(system.kube.joining_nodes().len(), 9, "{report}");
+    assert_eq!(system.kube.joining_nodes().await.len(), 9, "{report}");
     // The evidence the nodes checked came from the certifier, not from a key of the proxy's own.
     assert!(
         system.logs().contains("certified a server key"),
@@ -118,6 +118,6 @@ async fn nodes_expecting_other_measurements_refuse_the_service_and_do_not_join()
         error.class
     );
     // Nothing reached the service: no join, no bootstrap token.
-    assert!(system.kube.joining_nodes().is_empty(), "{report}");
-    assert!(system.kube.secrets("kube-system").is_empty(), "{report}");
+    assert!(system.kube.joining_nodes().await.is_empty(), "{report}");
+    assert!(system.kube.bootstrap_tokens().await.is_empty(), "{report}");
 }

@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube_standin::Fault;
 use loadgen::node::{loopback_source, node_ip};
 use loadgen::report::Failure;
 use loadgen::{SoftAttestation, Target};
 use soft_issuer::KeyType;
 use testsupport::harness::{self, JunkDocument, Options, Service, System};
+use testsupport::kube_faults::Fault;
 use testsupport::process::Signal;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
@@ -227,13 +227,14 @@ fn assert_untouched(system: &mut System, before: &[(Service, u32)], except: Serv
 }
 
 /// The node names the join objects in the API stand-in are for: (JoiningNodes, token Secrets).
-fn objects_for(system: &System) -> (BTreeSet<String>, BTreeSet<String>) {
+async fn objects_for(system: &System) -> (BTreeSet<String>, BTreeSet<String>) {
     let joining = system
         .kube
         .joining_nodes()
+        .await
         .iter()
         .map(|o| {
-            o.object["spec"]["name"]
+            o.data["spec"]["name"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned()
@@ -241,11 +242,16 @@ fn objects_for(system: &System) -> (BTreeSet<String>, BTreeSet<String>) {
         .collect();
     let tokens = system
         .kube
-        .secrets("kube-system")
+        .bootstrap_tokens()
+        .await
         .iter()
-        .filter(|s| s.secret_type() == Some("bootstrap.kubernetes.io/token"))
         .map(|s| {
-            let description = s.secret_string("description").unwrap_or_default();
+            let description = s
+                .data
+                .as_ref()
+                .and_then(|data| data.get("description"))
+                .map(|d| String::from_utf8_lossy(&d.0).into_owned())
+                .unwrap_or_default();
             description
                 .strip_prefix("Bootstrap token for node ")
                 .and_then(|rest| rest.split(',').next())
@@ -266,7 +272,7 @@ async fn assert_nothing_left_behind(system: &System, joins: &[Join]) {
         .collect();
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        let (joining, tokens) = objects_for(system);
+        let (joining, tokens) = objects_for(system).await;
         if joining == succeeded && tokens == succeeded {
             return;
         }

@@ -1,7 +1,7 @@
 //! `local-cluster`: the whole join system on this machine, and a node joining through it.
 //!
-//! Starts swtpm, the key service, the Kubernetes API stand-in, token-issuer, join-core and
-//! attest-proxy, then joins and rejoins a node attesting with the swtpm. With `--serve` it keeps
+//! Starts swtpm, the key service, a real Kubernetes control plane (etcd and kube-apiserver),
+//! token-issuer, join-core and attest-proxy, then joins and rejoins a node attesting with the swtpm. With `--serve` it keeps
 //! serving in the foreground, so any aTLS client (a Constellation node, say) can join, until
 //! SIGTERM or Ctrl-C. Every process it starts ends with it, also when it is killed (SIGKILL) or
 //! crashes: the kernel sends each one SIGKILL when local-cluster ends (a parent-death signal,
@@ -635,20 +635,22 @@ async fn demo(
 
     let secrets: Vec<String> = system
         .kube
-        .secrets("kube-system")
+        .bootstrap_tokens()
+        .await
         .into_iter()
-        .map(|s| s.name)
+        .filter_map(|s| s.metadata.name)
         .collect();
     println!("bootstrap token Secrets in kube-system: {secrets:?}");
     let joining: Vec<String> = system
         .kube
         .joining_nodes()
+        .await
         .into_iter()
         .map(|n| {
-            let spec = &n.object["spec"];
+            let spec = &n.data["spec"];
             format!(
                 "{} (node {}, deadline {})",
-                n.name,
+                n.metadata.name.as_deref().unwrap_or_default(),
                 spec["name"].as_str().unwrap_or_default(),
                 spec["deadline"].as_str().unwrap_or_default()
             )

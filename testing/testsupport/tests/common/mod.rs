@@ -189,7 +189,7 @@ pub async fn refused_before_sending(
         ),
     };
     assert!(
-        system.kube.secrets("kube-system").is_empty(),
+        system.kube.bootstrap_tokens().await.is_empty(),
         "{case}: a refused service must not have received the join"
     );
     decision

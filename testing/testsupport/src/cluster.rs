@@ -1,0 +1,200 @@
+//! The Kubernetes side of the whole-system harness: the real control plane set up as a
+//! Constellation cluster with the deployment's RBAC and admission policy, the fault proxy
+//! token-issuer reaches it through, and token-issuer's ServiceAccount token.
+//!
+//! Tests look at what joins wrote with the harness's admin client and ask the API server itself
+//! what a ticket's credentials are worth ([`Kube::authenticate`]).
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube_standin::fixtures::{components_json, constellation_version, control_plane_expectation};
+
+use crate::control_plane::{ControlPlane, Options, Pki, client_from_kubeconfig, request_token};
+use crate::kube_faults::{Fault, FaultProxy, RequestRecord};
+
+/// The cluster's Kubernetes version, as its `NodeVersion` names it.
+pub const KUBERNETES_VERSION: &str = "v1.31.1";
+/// The components ConfigMap the `NodeVersion` names.
+pub const COMPONENTS_REF: &str = "k8s-components-sha256-4a7b2c9e";
+/// How many control-plane nodes the cluster expects (`join-control-plane`; it has none yet).
+pub const EXPECTED_CONTROL_PLANE_NODES: u32 = 3;
+
+/// How long token-issuer's ServiceAccount tokens live; a new one replaces each at half that, as
+/// the kubelet renews a pod's projected token before it expires.
+const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// The bootstrap token Secret type.
+const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
+
+/// A running control plane, prepared, with the fault proxy in front.
+#[derive(Debug)]
+pub struct Kube {
+    /// Proxy first: it stops before the API server it forwards to.
+    pub proxy: FaultProxy,
+    /// The real etcd and kube-apiserver.
+    pub plane: ControlPlane,
+    /// The token the API server issued for `kube-system/join-token-issuer`.
+    pub token_issuer_token: String,
+    /// Renews the token file ([`Kube::keep_token_fresh`]).
+    refresher: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Kube {
+    fn drop(&mut self) {
+        if let Some(task) = self.refresher.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Kube {
+    /// Starts the control plane under `root` with the CAs of `pki`, applies the Constellation
+    /// cluster's objects and deploy/base (with `rbac` in place of its RBAC file when given), and
+    /// asks the API server for token-issuer's token.
+    pub async fn start(pki: &Pki, root: &Path, rbac: Option<&Path>) -> anyhow::Result<Self> {
+        let plane = ControlPlane::start(pki, root, &Options::default())
+            .await
+            .context("starting the control plane")?;
+        let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
+        let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
+        plane
+            .prepare_constellation(version.into_iter().chain([expectation]))
+            .await
+            .context("preparing the cluster")?;
+        plane
+            .apply_deploy_base(rbac)
+            .await
+            .context("applying deploy/base")?;
+        let token_issuer_token = plane
+            .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
+            .await?;
+        plane.wait_admission_enforced(&token_issuer_token).await?;
+        let proxy = FaultProxy::start(plane.addr(), &pki.ca_cert, &pki.ca_key).await?;
+        Ok(Self {
+            proxy,
+            plane,
+            token_issuer_token,
+            refresher: None,
+        })
+    }
+
+    /// Replaces the token in `path` with a new one every half [`TOKEN_LIFETIME`], keeping the
+    /// file's owner and mode (token-issuer re-reads it, as it re-reads a projected token).
+    pub fn keep_token_fresh(&mut self, path: &Path) {
+        let admin = self.plane.admin();
+        let path = path.to_path_buf();
+        self.refresher = Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(TOKEN_LIFETIME / 2).await;
+                let token =
+                    request_token(&admin, "kube-system", "join-token-issuer", TOKEN_LIFETIME).await;
+                let written = token.and_then(|token| replace_keeping_owner(&path, &token));
+                if let Err(error) = written {
+                    tracing::warn!("renewing token-issuer's token: {error:#}");
+                }
+            }
+        }));
+    }
+
+    /// A kubeconfig for the API server through the fault proxy, with the token in `token_file`.
+    pub fn kubeconfig_via_proxy(&self, token_file: &Path) -> String {
+        self.plane
+            .token_file_kubeconfig(token_file)
+            .replace(&self.plane.url(), &format!("https://{}", self.proxy.addr()))
+    }
+
+    /// The bootstrap token Secrets in kube-system.
+    pub async fn bootstrap_tokens(&self) -> Vec<Secret> {
+        let secrets: Api<Secret> = Api::namespaced(self.plane.admin(), "kube-system");
+        let params = ListParams::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}"));
+        match secrets.list(&params).await {
+            Ok(list) => list.items,
+            Err(error) => panic!("listing bootstrap tokens: {error}"),
+        }
+    }
+
+    /// The `JoiningNode`s.
+    pub async fn joining_nodes(&self) -> Vec<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("update.edgeless.systems", "v1alpha1", "JoiningNode");
+        let api = match self.plane.dynamic_api(&gvk, None).await {
+            Ok(api) => api,
+            Err(error) => panic!("{error:#}"),
+        };
+        match api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(error) => panic!("listing JoiningNodes: {error}"),
+        }
+    }
+
+    /// The Events in kube-system.
+    pub async fn events(&self) -> Vec<Event> {
+        let events: Api<Event> = Api::namespaced(self.plane.admin(), "kube-system");
+        match events.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(error) => panic!("listing Events: {error}"),
+        }
+    }
+
+    /// What joins leave in Kubernetes: bootstrap tokens and `JoiningNode`s, by kind and name.
+    pub async fn join_objects(&self) -> Vec<String> {
+        let tokens = self
+            .bootstrap_tokens()
+            .await
+            .into_iter()
+            .map(|s| format!("Secret {}", s.metadata.name.unwrap_or_default()));
+        let nodes = self
+            .joining_nodes()
+            .await
+            .into_iter()
+            .map(|n| format!("JoiningNode {}", n.metadata.name.unwrap_or_default()));
+        tokens.chain(nodes).collect()
+    }
+
+    /// Who the API server says `token` is (SelfSubjectReview), or its refusal.
+    pub async fn authenticate(&self, token: &str) -> Result<UserInfo, kube::Error> {
+        let client = client_from_kubeconfig(&self.plane.token_kubeconfig(token))
+            .await
+            .map_err(|error| kube::Error::Service(error.into()))?;
+        let reviews: Api<SelfSubjectReview> = Api::all(client);
+        let review = reviews
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await?;
+        Ok(review
+            .status
+            .and_then(|status| status.user_info)
+            .unwrap_or_default())
+    }
+
+    /// Every request token-issuer made, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.proxy.requests()
+    }
+
+    /// Queues a fault for token-issuer's next matching request.
+    pub fn inject(&self, fault: Fault) {
+        self.proxy.inject(fault);
+    }
+
+    /// Delays each of token-issuer's requests by `delay`.
+    pub fn set_delay(&self, delay: Duration) {
+        self.proxy.set_delay(delay);
+    }
+}
+
+/// Writes `contents` over `path` in one step (a rename), with `path`'s owner and mode.
+fn replace_keeping_owner(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let old = std::fs::metadata(path)?;
+    let partial = path.with_extension("new");
+    std::fs::write(&partial, contents)?;
+    std::fs::set_permissions(&partial, old.permissions())?;
+    std::os::unix::fs::chown(&partial, Some(old.uid()), Some(old.gid()))?;
+    std::fs::rename(&partial, path)?;
+    Ok(())
+}
