@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts the whole system locally (swtpm, key service, Kubernetes API stand-in, token-issuer,
+# Starts the whole system locally (swtpm, key service, etcd and kube-apiserver, token-issuer,
 # join-core, attest-proxy, and the certifier on a second swtpm standing for the control-plane
 # node's TPM) and joins a node through it, the node verifying the service's evidence first.
 #   scripts/local-join.sh                      one join and one rejoin, then exit
