@@ -44,4 +44,4 @@ rm -rf "$out"
 mv "$partial" "$out"
 ln -sfn "$(basename "$out")" "$target/control-plane/bin"
 "$out/kube-apiserver" --version
-"$out/etcd" --version | head -1
+"$out/etcd" --version

@@ -633,31 +633,38 @@ async fn demo(
         ticket::fingerprint(&rejoined.state_disk_key)
     );
 
-    let secrets: Vec<String> = system
-        .kube
-        .bootstrap_tokens()
-        .await
-        .into_iter()
-        .filter_map(|s| s.metadata.name)
-        .collect();
-    println!("bootstrap token Secrets in kube-system: {secrets:?}");
-    let joining: Vec<String> = system
-        .kube
-        .joining_nodes()
-        .await
-        .into_iter()
-        .map(|n| {
-            let spec = &n.data["spec"];
-            format!(
-                "{} (node {}, deadline {})",
-                n.metadata.name.as_deref().unwrap_or_default(),
-                spec["name"].as_str().unwrap_or_default(),
-                spec["deadline"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
-    println!("JoiningNodes: {joining:?}");
+    // What the API server holds after the join, as it returns it (the token's secret half
+    // withheld: the ticket above carries it).
+    println!("kube-apiserver {} holds:", system.kube.plane.url());
+    for mut secret in system.kube.bootstrap_tokens().await {
+        secret.metadata.managed_fields = None;
+        let data: serde_json::Map<String, serde_json::Value> = secret
+            .data
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(key, _)| key != "token-secret")
+            .map(|(key, value)| (key, String::from_utf8_lossy(&value.0).into_owned().into()))
+            .collect();
+        let mut shown = serde_json::to_value(&secret)?;
+        shown["data"] = data.into();
+        println!("  Secret (data decoded, token-secret withheld):\n{}", indent(&shown)?);
+    }
+    for mut node in system.kube.joining_nodes().await {
+        node.metadata.managed_fields = None;
+        println!("  JoiningNode:\n{}", indent(&serde_json::to_value(&node)?)?);
+    }
     Ok(())
+}
+
+/// `value` as pretty JSON, indented under a heading.
+fn indent(value: &serde_json::Value) -> anyhow::Result<String> {
+    let text = serde_json::to_string_pretty(value)?;
+    Ok(text
+        .lines()
+        .map(|line| format!("    {line}"))
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 /// A policy digest as a short, recognisable prefix.
