@@ -1,6 +1,6 @@
 //! A small proxy in front of the real kube-apiserver, for the faults a real API server shows
-//! (429, 5xx, slowness, an answer lost after the write committed) and for the record of what
-//! token-issuer asked. It imitates nothing: every request it does not fault is forwarded as is
+//! (429, 5xx, slowness, an answer lost after the write committed, a dropped connection, the
+//! server down and back) and for the record of what token-issuer asked. It imitates nothing: every request it does not fault is forwarded as is
 //! (headers, bearer token, body) to the real server, which authenticates, authorizes, admits and
 //! answers it; a faulted request gets the `Status` body the API server sends for that code.
 //!
@@ -38,6 +38,9 @@ pub struct Fault {
     /// Forward the request first and only then answer with the fault: the write committed but
     /// its answer was lost, so the client cannot tell it happened.
     pub after_commit: bool,
+    /// Drop the connection instead of answering (with [`Fault::after_commit`], after the
+    /// request was carried out).
+    pub reset: bool,
 }
 
 impl Fault {
@@ -50,6 +53,15 @@ impl Fault {
             path: None,
             delay: Duration::ZERO,
             after_commit: false,
+            reset: false,
+        }
+    }
+
+    /// The next request's connection is dropped without an answer.
+    pub fn reset() -> Self {
+        Self {
+            reset: true,
+            ..Self::once(0)
         }
     }
 
@@ -105,7 +117,7 @@ pub struct RequestRecord {
     pub path: String,
     /// The query, if any (`labelSelector=...`).
     pub query: Option<String>,
-    /// The HTTP status the client got (0: the upstream could not be reached).
+    /// The HTTP status the client got (0: none, the connection was dropped).
     pub code: u16,
 }
 
@@ -114,6 +126,8 @@ struct State {
     faults: VecDeque<Fault>,
     delay: Duration,
     requests: Vec<RequestRecord>,
+    /// The API server is down: connections are closed at once, requests dropped unanswered.
+    down: bool,
 }
 
 impl State {
@@ -282,6 +296,12 @@ impl FaultProxy {
         self.lock().delay = delay;
     }
 
+    /// Takes the API server down (every connection is dropped, new ones closed at once, as a
+    /// client sees a server that went away) or brings it back.
+    pub fn set_down(&self, down: bool) {
+        self.lock().down = down;
+    }
+
     /// Every request so far, in order.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.lock().requests.clone()
@@ -302,6 +322,10 @@ async fn serve(
         let Ok((tcp, _)) = listener.accept().await else {
             continue;
         };
+        if state.lock().unwrap_or_else(|e| e.into_inner()).down {
+            drop(tcp);
+            continue;
+        }
         let (acceptor, upstream, state) = (acceptor.clone(), upstream.clone(), state.clone());
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {
@@ -321,54 +345,79 @@ async fn serve(
 
 type Sender = Arc<tokio::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<Incoming>>>>;
 
+/// Why a connection was dropped instead of answered.
+#[derive(Debug, thiserror::Error)]
+enum Dropped {
+    #[error("the API server is down")]
+    Down,
+    #[error("a fault drops the connection")]
+    Reset,
+}
+
 async fn handle(
     request: hyper::Request<Incoming>,
     upstream: Upstream,
     sender: Sender,
     state: Arc<Mutex<State>>,
-) -> Result<hyper::Response<Body>, std::convert::Infallible> {
+) -> Result<hyper::Response<Body>, Dropped> {
     let method = request.method().to_string();
     let path = request.uri().path().to_owned();
     let query = request.uri().query().map(str::to_owned);
-    let (fault, delay) = {
-        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-        (state.take(&method, &path), state.delay)
+    let record = |code: u16| {
+        let record = RequestRecord {
+            method: method.clone(),
+            path: path.clone(),
+            query: query.clone(),
+            code,
+        };
+        state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .requests
+            .push(record);
     };
+    let (fault, delay, down) = {
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        (state.take(&method, &path), state.delay, state.down)
+    };
+    if down {
+        record(0);
+        return Err(Dropped::Down);
+    }
     let wait = delay + fault.as_ref().map_or(Duration::ZERO, |f| f.delay);
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
     }
     let response = match &fault {
-        Some(f) if f.code != 0 && !f.after_commit => status_response(f.code),
+        Some(f) if f.reset && !f.after_commit => None,
+        Some(f) if f.code != 0 && !f.after_commit => Some(status_response(f.code)),
         _ => {
             let forwarded = forward(request, &upstream, &sender).await;
             match &fault {
-                Some(f) if f.code != 0 => {
-                    // Let the write finish before the answer is replaced.
+                Some(f) if f.code != 0 || f.reset => {
+                    // Let the write finish before the answer is replaced or dropped.
                     if let Ok(response) = forwarded {
                         let _ = response.into_body().collect().await;
                     }
-                    status_response(f.code)
+                    (!f.reset).then(|| status_response(f.code))
                 }
-                _ => forwarded.unwrap_or_else(|error| {
+                _ => Some(forwarded.unwrap_or_else(|error| {
                     tracing::warn!("fault proxy: the API server did not answer: {error:#}");
                     status_response(503)
-                }),
+                })),
             }
         }
     };
-    let record = RequestRecord {
-        method,
-        path,
-        query,
-        code: response.status().as_u16(),
-    };
-    state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .requests
-        .push(record);
-    Ok(response)
+    match response {
+        Some(response) => {
+            record(response.status().as_u16());
+            Ok(response)
+        }
+        None => {
+            record(0);
+            Err(Dropped::Reset)
+        }
+    }
 }
 
 async fn forward(

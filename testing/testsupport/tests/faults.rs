@@ -146,3 +146,67 @@ async fn api_server_slower_than_join_cores_deadline_leaves_nothing_behind() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_down_is_unavailable_and_joins_resume_when_it_is_back() {
+    let system = System::start(Options::default()).await.unwrap();
+    let client = system.client(system.issuer().unwrap()).unwrap();
+    system.kube.proxy.set_down(true);
+    let status = refusal(client.join(join_request("worker-1", DISK).unwrap()).await);
+    assert_eq!(
+        status.code(),
+        Code::Unavailable,
+        "{status:?}\n{}",
+        system.logs()
+    );
+    assert!(
+        status.message().contains("Kubernetes API unreachable"),
+        "{}",
+        status.message()
+    );
+    system.kube.proxy.set_down(false);
+    assert!(system.join_objects().await.is_empty());
+    client
+        .join(join_request("worker-1", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+    assert_eq!(
+        system.join_objects().await.len(),
+        2,
+        "one token, one JoiningNode"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_dropped_after_the_token_was_stored_leaves_nothing_behind() {
+    use testsupport::kube_faults::Fault;
+    let system = System::start(Options::default()).await.unwrap();
+    let client = system.client(system.issuer().unwrap()).unwrap();
+    system.kube.inject(
+        Fault::reset()
+            .on("POST")
+            .at("/api/v1/namespaces/kube-system/secrets")
+            .after_commit(),
+    );
+    let status = refusal(client.join(join_request("worker-1", DISK).unwrap()).await);
+    assert_eq!(
+        status.code(),
+        Code::Unavailable,
+        "{status:?}\n{}",
+        system.logs()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !system.join_objects().await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {:?}\n{}",
+            system.join_objects().await,
+            system.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    client
+        .join(join_request("worker-1", DISK).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
+}

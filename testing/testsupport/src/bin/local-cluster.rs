@@ -648,7 +648,10 @@ async fn demo(
             .collect();
         let mut shown = serde_json::to_value(&secret)?;
         shown["data"] = data.into();
-        println!("  Secret (data decoded, token-secret withheld):\n{}", indent(&shown)?);
+        println!(
+            "  Secret (data decoded, token-secret withheld):\n{}",
+            indent(&shown)?
+        );
     }
     for mut node in system.kube.joining_nodes().await {
         node.metadata.managed_fields = None;
