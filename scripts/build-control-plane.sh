@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the real Kubernetes control plane the tests and the local run start: kube-apiserver and
-# kube-controller-manager from k8s.io/kubernetes, etcd from go.etcd.io/etcd/server/v3,
+# Builds the real Kubernetes control plane the tests and the local run start: kube-apiserver,
+# kube-controller-manager and kubectl (the tests render and dry-run deploy/'s kustomizations with
+# it) from k8s.io/kubernetes, etcd from go.etcd.io/etcd/server/v3,
 # at the releases and module checksums pinned in testing/control-plane/*/go.{mod,sum}.
 #
 # The binaries go to <target>/control-plane/<key>/, where <key> hashes the wrapper modules and the
@@ -18,7 +19,7 @@ etcd=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$modules/etcd/go.mo
 
 key=$( { go version; cat "$modules"/*/go.mod "$modules"/*/go.sum; } | sha256sum | cut -c1-16)
 out=$target/control-plane/$kubernetes-etcd-$etcd-$key
-binaries=(kube-apiserver kube-controller-manager etcd)
+binaries=(kube-apiserver kube-controller-manager kubectl etcd)
 built=true
 for b in "${binaries[@]}"; do [ -x "$out/$b" ] || built=false; done
 if $built; then
@@ -26,7 +27,7 @@ if $built; then
     exit 0
 fi
 
-echo "building kube-apiserver and kube-controller-manager $kubernetes, etcd $etcd (once per version)"
+echo "building kube-apiserver, kube-controller-manager and kubectl $kubernetes, etcd $etcd (once per version)"
 partial=$out.partial
 rm -rf "$partial"
 mkdir -p "$partial"
@@ -38,7 +39,8 @@ version_flags="-X k8s.io/component-base/version.gitVersion=$kubernetes"
 version_flags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 version_flags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 (cd "$modules/kubernetes" && go build -ldflags "-s -w $version_flags" -o "$partial/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kubectl)
 (cd "$modules/etcd" && go build -ldflags "-s -w" -o "$partial/etcd" go.etcd.io/etcd/server/v3)
 rm -rf "$out"
 mv "$partial" "$out"
