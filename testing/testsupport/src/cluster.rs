@@ -39,24 +39,22 @@ pub struct Kube {
     pub proxy: FaultProxy,
     /// The real etcd and kube-apiserver.
     pub plane: ControlPlane,
-    /// The token the API server issued for `kube-system/join-token-issuer`.
-    pub token_issuer_token: String,
-    /// Renews the token file ([`Kube::keep_token_fresh`]).
-    refresher: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl Drop for Kube {
+/// Renews a token file until dropped ([`Kube::keep_token_fresh`]).
+#[derive(Debug)]
+pub struct TokenRefresher(tokio::task::JoinHandle<()>);
+
+impl Drop for TokenRefresher {
     fn drop(&mut self) {
-        if let Some(task) = self.refresher.take() {
-            task.abort();
-        }
+        self.0.abort();
     }
 }
 
 impl Kube {
     /// Starts the control plane under `root` with the CAs of `pki`, applies the Constellation
     /// cluster's objects and deploy/base (with `rbac` in place of its RBAC file when given), and
-    /// asks the API server for token-issuer's token.
+    /// waits until the API server enforces the admission policy for token-issuer.
     pub async fn start(pki: &Pki, root: &Path, rbac: Option<&Path>) -> anyhow::Result<Self> {
         let plane = ControlPlane::start(pki, root, &Options::default())
             .await
@@ -71,25 +69,28 @@ impl Kube {
             .apply_deploy_base(rbac)
             .await
             .context("applying deploy/base")?;
-        let token_issuer_token = plane
+        let token = plane
             .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
             .await?;
-        plane.wait_admission_enforced(&token_issuer_token).await?;
+        plane.wait_admission_enforced(&token).await?;
         let proxy = FaultProxy::start(plane.addr(), &pki.ca_cert, &pki.ca_key).await?;
-        Ok(Self {
-            proxy,
-            plane,
-            token_issuer_token,
-            refresher: None,
-        })
+        Ok(Self { proxy, plane })
+    }
+
+    /// A new token the API server issues for token-issuer's ServiceAccount, as each pod gets
+    /// its own.
+    pub async fn token_issuer_token(&self) -> anyhow::Result<String> {
+        self.plane
+            .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
+            .await
     }
 
     /// Replaces the token in `path` with a new one every half [`TOKEN_LIFETIME`], keeping the
     /// file's owner and mode (token-issuer re-reads it, as it re-reads a projected token).
-    pub fn keep_token_fresh(&mut self, path: &Path) {
+    pub fn keep_token_fresh(&self, path: &Path) -> TokenRefresher {
         let admin = self.plane.admin();
         let path = path.to_path_buf();
-        self.refresher = Some(tokio::spawn(async move {
+        TokenRefresher(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(TOKEN_LIFETIME / 2).await;
                 let token =
@@ -99,7 +100,7 @@ impl Kube {
                     tracing::warn!("renewing token-issuer's token: {error:#}");
                 }
             }
-        }));
+        }))
     }
 
     /// A kubeconfig for the API server through the fault proxy, with the token in `token_file`.

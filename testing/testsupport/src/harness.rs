@@ -25,7 +25,9 @@ use node_client::Client;
 use rand::Rng;
 use tpm_issuer::AkSpec;
 
-pub use crate::cluster::{COMPONENTS_REF, EXPECTED_CONTROL_PLANE_NODES, KUBERNETES_VERSION, Kube};
+pub use crate::cluster::{
+    COMPONENTS_REF, EXPECTED_CONTROL_PLANE_NODES, KUBERNETES_VERSION, Kube, TokenRefresher,
+};
 use crate::control_plane::Pki;
 use crate::process::{Process, RunAs, bin_for_others, free_port};
 use crate::swtpm::Swtpm;
@@ -105,7 +107,7 @@ pub struct Options {
     /// connect from 127.0.0.1 one after another, one address standing for many nodes, as behind
     /// a load balancer.
     pub proxy_args: Vec<String>,
-    /// The RBAC manifest whose grants token-issuer's token gets in the API stand-in;
+    /// The RBAC manifest applied to the API server for token-issuer's ServiceAccount;
     /// `deploy/base/rbac.yaml`, what operators deploy, if unset.
     pub rbac: Option<PathBuf>,
     /// Run every process as the caller's uid even as root: for tests whose own process talks
@@ -127,6 +129,42 @@ pub struct Options {
     /// attest-proxy keeps the evidence of the nodes it decides on in [`Paths::evidence`]
     /// (`--evidence-dir`), which turns its reload guard on.
     pub keep_evidence: bool,
+    /// Serve the cluster another system started ([`System::shared_cluster`]), as the
+    /// DaemonSet's instance on another control-plane node: the same API server, the same
+    /// cluster CAs, measurement salt and key service secrets. [`Options::rbac`] is then the
+    /// first system's.
+    pub cluster: Option<SharedCluster>,
+}
+
+/// What the instances of the join service on one cluster's control-plane nodes share: the
+/// Kubernetes control plane, the cluster's CAs (each node's `/etc/kubernetes/pki`), the
+/// measurement salt, and the key service's secrets (one KMS derives the same keys for all). The
+/// system it came from keeps the control plane's files: keep it alive while others use it.
+#[derive(Clone, Debug)]
+pub struct SharedCluster {
+    kube: Arc<Kube>,
+    pki_dir: PathBuf,
+    secrets: ClusterSecrets,
+}
+
+/// A cluster's secrets outside its PKI.
+#[derive(Clone, Debug)]
+struct ClusterSecrets {
+    measurement_salt: [u8; 32],
+    master_secret_hex: String,
+    master_salt_hex: String,
+}
+
+impl ClusterSecrets {
+    fn generate() -> Self {
+        let mut measurement_salt = [0u8; 32];
+        rand::rng().fill(&mut measurement_salt);
+        Self {
+            measurement_salt,
+            master_secret_hex: random_hex(32),
+            master_salt_hex: random_hex(32),
+        }
+    }
 }
 
 /// Where gce-identity finds the metadata server and the Compute API.
@@ -295,7 +333,10 @@ pub struct System {
     /// The certifier and the control-plane node's swtpm it holds ([`Options::certifier`]).
     pub certifier: Option<(Process, Swtpm)>,
     /// The Kubernetes control plane and the fault proxy token-issuer reaches it through.
-    pub kube: Kube,
+    pub kube: Arc<Kube>,
+    /// Renews token-issuer's ServiceAccount token.
+    _token_refresher: TokenRefresher,
+    secrets: ClusterSecrets,
     pub swtpm: Swtpm,
     pub proxy_addr: SocketAddr,
     /// Where the key service listens (join-core's `--kms-endpoint`).
@@ -576,11 +617,15 @@ impl System {
         };
 
         // Cluster secrets and configuration, as the deployment would mount them.
-        let pki = Pki::generate(&paths.pki_dir)?;
+        let (pki, secrets) = match &options.cluster {
+            Some(shared) => {
+                copy_tree(&shared.pki_dir, &paths.pki_dir)?;
+                (Pki::kubeadm(&paths.pki_dir), shared.secrets.clone())
+            }
+            None => (Pki::generate(&paths.pki_dir)?, ClusterSecrets::generate()),
+        };
         write(&paths.kubeadm_config, cluster_configuration().as_bytes())?;
-        let mut salt = [0u8; 32];
-        rand::rng().fill(&mut salt);
-        write(&paths.measurement_salt, &salt)?;
+        write(&paths.measurement_salt, &secrets.measurement_salt)?;
         let ak_trust = if options.trust_any_ak {
             AkTrust::AnyKey
         } else {
@@ -604,10 +649,13 @@ impl System {
         // the deployment's ServiceAccount, RBAC and admission policy as they are: a call the
         // manifests do not permit fails with the API server's own 403. token-issuer reaches it
         // through the fault proxy, with a token the API server issued for its ServiceAccount.
-        let mut kube = Kube::start(&pki, &paths.root, options.rbac.as_deref()).await?;
+        let kube = match &options.cluster {
+            Some(shared) => shared.kube.clone(),
+            None => Arc::new(Kube::start(&pki, &paths.root, options.rbac.as_deref()).await?),
+        };
         write(
             &paths.service_account_token,
-            kube.token_issuer_token.as_bytes(),
+            kube.token_issuer_token().await?.as_bytes(),
         )?;
         write(
             &paths.kubeconfig,
@@ -617,7 +665,7 @@ impl System {
         if uids.distinct() {
             hand_out_files(&paths, &uids)?;
         }
-        kube.keep_token_fresh(&paths.service_account_token);
+        let token_refresher = kube.keep_token_fresh(&paths.service_account_token);
 
         let kms_port = free_port()?;
         let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
@@ -632,9 +680,9 @@ impl System {
                 .args(["--listen", &format!("127.0.0.1:{kms_port}")])
                 .args([
                     "--master-secret-hex",
-                    &random_hex(32),
+                    &secrets.master_secret_hex,
                     "--master-salt-hex",
-                    &random_hex(32),
+                    &secrets.master_salt_hex,
                 ]),
             &paths.logs,
         )?;
@@ -813,6 +861,8 @@ impl System {
             ec2_identity,
             certifier,
             kube,
+            _token_refresher: token_refresher,
+            secrets,
             swtpm,
             proxy_addr: connect_addr,
             kms_addr: SocketAddr::from(([127, 0, 0, 1], kms_port)),
@@ -822,6 +872,16 @@ impl System {
             ak_trust,
             _dir: dir,
         })
+    }
+
+    /// This system's cluster, for another instance of the service to serve too
+    /// ([`Options::cluster`]).
+    pub fn shared_cluster(&self) -> SharedCluster {
+        SharedCluster {
+            kube: self.kube.clone(),
+            pki_dir: self.paths.pki_dir.clone(),
+            secrets: self.secrets.clone(),
+        }
     }
 
     /// [`attestation_config`] with the keys this system trusts: its swtpm's, or any with
@@ -968,6 +1028,20 @@ fn hand_out_files(paths: &Paths, uids: &Uids) -> anyhow::Result<()> {
         let dir = socket.parent().context("socket path without a directory")?;
         std::fs::create_dir_all(dir)?;
         give(dir, uid, 0o755)?;
+    }
+    Ok(())
+}
+
+/// Copies the files below `from` to the same places below `to`.
+fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    for entry in walk(from)? {
+        let target = to.join(entry.strip_prefix(from)?);
+        if entry.is_dir() {
+            std::fs::create_dir_all(&target)?;
+        } else {
+            std::fs::copy(&entry, &target)
+                .with_context(|| format!("copying {}", entry.display()))?;
+        }
     }
     Ok(())
 }
