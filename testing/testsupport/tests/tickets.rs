@@ -475,20 +475,6 @@ async fn api_server_failures_reach_the_node_as_specific_statuses_and_leave_nothi
     client.join(request("cp-1", true, &[]).0).await.unwrap();
 }
 
-/// PEM text of `der` under `label`.
-fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let lines: Vec<&str> = b64
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).unwrap())
-        .collect();
-    format!(
-        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-        lines.join("\n")
-    )
-}
-
 /// Whether the caller of `client` may `verb` the Node `name` (SelfSubjectAccessReview).
 async fn may(client: &kube::Client, verb: &str, name: &str) -> bool {
     use k8s_openapi::api::authorization::v1::{
@@ -542,7 +528,12 @@ async fn the_ticket_works_the_way_kubernetes_uses_it() {
             "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
             "usages": ["digital signature", "client auth"],
             "request": base64::engine::general_purpose::STANDARD
-                .encode(pem("CERTIFICATE REQUEST", &tls_bootstrap.csr_der)),
+                .encode(pem_rfc7468::encode_string(
+                    "CERTIFICATE REQUEST",
+                    pem_rfc7468::LineEnding::LF,
+                    &tls_bootstrap.csr_der,
+                )
+                .unwrap()),
         },
     }))
     .unwrap();
