@@ -260,6 +260,11 @@ impl ControlPlane {
     /// ready (`/readyz`: its post-start hooks, the RBAC bootstrap roles among them, have run).
     /// Working files and logs go under `dir`.
     pub async fn start(pki: &Pki, dir: &Path, options: &Options) -> anyhow::Result<Self> {
+        // A booting kube-apiserver takes about 3 CPU-seconds in its first seconds (its storage,
+        // its bootstrap roles and flow schemas): one boot at a time per process, so tests that
+        // start systems side by side on two cores do not starve each other's joins.
+        static BOOTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _one_boot_at_a_time = BOOTING.lock().await;
         // Only this process's uid may enter: the admin key and the API server's and etcd's
         // serving keys are no business of the join service's processes (other uids as root).
         use std::os::unix::fs::PermissionsExt as _;
