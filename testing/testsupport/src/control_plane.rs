@@ -24,7 +24,7 @@ use base64::Engine as _;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 
-use crate::process::{Process, bin_dir, free_port};
+use crate::process::{Process, bin_dir, built, free_port};
 
 /// The field manager the harness applies its objects with.
 const FIELD_MANAGER: &str = "joinservice-testsupport";
@@ -151,14 +151,11 @@ pub fn bin_dir_control_plane() -> anyhow::Result<PathBuf> {
 }
 
 fn control_plane_bin(name: &str) -> anyhow::Result<PathBuf> {
-    let path = bin_dir_control_plane()?.join(name);
-    if !path.is_file() {
-        bail!(
-            "{} not found; build the control plane first: scripts/build-control-plane.sh",
-            path.display()
-        );
-    }
-    Ok(path)
+    built(
+        &bin_dir_control_plane()?,
+        name,
+        "scripts/build-control-plane.sh",
+    )
 }
 
 /// A certificate signed by the CA in `ca_cert`/`ca_key`, written as `<stem>.crt` and

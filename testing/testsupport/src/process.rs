@@ -101,12 +101,14 @@ fn reachable_by_others(path: &Path) -> bool {
 
 /// The path of a workspace binary, with a hint if it was not built.
 pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
-    let path = bin_dir()?.join(name);
+    built(&bin_dir()?, name, "cargo build --workspace --bins")
+}
+
+/// `dir/name` if that file exists, else an error saying that `build` makes it.
+pub fn built(dir: &Path, name: &str, build: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join(name);
     if !path.is_file() {
-        bail!(
-            "{} not found; build the binaries first: cargo build --workspace --bins",
-            path.display()
-        );
+        bail!("{} not found; build it first: {build}", path.display());
     }
     Ok(path)
 }
