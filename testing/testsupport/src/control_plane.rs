@@ -158,6 +158,19 @@ fn control_plane_bin(name: &str) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// The CA in the PEM files `cert` and `key`, to sign certificates with.
+pub(crate) fn load_issuer(
+    cert: &Path,
+    key: &Path,
+) -> anyhow::Result<rcgen::Issuer<'static, rcgen::KeyPair>> {
+    let cert = std::fs::read_to_string(cert).with_context(|| cert.display().to_string())?;
+    let key = std::fs::read_to_string(key).with_context(|| key.display().to_string())?;
+    Ok(rcgen::Issuer::from_ca_cert_pem(
+        &cert,
+        rcgen::KeyPair::from_pem(&key)?,
+    )?)
+}
+
 /// A certificate signed by the CA in `ca_cert`/`ca_key`, written as `<stem>.crt` and
 /// `<stem>.key` into `dir`.
 fn issue(
@@ -169,10 +182,7 @@ fn issue(
     sans: &[&str],
     usages: &[rcgen::ExtendedKeyUsagePurpose],
 ) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let ca_cert = std::fs::read_to_string(ca.0).with_context(|| ca.0.display().to_string())?;
-    let ca_key = std::fs::read_to_string(ca.1).with_context(|| ca.1.display().to_string())?;
-    let ca_key = rcgen::KeyPair::from_pem(&ca_key)?;
-    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_cert, ca_key)?;
+    let issuer = load_issuer(ca.0, ca.1)?;
     let key = rcgen::KeyPair::generate()?;
     let mut params =
         rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;

@@ -243,10 +243,7 @@ impl FaultProxy {
     ) -> anyhow::Result<FaultProxy> {
         let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
         let ca_pem = std::fs::read_to_string(ca_cert)?;
-        let issuer = rcgen::Issuer::from_ca_cert_pem(
-            &ca_pem,
-            rcgen::KeyPair::from_pem(&std::fs::read_to_string(ca_key)?)?,
-        )?;
+        let issuer = crate::control_plane::load_issuer(ca_cert, ca_key)?;
         let key = rcgen::KeyPair::generate()?;
         let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?;
         let cert = params.signed_by(&key, &issuer)?;
