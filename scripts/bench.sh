@@ -6,7 +6,7 @@
 #   B  aTLS with attestation verification through the real attest-proxy binary to the same trivial
 #      upstream on a Unix socket
 #   C  full joins through the whole system (local-cluster: attest-proxy, join-core, token-issuer,
-#      the key service; the Kubernetes API stand-in runs inside local-cluster's process)
+#      the key service, and the real etcd and kube-apiserver local-cluster starts)
 #   C-mutual  C with mutual attestation, qemu-vtpm only, run right after C: the service attests
 #      itself (local-cluster --attested-service: the certifier on a control-plane swtpm certifies
 #      attest-proxy's key) and every node checks that evidence with the real qemu-vtpm validator

@@ -1,5 +1,11 @@
-//! token-issuer end to end: in-process `run` on a real Unix socket, a real tonic client, and the
-//! Kubernetes API stand-in over HTTPS.
+//! token-issuer end to end: in-process `run` on a real Unix socket, a real tonic client, and a
+//! real kube-apiserver (one per test binary, shared: `testsupport::shared`) behind a fault proxy
+//! of the test's own, with deploy/base's RBAC and admission policy.
+//!
+//! Each test names its nodes under its own prefix (`h.node(...)`) and sees only what carries it;
+//! a test that changes what the whole cluster holds (the NodeVersion, the expected control-plane
+//! count, Nodes, the single `control-plane` JoiningNode, which every control-plane join takes)
+//! runs alone.
 
 #![allow(clippy::unwrap_used)] // Test helpers outside #[test] fns; a panic is the failure report.
 
@@ -7,23 +13,29 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube_standin::fixtures::{
-    components_json, constellation_version, control_plane_expectation, control_plane_node,
-    worker_node,
-};
-use kube_standin::{Fault, Grant, KubeStandin, PolicyRule, Running, StandinConfig, User};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::DynamicObject;
 use plumbing::shutdown::{self, Trigger};
 use proto::tokenissuer::IssueNodeCredentialsRequest;
 use proto::tokenissuer::token_issuer_client::TokenIssuerClient;
 use rcgen::{CertificateParams, DnType, KeyPair};
+use serde_json::{Value, json};
+use testsupport::cluster::{COMPONENTS_REF, KUBERNETES_VERSION};
+use testsupport::fixtures::{
+    NODE_VERSION_NAME, components_json, constellation_version, control_plane_expectation,
+    control_plane_node, worker_node,
+};
+use testsupport::kube_faults::Fault;
+use testsupport::shared::{Tenant, alone, tenant};
 use token_issuer::Config;
 use tonic::Code;
 use x509_parser::prelude::*;
 
-const TOKEN: &str = "issuer-sa-token";
 /// The evidence digest join-core passes on from attest-proxy.
 const EVIDENCE: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+const JOINING: &str = "/apis/update.edgeless.systems/v1alpha1/joiningnodes";
+const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
 
 fn own_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
@@ -31,38 +43,17 @@ fn own_uid() -> u32 {
     f.as_file().metadata().unwrap().uid()
 }
 
-/// The grants deploy/base/rbac.yaml gives token-issuer's service account.
-fn deployed_grants() -> Vec<Grant> {
-    deploy::grants_for_service_account("kube-system", "join-token-issuer").unwrap()
-}
-
-/// token-issuer's service account with the deployed RBAC, except that on Secrets it may only
-/// do `secret_verbs`.
-fn issuer_user(secret_verbs: &[&str]) -> User {
-    let mut grants: Vec<Grant> = deployed_grants()
-        .into_iter()
-        .filter(|g| !g.rule.resources.contains(&"secrets".to_owned()))
-        .collect();
-    grants.push(Grant::namespaced(
-        "kube-system",
-        PolicyRule::new(secret_verbs, &[""], &["secrets"]),
-    ));
-    User::service_account(TOKEN, "kube-system", "join-token-issuer", grants)
-}
-
-/// The RBAC token-issuer gets in deploy/base/.
-fn full_user() -> User {
-    User::service_account(TOKEN, "kube-system", "join-token-issuer", deployed_grants())
-}
-
-const K8S_VERSION: &str = "v1.31.1";
-const COMPONENTS_REF: &str = "k8s-components-sha256-0123abcd";
-
-/// A cluster that expects three control-plane nodes and has none yet, with its version.
-fn fresh_cluster() -> Vec<serde_json::Value> {
-    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
-    seed.push(control_plane_expectation(3));
-    seed
+/// A ServiceAccount with deploy/base's RBAC for token-issuer, except that on Secrets it may only
+/// `delete`.
+async fn may_not_create_secrets(kube: &Tenant) -> String {
+    kube.token_issuer_like("delete-only", |_, rules| {
+        for rule in rules.iter_mut() {
+            if rule["resources"] == json!(["secrets"]) {
+                rule["verbs"] = json!(["delete"]);
+            }
+        }
+    })
+    .await
 }
 
 /// Fills a PKI directory with the eight control-plane files, each holding its own name.
@@ -73,8 +64,32 @@ fn write_pki(dir: &Path) {
     }
 }
 
+/// How token-issuer is started.
+struct Setup {
+    /// Its cluster CA, from the fixtures.
+    ca_cert: &'static str,
+    ca_key: &'static str,
+    /// The uid allowed on its socket.
+    peer_uid: u32,
+    version_max_age: Duration,
+    /// Its Kubernetes token (token-issuer's own ServiceAccount's when `None`).
+    token: Option<String>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            ca_cert: "ca-rsa.crt",
+            ca_key: "ca-rsa-pkcs1.key",
+            peer_uid: own_uid(),
+            version_max_age: token_issuer::cluster_version::DEFAULT_MAX_AGE,
+            token: None,
+        }
+    }
+}
+
 struct Harness {
-    standin: Running,
+    kube: Tenant,
     socket: PathBuf,
     /// The admin endpoint (`/livez`, `/readyz`, `/metrics`).
     admin: std::net::SocketAddr,
@@ -86,55 +101,30 @@ struct Harness {
 }
 
 impl Harness {
-    async fn start(user: User, peer_uid: u32) -> Self {
-        Self::start_with_ca(user, peer_uid, "ca-rsa.crt", "ca-rsa-pkcs1.key").await
+    /// token-issuer as deployed, beside other tests.
+    async fn start() -> Self {
+        Self::on(tenant().await, Setup::default()).await
     }
 
-    async fn start_with_ca(user: User, peer_uid: u32, cert: &str, key: &str) -> Self {
-        Self::start_seeded(user, peer_uid, cert, key, &fresh_cluster()).await
+    /// token-issuer as deployed, on a cluster this test has to itself.
+    async fn alone() -> Self {
+        Self::on(alone().await, Setup::default()).await
     }
 
-    /// Starts with the stand-in holding exactly `seed`.
-    async fn start_seeded(
-        user: User,
-        peer_uid: u32,
-        cert: &str,
-        key: &str,
-        seed: &[serde_json::Value],
-    ) -> Self {
-        Self::start_full(
-            user,
-            peer_uid,
-            cert,
-            key,
-            seed,
-            token_issuer::cluster_version::DEFAULT_MAX_AGE,
-        )
-        .await
-    }
-
-    /// Starts with the stand-in holding exactly `seed`, keeping version reads for `max_age`.
-    async fn start_full(
-        user: User,
-        peer_uid: u32,
-        cert: &str,
-        key: &str,
-        seed: &[serde_json::Value],
-        version_max_age: Duration,
-    ) -> Self {
-        let standin = KubeStandin::start(StandinConfig::new(vec![user]))
-            .await
-            .unwrap();
-        for object in seed {
-            standin.seed(object.clone()).unwrap();
-        }
+    async fn on(kube: Tenant, setup: Setup) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pki_dir = dir.path().join("pki");
         write_pki(&pki_dir);
+        let token = match setup.token {
+            Some(token) => token,
+            None => kube.token_issuer_token().await,
+        };
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, token).unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, standin.kubeconfig(TOKEN)).unwrap();
+        std::fs::write(&kubeconfig, kube.kubeconfig_via_proxy(&token_file)).unwrap();
         let socket = dir.path().join("token-issuer.sock");
-        let ca_cert = Path::new(FIXTURES).join(cert);
+        let ca_cert = Path::new(FIXTURES).join(setup.ca_cert);
         // A free port for the admin endpoint (run() binds it itself).
         let admin = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -143,16 +133,16 @@ impl Harness {
         let config = Config {
             socket: socket.clone(),
             socket_mode: 0o600,
-            peer_uid,
+            peer_uid: setup.peer_uid,
             ca_cert: ca_cert.clone(),
-            ca_key: Path::new(FIXTURES).join(key),
+            ca_key: Path::new(FIXTURES).join(setup.ca_key),
             api_server_endpoint: Some("10.0.0.1:6443".into()),
             api_server_host: None,
             api_server_port: 6443,
             pki_dir: pki_dir.clone(),
             kubeconfig: Some(kubeconfig),
             kube_timeout: Duration::from_secs(5),
-            version_max_age,
+            version_max_age: setup.version_max_age,
             admin_listen: Some(admin),
             grace_period: Duration::from_secs(2),
             pod_name: "join-service-test-pod".into(),
@@ -168,7 +158,7 @@ impl Harness {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Self {
-            standin,
+            kube,
             socket,
             admin,
             pki_dir,
@@ -177,6 +167,16 @@ impl Harness {
             ca_cert,
             _dir: dir,
         }
+    }
+
+    /// `base` as this test names its nodes.
+    fn node(&self, base: &str) -> String {
+        self.kube.name(base)
+    }
+
+    /// The CSR of this test's node `base`, for `ips`.
+    fn csr(&self, base: &str, ips: &[&str]) -> Vec<u8> {
+        node_csr(&self.node(base), ips)
     }
 
     async fn issue(
@@ -204,44 +204,59 @@ impl Harness {
             .map(|r| r.into_inner())
     }
 
-    fn secrets(&self) -> Vec<kube_standin::StoredObject> {
-        self.standin.secrets("kube-system")
+    async fn secrets(&self) -> Vec<Secret> {
+        self.kube.bootstrap_tokens().await
     }
 
-    fn joining_nodes(&self) -> Vec<kube_standin::StoredObject> {
-        self.standin.joining_nodes()
+    async fn joining_nodes(&self) -> Vec<DynamicObject> {
+        self.kube.joining_nodes().await
     }
 
-    /// No token and no JoiningNode exist.
-    fn assert_nothing_created(&self, what: &str) {
+    /// No token and no JoiningNode of this test's exist.
+    async fn assert_nothing_created(&self, what: &str) {
+        let secrets = self.secrets().await;
         assert!(
-            self.secrets().is_empty(),
+            secrets.is_empty(),
             "{what}: token left: {:?}",
             self.methods()
         );
-        assert!(
-            self.joining_nodes().is_empty(),
-            "{what}: JoiningNode left: {:?}",
-            self.joining_nodes()
-        );
+        let nodes = self.joining_nodes().await;
+        assert!(nodes.is_empty(), "{what}: JoiningNode left: {nodes:?}");
     }
 
     fn methods(&self) -> Vec<String> {
-        self.standin
+        self.kube
             .requests()
             .into_iter()
             .map(|r| format!("{} {} {}", r.method, r.path, r.code))
             .collect()
     }
 
-    async fn stop(self) {
+    /// Whether every request so far only read.
+    fn only_reads(&self) -> bool {
+        self.kube.requests().iter().all(|r| r.method == "GET")
+    }
+
+    /// Stops token-issuer and hands back the test's place in the cluster.
+    async fn stop(self) -> Tenant {
         self.trigger.fire();
         tokio::time::timeout(Duration::from_secs(5), self.task)
             .await
             .expect("run returns after shutdown")
             .unwrap()
             .unwrap();
+        self.kube
     }
+}
+
+/// The text under `key` of a Secret's data.
+fn data(secret: &Secret, key: &str) -> String {
+    let bytes = &secret.data.as_ref().unwrap()[key].0;
+    String::from_utf8(bytes.clone()).unwrap()
+}
+
+fn name(object: &DynamicObject) -> &str {
+    object.metadata.name.as_deref().unwrap()
 }
 
 fn csr_with(org: &str, cn: &str, sans: &[&str]) -> (Vec<u8>, KeyPair) {
@@ -269,14 +284,14 @@ fn pem_der(pem: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn valid_csr_gets_token_certificate_and_hash() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::start().await;
     let before = ::time::OffsetDateTime::now_utc();
     let resp = h
-        .issue(node_csr("worker-0", &["10.0.0.5", "fd00::5"]))
+        .issue(h.csr("worker-0", &["10.0.0.5", "fd00::5"]))
         .await
         .unwrap();
 
-    // Token and Secret, field by field.
+    // Token and Secret, field by field, as the API server stored them.
     let (id, secret) = resp.token.split_once('.').unwrap();
     assert!(
         id.len() == 6
@@ -290,34 +305,30 @@ async fn valid_csr_gets_token_certificate_and_hash() {
                 .bytes()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
     );
-    let secrets = h.secrets();
+    let secrets = h.secrets().await;
     assert_eq!(secrets.len(), 1);
     let s = &secrets[0];
-    assert_eq!(s.name, format!("bootstrap-token-{id}"));
-    assert_eq!(s.secret_type(), Some("bootstrap.kubernetes.io/token"));
     assert_eq!(
-        s.object["metadata"]["labels"],
-        serde_json::json!({"joinservice.edgeless.systems/issued-by": "token-issuer"}),
+        s.metadata.name.as_deref(),
+        Some(format!("bootstrap-token-{id}").as_str())
+    );
+    assert_eq!(s.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
+    assert_eq!(
+        serde_json::to_value(&s.metadata.labels).unwrap(),
+        json!({"joinservice.edgeless.systems/issued-by": "token-issuer"}),
         "the admission policy lets token-issuer delete only tokens so labelled"
     );
-    assert_eq!(s.secret_string("token-id").unwrap(), id);
-    assert_eq!(s.secret_string("token-secret").unwrap(), secret);
+    assert_eq!(data(s, "token-id"), id);
+    assert_eq!(data(s, "token-secret"), secret);
+    assert_eq!(data(s, "usage-bootstrap-authentication"), "true");
+    assert_eq!(data(s, "usage-bootstrap-signing"), "true");
     assert_eq!(
-        s.secret_string("usage-bootstrap-authentication").unwrap(),
-        "true"
-    );
-    assert_eq!(s.secret_string("usage-bootstrap-signing").unwrap(), "true");
-    assert_eq!(
-        s.secret_string("auth-extra-groups").unwrap(),
+        data(s, "auth-extra-groups"),
         "system:bootstrappers:kubeadm:default-node-token"
     );
-    assert!(s.secret_string("description").unwrap().contains("worker-0"));
-    let expiration = s.secret_string("expiration").unwrap();
-    let exp = ::time::OffsetDateTime::parse(
-        &expiration,
-        &::time::format_description::well_known::Rfc3339,
-    )
-    .unwrap();
+    assert!(data(s, "description").contains(&h.node("worker-0")));
+    let expiration = data(s, "expiration");
+    let exp = rfc3339(&expiration);
     let ttl = exp - before;
     assert!(
         ttl > ::time::Duration::minutes(14)
@@ -325,8 +336,13 @@ async fn valid_csr_gets_token_certificate_and_hash() {
         "{expiration}"
     );
     assert!(expiration.ends_with('Z') && !expiration.contains('.'));
-    let mut keys = s.secret_keys();
-    keys.sort();
+    let keys: Vec<&str> = s
+        .data
+        .as_ref()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
         [
@@ -342,7 +358,7 @@ async fn valid_csr_gets_token_certificate_and_hash() {
 
     // Endpoint, node name, discovery hash over the CA's SPKI.
     assert_eq!(resp.api_server_endpoint, "10.0.0.1:6443");
-    assert_eq!(resp.node_name, "worker-0");
+    assert_eq!(resp.node_name, h.node("worker-0"));
     let ca_der = pem_der(&std::fs::read(&h.ca_cert).unwrap());
     let (_, ca) = X509Certificate::from_der(&ca_der).unwrap();
     let want = format!(
@@ -371,7 +387,7 @@ async fn valid_csr_gets_token_certificate_and_hash() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(org, ["system:nodes"]);
-    assert_eq!(cn, ["system:node:worker-0"]);
+    assert_eq!(cn, [format!("system:node:{}", h.node("worker-0"))]);
     let san = cert.subject_alternative_name().unwrap().unwrap();
     let ips: Vec<IpAddr> = san
         .value
@@ -403,23 +419,24 @@ async fn valid_csr_gets_token_certificate_and_hash() {
     assert!(cert.raw_serial().len() <= 20 && cert.raw_serial()[0] & 0x80 == 0);
 
     // A second node gets a different token.
-    let again = h.issue(node_csr("worker-1", &["10.0.0.6"])).await.unwrap();
+    let again = h.issue(h.csr("worker-1", &["10.0.0.6"])).await.unwrap();
     assert_ne!(again.token, resp.token);
-    assert_eq!(h.secrets().len(), 2);
+    assert_eq!(h.secrets().await.len(), 2);
     h.stop().await;
 }
 
 #[tokio::test]
 async fn bad_csrs_are_invalid_argument_and_create_nothing() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::start().await;
+    let worker = h.node("worker-0");
 
-    let mut bad_sig = node_csr("worker-0", &["10.0.0.5"]);
+    let mut bad_sig = h.csr("worker-0", &["10.0.0.5"]);
     let last = bad_sig.len() - 1;
     bad_sig[last] ^= 0x01;
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "wrong O",
-            csr_with("system:masters", "system:node:worker-0", &[]).0,
+            csr_with("system:masters", &format!("system:node:{worker}"), &[]).0,
             "organization",
         ),
         (
@@ -432,14 +449,14 @@ async fn bad_csrs_are_invalid_argument_and_create_nothing() {
                 p.distinguished_name
                     .push(DnType::OrganizationName, "system:masters");
                 p.distinguished_name
-                    .push(DnType::CommonName, "system:node:worker-0");
+                    .push(DnType::CommonName, format!("system:node:{worker}"));
                 p.serialize_request(&key).unwrap().der().to_vec()
             },
             "organization",
         ),
         (
             "CN without prefix",
-            csr_with("system:nodes", "worker-0", &[]).0,
+            csr_with("system:nodes", &worker, &[]).0,
             "does not start with",
         ),
         ("bad signature", bad_sig, "signature"),
@@ -470,9 +487,9 @@ async fn bad_csrs_are_invalid_argument_and_create_nothing() {
             status.message()
         );
     }
-    h.assert_nothing_created("bad CSRs");
+    h.assert_nothing_created("bad CSRs").await;
     assert!(
-        h.standin.requests().is_empty(),
+        h.kube.requests().is_empty(),
         "a refused CSR never reaches Kubernetes: {:?}",
         h.methods()
     );
@@ -482,8 +499,17 @@ async fn bad_csrs_are_invalid_argument_and_create_nothing() {
 #[tokio::test]
 async fn forbidden_by_rbac_is_internal_and_names_the_step() {
     // The service account may delete but not create.
-    let h = Harness::start(issuer_user(&["delete"]), own_uid()).await;
-    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    let kube = tenant().await;
+    let token = may_not_create_secrets(&kube).await;
+    let h = Harness::on(
+        kube,
+        Setup {
+            token: Some(token),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Internal);
     assert!(
         status
@@ -493,15 +519,15 @@ async fn forbidden_by_rbac_is_internal_and_names_the_step() {
         status.message()
     );
     assert!(status.message().contains("403"), "{}", status.message());
-    // The JoiningNode written before the token was refused is gone again.
-    h.assert_nothing_created("403 on the token");
     assert!(
-        h.methods().iter().any(|m| m
-            .starts_with("DELETE /apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-0")
-            && m.ends_with(" 200")),
-        "{:?}",
-        h.methods()
+        status.message().contains("cannot create resource"),
+        "RBAC's reason: {}",
+        status.message()
     );
+    // The JoiningNode written before the token was refused is gone again.
+    h.assert_nothing_created("403 on the token").await;
+    let delete = format!("DELETE {JOINING}/{} 200", h.node("worker-0"));
+    assert!(h.methods().contains(&delete), "{:?}", h.methods());
     h.stop().await;
 }
 
@@ -509,15 +535,22 @@ async fn forbidden_by_rbac_is_internal_and_names_the_step() {
 async fn a_rollback_that_fails_transiently_is_retried() {
     // The token is refused (403), so the JoiningNode written before it must go; the first
     // DELETE of it fails with a 500.
-    let h = Harness::start(issuer_user(&["delete"]), own_uid()).await;
-    h.standin.inject(
-        Fault::once(500)
-            .on("DELETE")
-            .at("/apis/update.edgeless.systems/v1alpha1/joiningnodes/"),
-    );
-    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    let kube = tenant().await;
+    let token = may_not_create_secrets(&kube).await;
+    let h = Harness::on(
+        kube,
+        Setup {
+            token: Some(token),
+            ..Setup::default()
+        },
+    )
+    .await;
+    h.kube
+        .inject(Fault::once(500).on("DELETE").at(&format!("{JOINING}/")));
+    let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Internal, "{status:?}");
-    h.assert_nothing_created("a rollback retried after a 500");
+    h.assert_nothing_created("a rollback retried after a 500")
+        .await;
     let deletes: Vec<String> = h
         .methods()
         .into_iter()
@@ -537,12 +570,12 @@ async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn admin_endpoint_reports_the_api_server_and_counts_calls() {
-    let h = Harness::start(issuer_user(&["create", "delete"]), own_uid()).await;
+    let h = Harness::start().await;
     assert_eq!(admin_get(h.admin, "/livez").await.0, 200);
     let (status, body) = admin_get(h.admin, "/readyz").await;
     assert_eq!((status, body.as_str()), (200, "ok kubernetes_api\n"));
 
-    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    h.issue(h.csr("worker-0", &[])).await.unwrap();
     // Metrics are process-wide and tests run in parallel: check the series, not their counts.
     let (_, metrics) = admin_get(h.admin, "/metrics").await;
     for series in [
@@ -557,8 +590,17 @@ async fn admin_endpoint_reports_the_api_server_and_counts_calls() {
     }
 
     // A refusal by RBAC is counted under the step and the API server's answer.
-    let h2 = Harness::start(issuer_user(&["delete"]), own_uid()).await;
-    h2.issue(node_csr("worker-1", &[])).await.unwrap_err();
+    let kube = h.stop().await;
+    let token = may_not_create_secrets(&kube).await;
+    let h2 = Harness::on(
+        kube,
+        Setup {
+            token: Some(token),
+            ..Setup::default()
+        },
+    )
+    .await;
+    h2.issue(h2.csr("worker-1", &[])).await.unwrap_err();
     let (_, metrics) = admin_get(h2.admin, "/metrics").await;
     for series in [
         r#"token_issuer_credentials_total{result="refused",step="create_token"}"#,
@@ -567,65 +609,59 @@ async fn admin_endpoint_reports_the_api_server_and_counts_calls() {
         assert!(metrics.contains(series), "missing {series}:\n{metrics}");
     }
     h2.stop().await;
-
-    h.stop().await;
 }
 
 #[tokio::test]
 async fn conflict_is_aborted() {
-    let h = Harness::start(full_user(), own_uid()).await;
-    h.standin.inject(Fault::once(409).on("POST").at("/secrets"));
-    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    let h = Harness::start().await;
+    h.kube.inject(Fault::once(409).on("POST").at(SECRETS));
+    let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
     assert!(status.message().contains("409"));
-    h.assert_nothing_created("409 on the token");
+    h.assert_nothing_created("409 on the token").await;
     h.stop().await;
 }
 
 #[tokio::test]
 async fn server_errors_are_unavailable_and_leave_nothing_behind() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::start().await;
 
     // Refused before the write.
-    h.standin.inject(Fault::once(500).on("POST").at("/secrets"));
-    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    h.kube.inject(Fault::once(500).on("POST").at(SECRETS));
+    let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert!(status.message().contains("creating bootstrap token secret"));
-    h.assert_nothing_created("500 before the write");
+    h.assert_nothing_created("500 before the write").await;
 
     // Written, then the answer lost: token-issuer must delete what it cannot know about.
-    h.standin
-        .inject(Fault::once(500).on("POST").at("/secrets").after_commit());
-    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    h.kube
+        .inject(Fault::once(500).on("POST").at(SECRETS).after_commit());
+    let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    h.assert_nothing_created("500 after the write");
+    h.assert_nothing_created("500 after the write").await;
     assert!(
-        h.methods().iter().any(
-            |m| m.starts_with("DELETE /api/v1/namespaces/kube-system/secrets/")
-                && m.ends_with(" 200")
-        ),
+        h.methods()
+            .iter()
+            .any(|m| m.starts_with(&format!("DELETE {SECRETS}/")) && m.ends_with(" 200")),
         "{:?}",
         h.methods()
     );
 
     // Throttling is retried by the client and then succeeds.
-    h.standin.inject(Fault::once(429).on("POST").at("/secrets"));
-    h.issue(node_csr("worker-0", &[])).await.unwrap();
-    assert_eq!(h.secrets().len(), 1);
+    h.kube.inject(Fault::once(429).on("POST").at(SECRETS));
+    h.issue(h.csr("worker-0", &[])).await.unwrap();
+    assert_eq!(h.secrets().await.len(), 1);
     h.stop().await;
 }
 
 #[tokio::test]
 async fn slow_api_server_times_out_as_unavailable_and_is_rolled_back() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::start().await;
     // Token create and its rollback both take longer than the 5 s kube timeout; the delete,
     // sent after the create, lands after it.
-    h.standin.inject(
-        Fault::slow(Duration::from_secs(6))
-            .at("/api/v1/namespaces/kube-system/secrets")
-            .times(2),
-    );
-    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    h.kube
+        .inject(Fault::slow(Duration::from_secs(6)).at(SECRETS).times(2));
+    let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     // kube-rs's read timeout (the same 5 s) or our deadline, whichever fires first.
     assert!(
@@ -635,17 +671,21 @@ async fn slow_api_server_times_out_as_unavailable_and_is_rolled_back() {
         "{}",
         status.message()
     );
-    // The stand-in may still complete the slow create after the client gave up; whatever
-    // happened, no token may survive.
+    // The proxy still forwards the slow create after the client gave up; whatever happened, no
+    // token may survive.
     tokio::time::sleep(Duration::from_secs(8)).await;
-    h.assert_nothing_created("slow API server");
+    h.assert_nothing_created("slow API server").await;
     h.stop().await;
 }
 
 #[tokio::test]
 async fn other_uids_are_refused() {
-    let h = Harness::start(full_user(), own_uid().wrapping_add(4242)).await;
-    let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+    let setup = Setup {
+        peer_uid: own_uid().wrapping_add(4242),
+        ..Setup::default()
+    };
+    let h = Harness::on(tenant().await, setup).await;
+    let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     // The listener closes the connection unanswered; depending on timing tonic reports that
     // as Unavailable (connect) or a transport error (broken pipe mid-request).
     assert!(
@@ -653,17 +693,19 @@ async fn other_uids_are_refused() {
             || (status.code() == Code::Unknown && status.message().contains("transport error")),
         "{status:?}"
     );
-    assert!(
-        h.standin.requests().is_empty(),
-        "nothing reached Kubernetes"
-    );
+    assert!(h.kube.requests().is_empty(), "nothing reached Kubernetes");
     h.stop().await;
 }
 
 #[tokio::test]
 async fn sec1_ec_ca_key_works() {
-    let h = Harness::start_with_ca(full_user(), own_uid(), "ca-ec.crt", "ca-ec-sec1.key").await;
-    let resp = h.issue(node_csr("worker-0", &["10.0.0.5"])).await.unwrap();
+    let setup = Setup {
+        ca_cert: "ca-ec.crt",
+        ca_key: "ca-ec-sec1.key",
+        ..Setup::default()
+    };
+    let h = Harness::on(tenant().await, setup).await;
+    let resp = h.issue(h.csr("worker-0", &["10.0.0.5"])).await.unwrap();
     let ca_der = pem_der(&std::fs::read(&h.ca_cert).unwrap());
     let (_, ca) = X509Certificate::from_der(&ca_der).unwrap();
     let cert_der = pem_der(&resp.kubelet_cert);
@@ -709,18 +751,15 @@ fn rfc3339(s: &str) -> ::time::OffsetDateTime {
     ::time::OffsetDateTime::parse(s, &::time::format_description::well_known::Rfc3339).unwrap()
 }
 
-fn spec<'a>(o: &'a kube_standin::StoredObject, field: &str) -> &'a serde_json::Value {
-    &o.object["spec"][field]
+fn spec<'a>(o: &'a DynamicObject, field: &str) -> &'a Value {
+    &o.data["spec"][field]
 }
 
 /// Asserts `deadline` lies `ttl` after a moment between `before` and now.
-fn assert_deadline(
-    deadline: &serde_json::Value,
-    before: ::time::OffsetDateTime,
-    ttl: ::time::Duration,
-) {
+fn assert_deadline(deadline: &Value, before: ::time::OffsetDateTime, ttl: ::time::Duration) {
     let d = rfc3339(deadline.as_str().unwrap());
     let after = ::time::OffsetDateTime::now_utc();
+    // The API server stores the deadline in whole seconds.
     assert!(
         d >= before + ttl - ::time::Duration::seconds(1) && d <= after + ttl,
         "deadline {d} not {ttl} after the join"
@@ -729,12 +768,13 @@ fn assert_deadline(
 
 #[tokio::test]
 async fn worker_join_gets_version_components_and_a_joining_node() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::start().await;
+    let worker = h.node("worker-0");
     let before = ::time::OffsetDateTime::now_utc();
-    let resp = h.issue(node_csr("worker-0", &["10.0.0.5"])).await.unwrap();
+    let resp = h.issue(h.csr("worker-0", &["10.0.0.5"])).await.unwrap();
 
-    assert_eq!(resp.kubernetes_version, K8S_VERSION);
-    let want: Vec<serde_json::Value> = serde_json::from_str(&components_json()).unwrap();
+    assert_eq!(resp.kubernetes_version, KUBERNETES_VERSION);
+    let want: Vec<Value> = serde_json::from_str(&components_json()).unwrap();
     assert_eq!(resp.kubernetes_components.len(), want.len());
     for (got, want) in resp.kubernetes_components.iter().zip(&want) {
         assert_eq!(got.url, want["url"].as_str().unwrap());
@@ -747,54 +787,55 @@ async fn worker_join_gets_version_components_and_a_joining_node() {
         "workers get no CA keys"
     );
 
-    let nodes = h.joining_nodes();
+    let nodes = h.joining_nodes().await;
     assert_eq!(nodes.len(), 1);
     let n = &nodes[0];
-    assert_eq!(n.name, "worker-0");
-    assert_eq!(n.object["apiVersion"], "update.edgeless.systems/v1alpha1");
-    assert_eq!(n.object["kind"], "JoiningNode");
-    assert_eq!(spec(n, "name"), "worker-0");
+    assert_eq!(name(n), worker);
+    let types = n.types.as_ref().unwrap();
+    assert_eq!(types.api_version, "update.edgeless.systems/v1alpha1");
+    assert_eq!(types.kind, "JoiningNode");
+    assert_eq!(spec(n, "name"), worker.as_str());
     assert_eq!(spec(n, "componentsreference"), COMPONENTS_REF);
     assert_eq!(spec(n, "iscontrolplane"), false);
     assert_deadline(spec(n, "deadline"), before, ::time::Duration::hours(48));
     assert!(
         h.methods()
-            .iter()
-            .any(|m| m == "PATCH /apis/update.edgeless.systems/v1alpha1/joiningnodes/worker-0 201"),
+            .contains(&format!("PATCH {JOINING}/{worker} 201")),
         "workers are recorded by server-side apply: {:?}",
         h.methods()
     );
 
     // A retried join refreshes the same record by apply.
-    let rv = n.object["metadata"]["resourceVersion"].clone();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    h.issue(node_csr("worker-0", &["10.0.0.5"])).await.unwrap();
-    let nodes = h.joining_nodes();
-    assert_eq!(nodes.len(), 1);
-    assert_ne!(nodes[0].object["metadata"]["resourceVersion"], rv);
-    assert_ne!(spec(&nodes[0], "deadline"), spec(n, "deadline"));
-    assert_eq!(h.secrets().len(), 2);
+    h.issue(h.csr("worker-0", &["10.0.0.5"])).await.unwrap();
+    let again = h.joining_nodes().await;
+    assert_eq!(again.len(), 1);
+    assert_ne!(
+        again[0].metadata.resource_version,
+        n.metadata.resource_version
+    );
+    assert_ne!(spec(&again[0], "deadline"), spec(n, "deadline"));
+    assert_eq!(h.secrets().await.len(), 2);
     h.stop().await;
 }
 
 #[tokio::test]
 async fn control_plane_join_gets_the_pki_and_takes_the_lock() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::alone().await;
     let before = ::time::OffsetDateTime::now_utc();
     let resp = h
-        .issue_as(node_csr("cp-1", &["10.0.0.2"]), true)
+        .issue_as(h.csr("cp-1", &["10.0.0.2"]), true)
         .await
         .unwrap();
 
-    let names: Vec<&str> = resp
+    let mut names: Vec<&str> = resp
         .control_plane_files
         .iter()
         .map(|f| f.name.as_str())
         .collect();
-    let mut sorted = names.clone();
-    sorted.sort_unstable();
+    names.sort_unstable();
     assert_eq!(
-        sorted,
+        names,
         [
             "ca.crt",
             "ca.key",
@@ -814,30 +855,30 @@ async fn control_plane_join_gets_the_pki_and_takes_the_lock() {
             f.name
         );
     }
-    assert_eq!(resp.kubernetes_version, K8S_VERSION);
+    assert_eq!(resp.kubernetes_version, KUBERNETES_VERSION);
     assert!(!resp.kubernetes_components.is_empty());
 
-    let nodes = h.joining_nodes();
+    let nodes = h.joining_nodes().await;
     assert_eq!(nodes.len(), 1);
     let n = &nodes[0];
-    assert_eq!(n.name, "control-plane");
-    assert_eq!(spec(n, "name"), "cp-1");
+    assert_eq!(name(n), "control-plane");
+    assert_eq!(spec(n, "name"), h.node("cp-1").as_str());
     assert_eq!(spec(n, "iscontrolplane"), true);
     assert_eq!(spec(n, "componentsreference"), COMPONENTS_REF);
     assert_deadline(spec(n, "deadline"), before, ::time::Duration::minutes(10));
-    assert_eq!(h.secrets().len(), 1);
+    assert_eq!(h.secrets().await.len(), 1);
 
     // While it is held, the next control-plane node is told to retry; workers still join.
-    let busy = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap_err();
+    let busy = h.issue_as(h.csr("cp-2", &[]), true).await.unwrap_err();
     assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
     assert!(
-        busy.message().contains("cp-1") && busy.message().contains("retry"),
+        busy.message().contains(&h.node("cp-1")) && busy.message().contains("retry"),
         "{}",
         busy.message()
     );
-    h.issue(node_csr("worker-9", &[])).await.unwrap();
+    h.issue(h.csr("worker-9", &[])).await.unwrap();
     assert_eq!(
-        h.secrets().len(),
+        h.secrets().await.len(),
         2,
         "the refused control-plane node got no token"
     );
@@ -846,10 +887,10 @@ async fn control_plane_join_gets_the_pki_and_takes_the_lock() {
 
 #[tokio::test]
 async fn two_control_plane_nodes_at_once_one_joins_one_retries() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::alone().await;
     let (a, b) = tokio::join!(
-        h.issue_as(node_csr("cp-a", &[]), true),
-        h.issue_as(node_csr("cp-b", &[]), true)
+        h.issue_as(h.csr("cp-a", &[]), true),
+        h.issue_as(h.csr("cp-b", &[]), true)
     );
     let (winner, loser) = match (a, b) {
         (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
@@ -861,188 +902,210 @@ async fn two_control_plane_nodes_at_once_one_joins_one_retries() {
         "{}",
         loser.message()
     );
-    assert_eq!(h.secrets().len(), 1);
+    let secrets = h.secrets().await;
+    assert_eq!(secrets.len(), 1);
     let (id, _) = winner.token.split_once('.').unwrap();
-    assert_eq!(h.secrets()[0].name, format!("bootstrap-token-{id}"));
-    let nodes = h.joining_nodes();
+    assert_eq!(
+        secrets[0].metadata.name.as_deref(),
+        Some(format!("bootstrap-token-{id}").as_str())
+    );
+    let nodes = h.joining_nodes().await;
     assert_eq!(nodes.len(), 1);
     assert_eq!(spec(&nodes[0], "name"), winner.node_name.as_str());
     h.stop().await;
 }
 
+/// A `JoiningNode` as the node operator's CRD stores it.
+fn joining_node(name: &str, node: &str, deadline: &str) -> Value {
+    json!({
+        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "JoiningNode",
+        "metadata": {"name": name},
+        "spec": {"name": node, "componentsreference": COMPONENTS_REF,
+                 "iscontrolplane": true, "deadline": deadline},
+    })
+}
+
 #[tokio::test]
 async fn expired_control_plane_lock_is_replaced() {
-    let mut seed = fresh_cluster();
-    seed.push(serde_json::json!({
-        "apiVersion": "update.edgeless.systems/v1alpha1", "kind": "JoiningNode",
-        "metadata": {"name": "control-plane"},
-        "spec": {"name": "cp-dead", "componentsreference": COMPONENTS_REF,
-                 "iscontrolplane": true, "deadline": "2020-01-01T00:00:00Z"},
-    }));
-    let h = Harness::start_seeded(
-        full_user(),
-        own_uid(),
-        "ca-rsa.crt",
-        "ca-rsa-pkcs1.key",
-        &seed,
-    )
-    .await;
-    h.issue_as(node_csr("cp-new", &[]), true).await.unwrap();
-    let nodes = h.joining_nodes();
+    let kube = alone().await;
+    let dead = kube.name("cp-dead");
+    kube.plane()
+        .apply(joining_node("control-plane", &dead, "2020-01-01T00:00:00Z"))
+        .await
+        .unwrap();
+    let h = Harness::on(kube, Setup::default()).await;
+    h.issue_as(h.csr("cp-new", &[]), true).await.unwrap();
+    let nodes = h.joining_nodes().await;
     assert_eq!(nodes.len(), 1);
-    assert_eq!(spec(&nodes[0], "name"), "cp-new");
+    assert_eq!(spec(&nodes[0], "name"), h.node("cp-new").as_str());
     h.stop().await;
 }
 
 #[tokio::test]
 async fn api_server_failures_give_specific_statuses_and_leave_nothing() {
-    let h = Harness::start(full_user(), own_uid()).await;
-    let joining = "/apis/update.edgeless.systems/v1alpha1/joiningnodes";
-    let secrets = "/api/v1/namespaces/kube-system/secrets";
-    let cases: Vec<(&str, Fault, bool, Code, &str)> = vec![
+    let h = Harness::alone().await;
+    let worker = h.node("worker-0");
+    let cases: Vec<(&str, Fault, bool, Code, String)> = vec![
         (
             "403 on the NodeVersion",
             Fault::once(403).at("/nodeversions/"),
             false,
             Code::Internal,
-            "reading NodeVersion constellation-version: Kubernetes API answered 403",
+            "reading NodeVersion constellation-version: Kubernetes API answered 403".into(),
         ),
         (
             "500 on the ConfigMap",
             Fault::once(500).at("/configmaps/"),
             false,
             Code::Unavailable,
-            "reading components ConfigMap kube-system/",
+            "reading components ConfigMap kube-system/".into(),
         ),
         (
             "403 on the JoiningNode",
-            Fault::once(403).on("PATCH").at(joining),
+            Fault::once(403).on("PATCH").at(JOINING),
             false,
             Code::Internal,
-            "applying JoiningNode worker-0: Kubernetes API answered 403",
+            format!("applying JoiningNode {worker}: Kubernetes API answered 403"),
         ),
         (
             "500 after applying the JoiningNode",
-            Fault::once(500).on("PATCH").at(joining).after_commit(),
+            Fault::once(500).on("PATCH").at(JOINING).after_commit(),
             false,
             Code::Unavailable,
-            "applying JoiningNode worker-0",
+            format!("applying JoiningNode {worker}"),
         ),
         (
             "409 on the token",
-            Fault::once(409).on("POST").at(secrets),
+            Fault::once(409).on("POST").at(SECRETS),
             false,
             Code::Aborted,
-            "creating bootstrap token secret bootstrap-token-",
+            "creating bootstrap token secret bootstrap-token-".into(),
         ),
         (
             "500 on the token",
-            Fault::once(500).on("POST").at(secrets),
+            Fault::once(500).on("POST").at(SECRETS),
             false,
             Code::Unavailable,
-            "creating bootstrap token secret",
+            "creating bootstrap token secret".into(),
         ),
         // kube-rs retries a 503; the retry finds the token the first attempt stored.
         (
             "503 after creating the token",
-            Fault::once(503).on("POST").at(secrets).after_commit(),
+            Fault::once(503).on("POST").at(SECRETS).after_commit(),
             false,
             Code::Aborted,
-            "already exists",
+            "already exists".into(),
         ),
         (
             "403 on the control-plane JoiningNode",
-            Fault::once(403).on("POST").at(joining),
+            Fault::once(403).on("POST").at(JOINING),
             true,
             Code::Internal,
-            "creating JoiningNode control-plane: Kubernetes API answered 403",
+            "creating JoiningNode control-plane: Kubernetes API answered 403".into(),
         ),
         (
             "500 after creating the control-plane JoiningNode",
-            Fault::once(500).on("POST").at(joining).after_commit(),
+            Fault::once(500).on("POST").at(JOINING).after_commit(),
             true,
             Code::Unavailable,
-            "creating JoiningNode control-plane",
+            "creating JoiningNode control-plane".into(),
         ),
         (
             "409 on the control-plane token",
-            Fault::once(409).on("POST").at(secrets),
+            Fault::once(409).on("POST").at(SECRETS),
             true,
             Code::Aborted,
-            "creating bootstrap token secret",
+            "creating bootstrap token secret".into(),
         ),
         (
             "500 on the control-plane token",
-            Fault::once(500).on("POST").at(secrets).after_commit(),
+            Fault::once(500).on("POST").at(SECRETS).after_commit(),
             true,
             Code::Unavailable,
-            "creating bootstrap token secret",
+            "creating bootstrap token secret".into(),
         ),
     ];
     for (what, fault, cp, code, needle) in cases {
-        h.standin.inject(fault);
-        let name = if cp { "cp-0" } else { "worker-0" };
-        let status = h.issue_as(node_csr(name, &[]), cp).await.unwrap_err();
+        h.kube.inject(fault);
+        let node = if cp { "cp-0" } else { "worker-0" };
+        let status = h.issue_as(h.csr(node, &[]), cp).await.unwrap_err();
         assert_eq!(status.code(), code, "{what}: {status:?}");
         assert!(
-            status.message().contains(needle),
+            status.message().contains(&needle),
             "{what}: {}",
             status.message()
         );
-        h.assert_nothing_created(what);
+        h.assert_nothing_created(what).await;
     }
     // A control-plane create answered 503 after it was stored: kube-rs's retry finds the lock
     // this very join holds, and the join goes on.
-    h.standin
-        .inject(Fault::once(503).on("POST").at(joining).after_commit());
-    h.issue_as(node_csr("cp-0", &[]), true).await.unwrap();
-    assert_eq!(h.joining_nodes().len(), 1);
+    h.kube
+        .inject(Fault::once(503).on("POST").at(JOINING).after_commit());
+    h.issue_as(h.csr("cp-0", &[]), true).await.unwrap();
+    assert_eq!(h.joining_nodes().await.len(), 1);
     // And after all that, workers join again.
-    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    h.issue(h.csr("worker-0", &[])).await.unwrap();
     h.stop().await;
+}
+
+/// The `NodeVersion` API of the cluster.
+async fn node_versions(kube: &Tenant) -> kube::Api<DynamicObject> {
+    let gvk =
+        kube::core::GroupVersionKind::gvk("update.edgeless.systems", "v1alpha1", "NodeVersion");
+    kube.plane().dynamic_api(&gvk, None).await.unwrap()
 }
 
 #[tokio::test]
 async fn cluster_without_version_is_failed_precondition_and_untouched() {
-    let cases: Vec<(&str, Vec<serde_json::Value>, &str)> = vec![
+    let no_configmap =
+        format!("components ConfigMap kube-system/{COMPONENTS_REF}: Kubernetes API answered 404");
+    let cases: [(&str, &str); 4] = [
         (
             "no NodeVersion",
-            vec![],
             "NodeVersion constellation-version: Kubernetes API answered 404",
         ),
-        (
-            "no ConfigMap",
-            vec![constellation_version(K8S_VERSION, COMPONENTS_REF, "[]")[0].clone()],
-            "components ConfigMap kube-system/k8s-components-sha256-0123abcd: Kubernetes API answered 404",
-        ),
-        (
-            "empty components",
-            constellation_version(K8S_VERSION, COMPONENTS_REF, "[]").to_vec(),
-            "the components list is empty",
-        ),
-        (
-            "no version",
-            {
-                let mut s = constellation_version("", COMPONENTS_REF, &components_json()).to_vec();
-                s[0]["spec"]
+        ("no ConfigMap", &no_configmap),
+        ("empty components", "the components list is empty"),
+        ("no version", "has no kubernetesClusterVersion"),
+    ];
+    let mut kube = alone().await;
+    for (what, needle) in cases {
+        kube.reset().await;
+        let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(kube.admin(), "kube-system");
+        match what {
+            "no NodeVersion" => {
+                node_versions(&kube)
+                    .await
+                    .delete(NODE_VERSION_NAME, &Default::default())
+                    .await
+                    .unwrap();
+            }
+            "no ConfigMap" => {
+                configmaps
+                    .delete(COMPONENTS_REF, &Default::default())
+                    .await
+                    .unwrap();
+            }
+            "empty components" => {
+                let [_, configmap] =
+                    constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, "[]");
+                kube.plane().apply(configmap).await.unwrap();
+            }
+            _ => {
+                // Applied again without the field by the manager that set it: the API server
+                // removes it.
+                let [mut version, _] =
+                    constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
+                version["spec"]
                     .as_object_mut()
                     .unwrap()
                     .remove("kubernetesClusterVersion");
-                s
-            },
-            "has no kubernetesClusterVersion",
-        ),
-    ];
-    for (what, seed, needle) in cases {
-        let h = Harness::start_seeded(
-            full_user(),
-            own_uid(),
-            "ca-rsa.crt",
-            "ca-rsa-pkcs1.key",
-            &seed,
-        )
-        .await;
-        let status = h.issue(node_csr("worker-0", &[])).await.unwrap_err();
+                kube.plane().apply(version).await.unwrap();
+            }
+        }
+        let h = Harness::on(kube, Setup::default()).await;
+        let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
         assert_eq!(
             status.code(),
             Code::FailedPrecondition,
@@ -1053,21 +1116,17 @@ async fn cluster_without_version_is_failed_precondition_and_untouched() {
             "{what}: {}",
             status.message()
         );
-        h.assert_nothing_created(what);
-        assert!(
-            h.standin.requests().iter().all(|r| r.method == "GET"),
-            "{what}: only reads: {:?}",
-            h.methods()
-        );
-        h.stop().await;
+        h.assert_nothing_created(what).await;
+        assert!(h.only_reads(), "{what}: only reads: {:?}", h.methods());
+        kube = h.stop().await;
     }
 }
 
 #[tokio::test]
 async fn missing_control_plane_file_refuses_control_plane_joins_only() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::start().await;
     std::fs::remove_file(h.pki_dir.join("front-proxy-ca.key")).unwrap();
-    let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+    let status = h.issue_as(h.csr("cp-0", &[]), true).await.unwrap_err();
     assert_eq!(status.code(), Code::Internal, "{status:?}");
     assert!(
         status.message().contains(
@@ -1076,123 +1135,123 @@ async fn missing_control_plane_file_refuses_control_plane_joins_only() {
         "{}",
         status.message()
     );
-    h.assert_nothing_created("missing PKI file");
+    h.assert_nothing_created("missing PKI file").await;
     assert!(
-        h.standin.requests().iter().all(|r| r.method == "GET"),
+        h.only_reads(),
         "refused before any write: {:?}",
         h.methods()
     );
-    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    h.issue(h.csr("worker-0", &[])).await.unwrap();
     h.stop().await;
+}
+
+/// How many times the `NodeVersion` and the components ConfigMap were read.
+fn reads(h: &Harness) -> (usize, usize) {
+    let requests = h.kube.requests();
+    let count = |part: &str| {
+        requests
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.contains(part))
+            .count()
+    };
+    (count("/nodeversions/"), count("/configmaps/"))
 }
 
 /// The `NodeVersion` and ConfigMap are read once for joins close together, read again once the
 /// read is older than its max age, and read afresh after a join failed at the API server.
 #[tokio::test]
 async fn cluster_version_reads_are_kept_for_a_moment_and_dropped_after_a_fault() {
-    const MAX_AGE: Duration = Duration::from_secs(30);
-    let seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json());
-    let h = Harness::start_full(
-        full_user(),
-        own_uid(),
-        "ca-rsa.crt",
-        "ca-rsa-pkcs1.key",
-        &seed,
-        MAX_AGE,
-    )
-    .await;
-    let reads = |h: &Harness| {
-        let requests = h.standin.requests();
-        let count = |part: &str| {
-            requests
-                .iter()
-                .filter(|r| r.method == "GET" && r.path.contains(part))
-                .count()
-        };
-        (count("/nodeversions/"), count("/configmaps/"))
+    let keeping = |version_max_age| Setup {
+        version_max_age,
+        ..Setup::default()
     };
-    let first = h.issue(node_csr("worker-0", &[])).await.unwrap();
-    let second = h.issue(node_csr("worker-1", &[])).await.unwrap();
+    let h = Harness::on(tenant().await, keeping(Duration::from_secs(30))).await;
+    let first = h.issue(h.csr("worker-0", &[])).await.unwrap();
+    let second = h.issue(h.csr("worker-1", &[])).await.unwrap();
     assert_eq!(reads(&h), (1, 1), "{:?}", h.methods());
     assert_eq!(first.kubernetes_version, second.kubernetes_version);
     assert_eq!(first.kubernetes_components, second.kubernetes_components);
 
-    h.standin.inject(
-        Fault::once(500)
-            .on("POST")
-            .at("/api/v1/namespaces/kube-system/secrets"),
-    );
-    h.issue(node_csr("worker-2", &[])).await.unwrap_err();
-    h.issue(node_csr("worker-3", &[])).await.unwrap();
+    h.kube.inject(Fault::once(500).on("POST").at(SECRETS));
+    h.issue(h.csr("worker-2", &[])).await.unwrap_err();
+    h.issue(h.csr("worker-3", &[])).await.unwrap();
     assert_eq!(reads(&h), (2, 2), "read afresh after the fault");
-    h.stop().await;
+    let kube = h.stop().await;
 
     // A read older than its max age is not used.
-    let h = Harness::start_full(
-        full_user(),
-        own_uid(),
-        "ca-rsa.crt",
-        "ca-rsa-pkcs1.key",
-        &seed,
-        Duration::from_millis(100),
-    )
-    .await;
-    h.issue(node_csr("worker-0", &[])).await.unwrap();
+    let h = Harness::on(kube, keeping(Duration::from_millis(100))).await;
+    let before = reads(&h);
+    h.issue(h.csr("worker-4", &[])).await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    h.issue(node_csr("worker-1", &[])).await.unwrap();
-    assert_eq!(reads(&h), (2, 2));
-    h.stop().await;
+    h.issue(h.csr("worker-5", &[])).await.unwrap();
+    assert_eq!(reads(&h), (before.0 + 2, before.1 + 2));
+    let kube = h.stop().await;
 
     // Max age zero: every join reads.
-    let h = Harness::start_full(
-        full_user(),
-        own_uid(),
-        "ca-rsa.crt",
-        "ca-rsa-pkcs1.key",
-        &seed,
-        Duration::ZERO,
-    )
-    .await;
-    for node in ["worker-0", "worker-1", "worker-2"] {
-        h.issue(node_csr(node, &[])).await.unwrap();
+    let h = Harness::on(kube, keeping(Duration::ZERO)).await;
+    let before = reads(&h);
+    for node in ["worker-6", "worker-7", "worker-8"] {
+        h.issue(h.csr(node, &[])).await.unwrap();
     }
-    assert_eq!(reads(&h), (3, 3));
+    assert_eq!(reads(&h), (before.0 + 3, before.1 + 3));
     h.stop().await;
 }
 
-/// Starts with a fresh cluster's version, expecting `expected` control-plane nodes (none if
-/// `None`), holding `nodes` and, if `upgrading`, a NodeVersion marking an upgrade in progress.
+/// A Node to create: its name under the test's prefix, and how the Node is made from it.
+type NodeOf = (&'static str, fn(&str) -> Value);
+
+/// A cluster this test has alone, expecting `expected` control-plane nodes (no
+/// `join-control-plane` if `None`), holding `nodes` (made by `make` from this test's names) and,
+/// if `upgrading`, a NodeVersion marking an upgrade in progress.
 async fn start_cluster(
     expected: Option<&str>,
-    nodes: &[serde_json::Value],
+    nodes: &[NodeOf],
     upgrading: bool,
 ) -> Harness {
-    let mut seed = constellation_version(K8S_VERSION, COMPONENTS_REF, &components_json()).to_vec();
+    let kube = alone().await;
+    let plane = kube.plane();
     if upgrading {
-        seed[0]["status"] = serde_json::json!({"conditions": [
-            {"type": "Outdated", "status": "True", "reason": "NodesOutdated",
-             "message": "Some nodes are outdated", "lastTransitionTime": "2026-01-01T00:00:00Z"}
-        ]});
+        node_versions(&kube)
+            .await
+            .patch_status(
+                NODE_VERSION_NAME,
+                &Default::default(),
+                &kube::api::Patch::Merge(json!({"status": {"conditions": [
+                    {"type": "Outdated", "status": "True", "reason": "NodesOutdated",
+                     "message": "Some nodes are outdated",
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                ]}})),
+            )
+            .await
+            .unwrap();
     }
-    if let Some(expected) = expected {
-        let mut config = control_plane_expectation(0);
-        config["data"]["expectedControlPlaneNodes"] = expected.into();
-        seed.push(config);
+    match expected {
+        Some(expected) => {
+            let mut config = control_plane_expectation(0);
+            config["data"]["expectedControlPlaneNodes"] = expected.into();
+            plane.apply(config).await.unwrap();
+        }
+        None => {
+            let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+                kube::Api::namespaced(kube.admin(), "kube-system");
+            configmaps
+                .delete("join-control-plane", &Default::default())
+                .await
+                .unwrap();
+        }
     }
-    seed.extend(nodes.iter().cloned());
-    Harness::start_seeded(
-        full_user(),
-        own_uid(),
-        "ca-rsa.crt",
-        "ca-rsa-pkcs1.key",
-        &seed,
-    )
-    .await
+    for (base, make) in nodes {
+        plane.apply(make(&kube.name(base))).await.unwrap();
+    }
+    Harness::on(kube, Setup::default()).await
 }
 
-fn cp_nodes(n: usize) -> Vec<serde_json::Value> {
-    (0..n)
-        .map(|i| control_plane_node(&format!("cp-old-{i}")))
+const CP_OLD: [&str; 4] = ["cp-old-0", "cp-old-1", "cp-old-2", "cp-old-3"];
+
+fn cp_nodes(n: usize) -> Vec<NodeOf> {
+    CP_OLD[..n]
+        .iter()
+        .map(|&base| (base, control_plane_node as fn(&str) -> Value))
         .collect()
 }
 
@@ -1201,12 +1260,9 @@ fn cp_nodes(n: usize) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn control_plane_files_are_refused_when_the_cluster_has_its_control_plane() {
     let mut nodes = cp_nodes(3);
-    nodes.push(worker_node("worker-0"));
+    nodes.push(("worker-0", worker_node));
     let h = start_cluster(Some("3"), &nodes, false).await;
-    let status = h
-        .issue_as(node_csr("cp-evil", &[]), true)
-        .await
-        .unwrap_err();
+    let status = h.issue_as(h.csr("cp-evil", &[]), true).await.unwrap_err();
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     assert!(
         status.message().contains(
@@ -1215,14 +1271,10 @@ async fn control_plane_files_are_refused_when_the_cluster_has_its_control_plane(
         "{}",
         status.message()
     );
-    h.assert_nothing_created("control plane complete");
+    h.assert_nothing_created("control plane complete").await;
+    assert!(h.only_reads(), "only reads: {:?}", h.methods());
     assert!(
-        h.standin.requests().iter().all(|r| r.method == "GET"),
-        "only reads: {:?}",
-        h.methods()
-    );
-    assert!(
-        h.standin
+        h.kube
             .requests()
             .iter()
             .any(|r| r.path == "/api/v1/nodes" && r.code == 200),
@@ -1230,18 +1282,18 @@ async fn control_plane_files_are_refused_when_the_cluster_has_its_control_plane(
         h.methods()
     );
     // Workers still join, and are not counted as control-plane nodes.
-    h.issue(node_csr("worker-1", &[])).await.unwrap();
+    h.issue(h.csr("worker-1", &[])).await.unwrap();
     h.stop().await;
 }
 
 #[tokio::test]
 async fn control_plane_files_are_released_while_fewer_are_present_than_expected() {
     let mut nodes = cp_nodes(2);
-    nodes.push(worker_node("worker-0"));
+    nodes.push(("worker-0", worker_node));
     let h = start_cluster(Some("3"), &nodes, false).await;
-    let resp = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap();
+    let resp = h.issue_as(h.csr("cp-2", &[]), true).await.unwrap();
     assert_eq!(resp.control_plane_files.len(), 8);
-    assert_eq!(h.secrets().len(), 1);
+    assert_eq!(h.secrets().await.len(), 1);
     h.stop().await;
 }
 
@@ -1250,12 +1302,12 @@ async fn control_plane_files_are_released_while_fewer_are_present_than_expected(
 #[tokio::test]
 async fn an_upgrade_admits_one_surge_control_plane_node() {
     let h = start_cluster(Some("3"), &cp_nodes(3), true).await;
-    let resp = h.issue_as(node_csr("cp-new", &[]), true).await.unwrap();
+    let resp = h.issue_as(h.csr("cp-new", &[]), true).await.unwrap();
     assert_eq!(resp.control_plane_files.len(), 8);
-    h.stop().await;
+    drop(h.stop().await);
 
     let h = start_cluster(Some("3"), &cp_nodes(4), true).await;
-    let status = h.issue_as(node_csr("cp-new", &[]), true).await.unwrap_err();
+    let status = h.issue_as(h.csr("cp-new", &[]), true).await.unwrap_err();
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     assert!(
         status.message().contains(
@@ -1264,7 +1316,7 @@ async fn an_upgrade_admits_one_surge_control_plane_node() {
         "{}",
         status.message()
     );
-    h.assert_nothing_created("surge used up");
+    h.assert_nothing_created("surge used up").await;
     h.stop().await;
 }
 
@@ -1282,7 +1334,7 @@ async fn without_an_expected_count_control_plane_files_are_a_failed_precondition
         (Some("-1"), "expectedControlPlaneNodes is \"-1\""),
     ] {
         let h = start_cluster(expected, &[], false).await;
-        let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+        let status = h.issue_as(h.csr("cp-0", &[]), true).await.unwrap_err();
         assert_eq!(
             status.code(),
             Code::FailedPrecondition,
@@ -1293,9 +1345,9 @@ async fn without_an_expected_count_control_plane_files_are_a_failed_precondition
             "{expected:?}: {}",
             status.message()
         );
-        h.assert_nothing_created("no expectation");
-        h.issue(node_csr("worker-0", &[])).await.unwrap();
-        h.stop().await;
+        h.assert_nothing_created("no expectation").await;
+        h.issue(h.csr("worker-0", &[])).await.unwrap();
+        drop(h.stop().await);
     }
 }
 
@@ -1303,17 +1355,22 @@ async fn without_an_expected_count_control_plane_files_are_a_failed_precondition
 /// deployment fault.
 #[tokio::test]
 async fn without_rbac_to_list_nodes_control_plane_files_are_refused() {
-    let grants: Vec<Grant> = deployed_grants()
-        .into_iter()
-        .filter(|g| !g.rule.resources.contains(&"nodes".to_owned()))
-        .collect();
-    assert!(
-        grants.len() < deployed_grants().len(),
-        "deploy/base/rbac.yaml grants list nodes"
-    );
-    let user = User::service_account(TOKEN, "kube-system", "join-token-issuer", grants);
-    let h = Harness::start(user, own_uid()).await;
-    let status = h.issue_as(node_csr("cp-0", &[]), true).await.unwrap_err();
+    let kube = alone().await;
+    let token = kube
+        .token_issuer_like("no-nodes", |kind, rules| {
+            if kind == "ClusterRole" {
+                let before = rules.len();
+                rules.retain(|rule| rule["resources"] != json!(["nodes"]));
+                assert_eq!(rules.len(), before - 1, "deploy/base/rbac.yaml lists nodes");
+            }
+        })
+        .await;
+    let setup = Setup {
+        token: Some(token),
+        ..Setup::default()
+    };
+    let h = Harness::on(kube, setup).await;
+    let status = h.issue_as(h.csr("cp-0", &[]), true).await.unwrap_err();
     assert_eq!(status.code(), Code::Internal, "{status:?}");
     assert!(
         status
@@ -1322,7 +1379,7 @@ async fn without_rbac_to_list_nodes_control_plane_files_are_refused() {
         "{}",
         status.message()
     );
-    h.assert_nothing_created("no RBAC");
+    h.assert_nothing_created("no RBAC").await;
     h.stop().await;
 }
 
@@ -1330,23 +1387,24 @@ async fn without_rbac_to_list_nodes_control_plane_files_are_refused() {
 /// `kubernetes.default.svc` would let a node impersonate the API server to every pod.
 #[tokio::test]
 async fn dns_sans_are_refused_and_nothing_is_created() {
-    let h = Harness::start(full_user(), own_uid()).await;
+    let h = Harness::start().await;
+    let worker = h.node("worker-0");
     for (sans, needle) in [
         (
             vec!["10.0.0.5", "kubernetes.default.svc"],
-            "subject alternative name DNS:kubernetes.default.svc is not allowed",
+            "subject alternative name DNS:kubernetes.default.svc is not allowed".to_owned(),
         ),
         (
-            vec!["worker-0"],
-            "subject alternative name DNS:worker-0 is not allowed",
+            vec![worker.as_str()],
+            format!("subject alternative name DNS:{worker} is not allowed"),
         ),
     ] {
-        let status = h.issue(node_csr("worker-0", &sans)).await.unwrap_err();
+        let status = h.issue(h.csr("worker-0", &sans)).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{sans:?}: {status:?}");
-        assert!(status.message().contains(needle), "{}", status.message());
-        h.assert_nothing_created("DNS SAN");
+        assert!(status.message().contains(&needle), "{}", status.message());
+        h.assert_nothing_created("DNS SAN").await;
         assert!(
-            h.standin.requests().is_empty(),
+            h.kube.requests().is_empty(),
             "refused before any API call: {:?}",
             h.methods()
         );
@@ -1358,30 +1416,32 @@ async fn dns_sans_are_refused_and_nothing_is_created() {
 /// of being told for ten minutes that "another control-plane node" (itself) is joining.
 #[tokio::test]
 async fn the_control_plane_lock_holder_may_retry_and_others_may_not() {
-    let h = Harness::start(full_user(), own_uid()).await;
-    h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
-    let first_deadline = spec(&h.joining_nodes()[0], "deadline").clone();
+    let h = Harness::alone().await;
+    let holder = h.node("cp-1");
+    h.issue_as(h.csr("cp-1", &[]), true).await.unwrap();
+    let first_deadline = spec(&h.joining_nodes().await[0], "deadline").clone();
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
-    let again = h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
+    let again = h.issue_as(h.csr("cp-1", &[]), true).await.unwrap();
     assert_eq!(again.control_plane_files.len(), 8);
-    let nodes = h.joining_nodes();
+    let nodes = h.joining_nodes().await;
     assert_eq!(nodes.len(), 1);
-    assert_eq!(spec(&nodes[0], "name"), "cp-1");
+    assert_eq!(spec(&nodes[0], "name"), holder.as_str());
     assert_ne!(
         spec(&nodes[0], "deadline"),
         &first_deadline,
         "the retry renews the lock's deadline"
     );
 
-    let busy = h.issue_as(node_csr("cp-2", &[]), true).await.unwrap_err();
+    let busy = h.issue_as(h.csr("cp-2", &[]), true).await.unwrap_err();
     assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
     assert!(
-        busy.message().contains("another control-plane node (cp-1)"),
+        busy.message()
+            .contains(&format!("another control-plane node ({holder})")),
         "{}",
         busy.message()
     );
-    assert_eq!(spec(&h.joining_nodes()[0], "name"), "cp-1");
+    assert_eq!(spec(&h.joining_nodes().await[0], "name"), holder.as_str());
     h.stop().await;
 }
 
@@ -1389,50 +1449,51 @@ async fn the_control_plane_lock_holder_may_retry_and_others_may_not() {
 /// kube-system naming the node, the requesting uid and the evidence digest; workers get none.
 #[tokio::test]
 async fn each_control_plane_release_is_recorded_as_an_event() {
-    let h = Harness::start(full_user(), own_uid()).await;
-    h.issue(node_csr("worker-0", &[])).await.unwrap();
-    assert!(
-        h.standin.objects_of("events").is_empty(),
-        "workers get no event"
-    );
+    let h = Harness::alone().await;
+    h.issue(h.csr("worker-0", &[])).await.unwrap();
+    assert!(h.kube.events().await.is_empty(), "workers get no event");
 
-    h.issue_as(node_csr("cp-1", &[]), true).await.unwrap();
-    let events = h.standin.objects_of("events");
+    let node = h.node("cp-1");
+    h.issue_as(h.csr("cp-1", &[]), true).await.unwrap();
+    let events = h.kube.events().await;
     assert_eq!(events.len(), 1);
-    let e = &events[0].object;
-    assert_eq!(events[0].namespace.as_deref(), Some("kube-system"));
-    assert_eq!(e["reason"], "ControlPlaneFilesReleased");
-    assert_eq!(e["type"], "Normal");
+    let e = &events[0];
+    assert_eq!(e.metadata.namespace.as_deref(), Some("kube-system"));
+    assert_eq!(e.reason.as_deref(), Some("ControlPlaneFilesReleased"));
+    assert_eq!(e.type_.as_deref(), Some("Normal"));
     assert_eq!(
-        e["involvedObject"],
-        serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "cp-1"})
+        serde_json::to_value(&e.involved_object).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Node", "name": node})
     );
     assert_eq!(
-        e["reportingComponent"],
-        "joinservice.edgeless.systems/token-issuer"
+        e.reporting_component.as_deref(),
+        Some("joinservice.edgeless.systems/token-issuer")
     );
-    assert_eq!(e["reportingInstance"], "join-service-test-pod");
-    let message = e["message"].as_str().unwrap();
+    assert_eq!(
+        e.reporting_instance.as_deref(),
+        Some("join-service-test-pod")
+    );
+    let message = e.message.as_deref().unwrap();
     for needle in [
-        "node cp-1",
-        &format!("requested by uid {}", own_uid()),
-        &format!("attestation evidence sha256 {EVIDENCE}"),
-        "0 of 3 expected control-plane Nodes present",
+        format!("node {node}"),
+        format!("requested by uid {}", own_uid()),
+        format!("attestation evidence sha256 {EVIDENCE}"),
+        "0 of 3 expected control-plane Nodes present".to_owned(),
     ] {
-        assert!(message.contains(needle), "{needle:?} in {message}");
+        assert!(message.contains(&needle), "{needle:?} in {message}");
     }
     h.stop().await;
 }
 
 #[tokio::test]
 async fn no_event_no_release() {
-    let h = Harness::start(full_user(), own_uid()).await;
-    h.standin.inject(
+    let h = Harness::alone().await;
+    h.kube.inject(
         Fault::once(403)
             .on("POST")
             .at("/api/v1/namespaces/kube-system/events"),
     );
-    let status = h.issue_as(node_csr("cp-1", &[]), true).await.unwrap_err();
+    let status = h.issue_as(h.csr("cp-1", &[]), true).await.unwrap_err();
     assert_eq!(status.code(), Code::Internal, "{status:?}");
     assert!(
         status.message().contains(
@@ -1441,14 +1502,14 @@ async fn no_event_no_release() {
         "{}",
         status.message()
     );
-    h.assert_nothing_created("event refused");
+    h.assert_nothing_created("event refused").await;
 
     // Without the evidence digest there is no release either, and no API call is made.
     let mut client = TokenIssuerClient::new(plumbing::unix::channel(h.socket.clone(), own_uid()));
-    let before = h.standin.requests().len();
+    let before = h.kube.requests().len();
     let status = client
         .issue_node_credentials(IssueNodeCredentialsRequest {
-            certificate_request: node_csr("cp-1", &[]),
+            certificate_request: h.csr("cp-1", &[]),
             is_control_plane: true,
             peer_address: "192.0.2.7:51000".into(),
             attested_evidence_sha256: String::new(),
@@ -1461,6 +1522,6 @@ async fn no_event_no_release() {
         "{}",
         status.message()
     );
-    assert_eq!(h.standin.requests().len(), before);
+    assert_eq!(h.kube.requests().len(), before);
     h.stop().await;
 }

@@ -60,7 +60,7 @@ pub enum Error {
     #[error("binding the EC2 stand-in: {0}")]
     Bind(#[source] std::io::Error),
     #[error("the EC2 stand-in's certificates: {0}")]
-    Tls(#[source] kube_standin::Error),
+    Tls(#[source] standin_tls::Error),
 }
 
 struct Issued {
@@ -113,7 +113,7 @@ impl Ec2Standin {
             .map_err(Error::Bind)?;
         let imds_addr = imds.local_addr().map_err(Error::Bind)?;
         let ec2_addr = ec2.local_addr().map_err(Error::Bind)?;
-        let (ca_pem, tls) = kube_standin::tls::generate(ec2_addr.ip()).map_err(Error::Tls)?;
+        let (ca_pem, tls) = standin_tls::generate(ec2_addr.ip()).map_err(Error::Tls)?;
         let state = Arc::new(State {
             images: Mutex::default(),
             imds_tokens: Mutex::default(),

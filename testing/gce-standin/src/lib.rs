@@ -74,7 +74,7 @@ pub enum Error {
     #[error("binding the GCE stand-in: {0}")]
     Bind(#[source] std::io::Error),
     #[error("the GCE stand-in's certificates: {0}")]
-    Tls(#[source] kube_standin::Error),
+    Tls(#[source] standin_tls::Error),
 }
 
 /// One registered instance.
@@ -171,7 +171,7 @@ impl GceStandin {
         let control_addr = control.local_addr().map_err(Error::Bind)?;
         let metadata_addr = metadata.local_addr().map_err(Error::Bind)?;
         let compute_addr = compute.local_addr().map_err(Error::Bind)?;
-        let (ca_pem, tls) = kube_standin::tls::generate(compute_addr.ip()).map_err(Error::Tls)?;
+        let (ca_pem, tls) = standin_tls::generate(compute_addr.ip()).map_err(Error::Tls)?;
         let state = Arc::new(State {
             instances: Mutex::default(),
             vm: Mutex::default(),

@@ -39,7 +39,7 @@ pub enum Error {
     #[error("binding the KDS stand-in: {0}")]
     Bind(#[source] std::io::Error),
     #[error("the KDS stand-in's certificates: {0}")]
-    Tls(#[source] kube_standin::Error),
+    Tls(#[source] standin_tls::Error),
 }
 
 #[derive(Default)]
@@ -74,7 +74,7 @@ impl KdsStandin {
             .await
             .map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::Bind)?;
-        let (ca_pem, tls) = kube_standin::tls::generate(addr.ip()).map_err(Error::Tls)?;
+        let (ca_pem, tls) = standin_tls::generate(addr.ip()).map_err(Error::Tls)?;
         let state = Arc::new(State::default());
         let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), state.clone()));
         Ok(KdsStandin {

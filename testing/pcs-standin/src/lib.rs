@@ -53,7 +53,7 @@ pub enum Error {
     #[error("binding the PCS stand-in: {0}")]
     Bind(#[source] std::io::Error),
     #[error("the PCS stand-in's certificates: {0}")]
-    Tls(#[source] kube_standin::Error),
+    Tls(#[source] standin_tls::Error),
 }
 
 /// A signed item and the PEM chain PCS sends in its header.
@@ -107,7 +107,7 @@ impl PcsStandin {
             .await
             .map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::Bind)?;
-        let (ca_pem, tls) = kube_standin::tls::generate(addr.ip()).map_err(Error::Tls)?;
+        let (ca_pem, tls) = standin_tls::generate(addr.ip()).map_err(Error::Tls)?;
         let state = Arc::new(State::default());
         let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), state.clone()));
         Ok(PcsStandin {

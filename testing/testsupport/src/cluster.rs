@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::fixtures::{components_json, constellation_version, control_plane_expectation};
 use anyhow::Context;
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
-use kube_standin::fixtures::{components_json, constellation_version, control_plane_expectation};
 
 use crate::control_plane::{ControlPlane, Options, Pki, client_from_kubeconfig, request_token};
 use crate::kube_faults::{Fault, FaultProxy, RequestRecord};
@@ -41,6 +41,26 @@ pub struct Kube {
     pub plane: ControlPlane,
 }
 
+/// Applies the Constellation cluster's objects and deploy/base (with `rbac` in place of its RBAC
+/// file when given) to `plane`, and waits until the API server enforces the admission policy for
+/// token-issuer.
+pub async fn prepare(plane: &ControlPlane, rbac: Option<&Path>) -> anyhow::Result<()> {
+    let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
+    let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
+    plane
+        .prepare_constellation(version.into_iter().chain([expectation]))
+        .await
+        .context("preparing the cluster")?;
+    plane
+        .apply_deploy_base(rbac)
+        .await
+        .context("applying deploy/base")?;
+    let token = plane
+        .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
+        .await?;
+    plane.wait_admission_enforced(&token).await
+}
+
 /// Renews a token file until dropped ([`Kube::keep_token_fresh`]).
 #[derive(Debug)]
 pub struct TokenRefresher(tokio::task::JoinHandle<()>);
@@ -59,20 +79,7 @@ impl Kube {
         let plane = ControlPlane::start(pki, root, &Options::default())
             .await
             .context("starting the control plane")?;
-        let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
-        let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
-        plane
-            .prepare_constellation(version.into_iter().chain([expectation]))
-            .await
-            .context("preparing the cluster")?;
-        plane
-            .apply_deploy_base(rbac)
-            .await
-            .context("applying deploy/base")?;
-        let token = plane
-            .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
-            .await?;
-        plane.wait_admission_enforced(&token).await?;
+        prepare(&plane, rbac).await?;
         let proxy = FaultProxy::start(plane.addr(), &pki.ca_cert, &pki.ca_key).await?;
         Ok(Self { proxy, plane })
     }

@@ -9,11 +9,13 @@
 pub mod azure;
 pub mod cluster;
 pub mod control_plane;
+pub mod fixtures;
 pub mod gce;
 pub mod harness;
 pub mod kube_faults;
 pub mod nitro;
 pub mod process;
+pub mod shared;
 pub mod snp;
 pub mod swtpm;
 pub mod tdx;

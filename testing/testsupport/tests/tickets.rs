@@ -167,7 +167,7 @@ async fn check_common(system: &System, ticket: &IssueJoinTicketResponse, node: &
     );
     assert_eq!(ticket.kubernetes_version, KUBERNETES_VERSION);
     let want: Vec<serde_json::Value> =
-        serde_json::from_str(&kube_standin::fixtures::components_json()).unwrap();
+        serde_json::from_str(&testsupport::fixtures::components_json()).unwrap();
     let got: Vec<(&str, &str, &str, bool)> = ticket
         .kubernetes_components
         .iter()

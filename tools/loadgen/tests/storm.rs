@@ -226,7 +226,7 @@ fn assert_untouched(system: &mut System, before: &[(Service, u32)], except: Serv
     }
 }
 
-/// The node names the join objects in the API stand-in are for: (JoiningNodes, token Secrets).
+/// The node names the join objects in the API server are for: (JoiningNodes, token Secrets).
 async fn objects_for(system: &System) -> (BTreeSet<String>, BTreeSet<String>) {
     let joining = system
         .kube

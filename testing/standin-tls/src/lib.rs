@@ -1,4 +1,7 @@
-//! The stand-in's own CA and serving certificate, and the rustls server config.
+//! The TLS every HTTPS stand-in of a vendor or cloud service (AMD's KDS, Intel's PCS, the GCE
+//! and EC2 APIs) serves with: a CA of its own, made fresh per start, and a serving certificate
+//! for the loopback names. The client under test trusts that CA as it would trust the vendor's
+//! public roots, so its TLS is real.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -6,16 +9,24 @@ use std::sync::Arc;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls23::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use crate::Error;
+/// Why the certificates or the server config could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// rcgen could not make a key or a certificate.
+    #[error("generating the stand-in's certificates")]
+    Certificate(#[source] rcgen::Error),
+    /// rustls refused the certificate or its key.
+    #[error("building the stand-in's TLS server config")]
+    Tls(#[source] rustls23::Error),
+}
 
-/// A fresh CA, a serving certificate for `localhost`, `127.0.0.1`, `::1` and `extra_ip`, and a
-/// server config offering h2 and http/1.1 (kube-rs negotiates h2 when available). The other
-/// stand-ins (the KDS) serve TLS with it too.
+/// A fresh CA (its PEM) and a server config (h2 and http/1.1, aws-lc-rs) serving a certificate
+/// it issues for `localhost`, `127.0.0.1`, `::1` and `extra_ip`.
 pub fn generate(extra_ip: IpAddr) -> Result<(String, Arc<rustls23::ServerConfig>), Error> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(Error::Certificate)?;
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "kube-standin-ca");
+        .push(DnType::CommonName, "stand-in CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -26,18 +37,18 @@ pub fn generate(extra_ip: IpAddr) -> Result<(String, Arc<rustls23::ServerConfig>
     let ca_cert = ca_params.self_signed(&ca_key).map_err(Error::Certificate)?;
     let issuer = Issuer::new(ca_params, ca_key);
 
-    let mut sans = vec![
+    let mut names = vec![
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
         "::1".to_owned(),
     ];
     if !extra_ip.is_loopback() {
-        sans.push(extra_ip.to_string());
+        names.push(extra_ip.to_string());
     }
-    let mut params = CertificateParams::new(sans).map_err(Error::Certificate)?;
+    let mut params = CertificateParams::new(names).map_err(Error::Certificate)?;
     params
         .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
+        .push(DnType::CommonName, "stand-in");
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let key = KeyPair::generate().map_err(Error::Certificate)?;
     let cert = params

@@ -1,36 +1,14 @@
-//! Objects and grants tests seed the stand-in with, shared by every test that runs token-issuer
-//! against it (its own tests and the whole-system harness), so they cannot drift apart.
+//! The objects a Constellation cluster holds before the join service arrives, as the tests and
+//! the local run apply them to the control plane: the `NodeVersion` and its components ConfigMap,
+//! `join-control-plane`, and the Nodes a control-plane gate counts.
 
 use serde_json::{Value, json};
 
-use crate::rbac::{Grant, PolicyRule};
-use crate::resources::EDGELESS_GROUP;
+/// The API group of Constellation's node operator (`NodeVersion`, `JoiningNode`).
+pub const EDGELESS_GROUP: &str = "update.edgeless.systems";
 
 /// The name of Constellation's `NodeVersion` object.
 pub const NODE_VERSION_NAME: &str = "constellation-version";
-
-/// The RBAC token-issuer needs for every call it makes, scoped as narrowly as RBAC allows
-/// (`resourceNames` cannot scope `create`, nor the names of objects created on the fly).
-pub fn token_issuer_grants() -> Vec<Grant> {
-    let core = |verbs: &[&str], resource: &str| {
-        Grant::namespaced("kube-system", PolicyRule::new(verbs, &[""], &[resource]))
-    };
-    vec![
-        core(&["create", "delete"], "secrets"),
-        core(&["get"], "configmaps"),
-        core(&["create"], "events"),
-        Grant::cluster(PolicyRule::new(&["list"], &[""], &["nodes"])),
-        Grant::cluster(
-            PolicyRule::new(&["get"], &[EDGELESS_GROUP], &["nodeversions"])
-                .with_names(&[NODE_VERSION_NAME]),
-        ),
-        Grant::cluster(PolicyRule::new(
-            &["get", "create", "patch", "delete"],
-            &[EDGELESS_GROUP],
-            &["joiningnodes"],
-        )),
-    ]
-}
 
 /// A components list as Constellation's ConfigMap holds it (JSON text).
 pub fn components_json() -> String {
