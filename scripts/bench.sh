@@ -44,7 +44,10 @@
 # the trivial upstream (attest-proxy alone is in the JSON; plus gce-identity or ec2-identity where the
 # variant runs one). C: attest-proxy, join-core, token-issuer, keyservice (plus gce-identity or
 # ec2-identity) and local-cluster
-# (the stand-ins); C-mutual: the same plus the certifier. The load generator runs on the same
+# (the stand-ins); C-mutual: the same plus the certifier. C's control plane (kube-apiserver and
+# etcd, which token-issuer reaches directly) is reported apart, per join, with the API requests
+# each step made of it by verb and resource (the API server's apiserver_request_total before and
+# after the step), in a table of its own. The load generator runs on the same
 # cores; its own CPU is reported apart and is in no ratio. Peak RSS is VmHWM (/proc/<pid>/status).
 #
 # The figures, the targets and where the CPU goes: tools/loadgen/BENCHMARKS.md.

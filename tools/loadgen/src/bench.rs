@@ -400,6 +400,8 @@ pub(crate) struct Running {
     /// attest-proxy's admin endpoint, for its collateral and cloud lookup metrics (every variant
     /// but qemu-vtpm).
     pub(crate) collateral_metrics: Option<std::net::SocketAddr>,
+    /// C: local-cluster's kube-apiserver, for the requests each step makes of it.
+    pub(crate) api_server: Option<crate::apiserver::ApiServer>,
     processes: Vec<Process>,
     /// Stopped (SIGTERM) when the setup is dropped.
     cluster: Option<Cluster>,
@@ -445,6 +447,10 @@ struct Cluster(Process);
 /// What local-cluster prints once every service it started serves (attest-proxy's port accepts
 /// before that).
 const PROXY_ADMIN_ANNOUNCED: &str = "attest-proxy admin endpoint on ";
+
+/// What local-cluster prints before [`PROXY_ADMIN_ANNOUNCED`], and then the path of its API
+/// server's admin kubeconfig.
+const ADMIN_KUBECONFIG_ANNOUNCED: &str = "kube-apiserver admin kubeconfig in ";
 
 /// What local-cluster prints (`--attested-service`) after [`PROXY_ADMIN_ANNOUNCED`].
 const SERVICE_POLICY_ANNOUNCED: &str = "nodes' service policy in ";
@@ -603,6 +609,7 @@ pub(crate) async fn start(
                 }),
                 watched: vec![watch("trivial upstream (mTLS)", &server)],
                 collateral_metrics: None,
+                api_server: None,
                 processes: vec![server],
                 cluster: None,
                 _site: None,
@@ -767,6 +774,7 @@ pub(crate) async fn start(
                 }),
                 watched,
                 collateral_metrics: simulated.then_some(admin),
+                api_server: None,
                 processes,
                 cluster: None,
                 _site: site,
@@ -828,6 +836,9 @@ pub(crate) async fn start(
             // its stand-ins and every service, and attest-proxy listens.
             let admin: std::net::SocketAddr =
                 cluster.wait_for_announcement(PROXY_ADMIN_ANNOUNCED, CLUSTER_START)?;
+            let kubeconfig: PathBuf = cluster
+                .wait_for_announcement(ADMIN_KUBECONFIG_ANNOUNCED, Duration::from_secs(1))?;
+            let api_server = crate::apiserver::ApiServer::connect(&kubeconfig).await?;
             let watched = local_cluster_processes(cluster.0.id()).with_context(|| {
                 format!(
                     "finding local-cluster's processes; its log:\n{}",
@@ -885,6 +896,7 @@ pub(crate) async fn start(
                 }),
                 watched,
                 collateral_metrics,
+                api_server: Some(api_server),
                 processes: vec![],
                 cluster: Some(cluster),
                 _site: None,
@@ -1028,6 +1040,7 @@ fn load(
         spread_sources: true,
         pregenerate,
         collateral_metrics: started.running.collateral_metrics,
+        api_server: started.running.api_server.clone(),
     }
 }
 
@@ -1310,6 +1323,7 @@ pub fn summary(results: &BenchResults) -> String {
         );
     }
     out.push_str(&mutual_summary(results));
+    out.push_str(&control_plane_summary(results));
     // Where the collateral was fetched and the cloud asked: at start and in the warm-up.
     for s in &results.setups {
         let Some(total) = s.collateral_since_start else {
@@ -1360,6 +1374,51 @@ pub fn summary(results: &BenchResults) -> String {
             let _ = writeln!(
                 out,
                 "{label}: attest-proxy fetches no collateral and asks no cloud API for this variant"
+            );
+        }
+    }
+    out
+}
+
+/// What each C step cost the Kubernetes control plane: the API requests per join (by verb and
+/// resource, from the API server's own counters) and kube-apiserver's and etcd's CPU per join,
+/// beside the service's.
+fn control_plane_summary(results: &BenchResults) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let process_ms = |r: &Report, name: &str| {
+        r.processes
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.cpu_ms_per_join)
+    };
+    for s in results.setups.iter().filter(|s| s.setup == Setup::C) {
+        let label = series_label(s.setup, s.variant);
+        for r in &s.steps {
+            let Some(api) = &r.api else {
+                continue;
+            };
+            if out.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "{:<18} | {:>5} | {:>22} | {:>9} | {:>7} | {:>7} | requests per join by verb and resource",
+                    "control plane", "conc", "cpu ms/join apiserver", "etcd", "service", "req/join"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{:<18} | {:>5} | {:>22} | {:>9} | {:>7} | {:>8} | {}",
+                label,
+                r.concurrency.unwrap_or(0),
+                cell(process_ms(r, "kube-apiserver"), 3),
+                cell(process_ms(r, "etcd"), 3),
+                cell(r.server_cpu_ms_per_join, 3),
+                cell(api.per_join, 2),
+                api.requests
+                    .iter()
+                    .map(|q| format!("{} {} {}", q.verb, q.resource, cell(q.per_join, 2)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
     }

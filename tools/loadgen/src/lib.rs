@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod apiserver;
 pub mod bench;
 pub mod collateral;
 pub mod crowd;

@@ -472,6 +472,7 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
             0
         }),
         collateral_metrics: args.proxy_admin,
+        api_server: None,
     };
     let target = Arc::new(target);
     if let Some(size) = args.hold_silent {

@@ -184,6 +184,9 @@ pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The Kubernetes control plane's processes (by `comm`): reported apart from the service's.
+pub const CONTROL_PLANE: [&str; 2] = ["kube-apiserver", "etcd"];
+
 /// A process whose cost is measured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Watched {

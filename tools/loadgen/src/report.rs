@@ -237,8 +237,12 @@ pub struct Report {
     pub retried_errors: Vec<ErrorCount>,
     /// Every watched process: the service's and the load generator's own.
     pub processes: Vec<ProcessCost>,
-    /// Summed over the server-side processes, per successful join.
+    /// Summed over the server-side processes but the control plane's, per successful join.
     pub server_cpu_ms_per_join: Option<f64>,
+    /// Summed over kube-apiserver and etcd, per successful join; `None` where none is watched.
+    pub control_plane_cpu_ms_per_join: Option<f64>,
+    /// The requests the run made of the API server, when asked for.
+    pub api: Option<crate::apiserver::ApiUse>,
     /// The SEV-SNP or TDX collateral the run looked up and fetched, and the cloud API lookups
     /// (GCE, EC2) it cost (attest-proxy's metrics), when asked for.
     pub collateral: Option<CollateralUse>,
@@ -265,12 +269,19 @@ impl Report {
                 .collect(),
         );
         let processes = readings.costs(succeeded);
+        let control_plane = |p: &&ProcessCost| procstat::CONTROL_PLANE.contains(&p.name.as_str());
         let server_cpu: f64 = processes
             .iter()
-            .filter(|p| p.server_side)
+            .filter(|p| p.server_side && !control_plane(p))
+            .map(|p| p.cpu_seconds)
+            .sum();
+        let control_plane_cpu: f64 = processes
+            .iter()
+            .filter(control_plane)
             .map(|p| p.cpu_seconds)
             .sum();
         let any_server = processes.iter().any(|p| p.server_side);
+        let any_control_plane = processes.iter().any(|p| control_plane(&p));
         let seconds = elapsed.as_secs_f64();
         Self {
             label: label.to_owned(),
@@ -295,6 +306,12 @@ impl Report {
             } else {
                 None
             },
+            control_plane_cpu_ms_per_join: if any_control_plane {
+                per_join(control_plane_cpu, succeeded)
+            } else {
+                None
+            },
+            api: None,
             collateral: None,
         }
     }
@@ -352,6 +369,9 @@ impl fmt::Display for Report {
                 )?;
             }
         }
+        if let Some(api) = &self.api {
+            writeln!(f, "  api server {api}")?;
+        }
         for (title, errors) in [("errors", &self.errors), ("retried", &self.retried_errors)] {
             for (i, e) in errors.iter().enumerate() {
                 let head = if i == 0 { title } else { "" };
@@ -386,6 +406,13 @@ impl fmt::Display for Report {
                 "  service CPU per join: {} ms",
                 opt_ms(self.server_cpu_ms_per_join)
             )?;
+            if self.control_plane_cpu_ms_per_join.is_some() {
+                writeln!(
+                    f,
+                    "  control plane (kube-apiserver, etcd) CPU per join: {} ms",
+                    opt_ms(self.control_plane_cpu_ms_per_join)
+                )?;
+            }
         }
         Ok(())
     }

@@ -25,6 +25,8 @@ pub enum RunError {
     Task(#[from] tokio::task::JoinError),
     #[error("cannot read attest-proxy's collateral metrics")]
     Metrics(#[from] crate::collateral::MetricsError),
+    #[error("cannot read the API server's request counters")]
+    ApiServer(#[from] crate::apiserver::ApiServerError),
 }
 
 /// When a closed-loop run ends.
@@ -105,6 +107,9 @@ pub struct LoadConfig {
     /// attest-proxy's admin endpoint, to report how much SEV-SNP or TDX collateral the run fetched
     /// ([`crate::collateral`]); `None` for variants without collateral.
     pub collateral_metrics: Option<std::net::SocketAddr>,
+    /// The Kubernetes API server behind the service, to report the requests the run made of it
+    /// ([`crate::apiserver`]); `None` where there is none (A, B) or it is not reachable.
+    pub api_server: Option<crate::apiserver::ApiServer>,
 }
 
 /// Node names (`<prefix>-<index>`) and addresses of one run, and the nodes made ahead of it.
@@ -195,6 +200,10 @@ pub async fn run(
         Some(admin) => Some(crate::collateral::read(admin).await?),
         None => None,
     };
+    let api_before = match &config.api_server {
+        Some(api) => Some(api.read().await?),
+        None => None,
+    };
     let before = procstat::sample(watched)?;
     let start = Instant::now();
     let outcomes = match config.mode {
@@ -240,6 +249,14 @@ pub async fn run(
     if let (Some(admin), Some(before)) = (config.collateral_metrics, collateral_before) {
         let after = crate::collateral::read(admin).await?;
         report.collateral = Some(CollateralUse::between(before, after, report.succeeded));
+    }
+    if let (Some(api), Some(before)) = (&config.api_server, api_before) {
+        let after = api.read().await?;
+        report.api = Some(crate::apiserver::ApiUse::between(
+            &before,
+            &after,
+            report.succeeded,
+        ));
     }
     Ok(report)
 }

@@ -122,6 +122,7 @@ pub async fn run(config: &StormConfig) -> anyhow::Result<Vec<StormResult>> {
             spread_sources: true,
             pregenerate,
             collateral_metrics: running.collateral_metrics,
+            api_server: running.api_server.clone(),
         };
         let logs = || format!("the end of its logs:\n{}", running.log_tails());
         if !config.warmup.is_zero() {

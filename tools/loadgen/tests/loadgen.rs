@@ -45,6 +45,7 @@ fn config(label: &str, concurrency: usize, count: u64) -> LoadConfig {
         // Half made ahead, half on the way: both paths are exercised.
         pregenerate: count / 2,
         collateral_metrics: None,
+        api_server: None,
     }
 }
 

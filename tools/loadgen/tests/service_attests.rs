@@ -55,6 +55,7 @@ fn config(label: &str, count: u64, retry: Option<Backoff>) -> LoadConfig {
         spread_sources: true,
         pregenerate: count,
         collateral_metrics: None,
+        api_server: None,
     }
 }
 

@@ -96,6 +96,7 @@ impl Storm {
             spread_sources: true,
             pregenerate: count,
             collateral_metrics: Some(self.system.admin.proxy),
+            api_server: None,
         };
         loadgen::run::run(self.target.clone(), &config, &[])
             .await
