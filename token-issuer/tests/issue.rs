@@ -1203,11 +1203,7 @@ type NodeOf = (&'static str, fn(&str) -> Value);
 /// A cluster this test has alone, expecting `expected` control-plane nodes (no
 /// `join-control-plane` if `None`), holding `nodes` (made by `make` from this test's names) and,
 /// if `upgrading`, a NodeVersion marking an upgrade in progress.
-async fn start_cluster(
-    expected: Option<&str>,
-    nodes: &[NodeOf],
-    upgrading: bool,
-) -> Harness {
+async fn start_cluster(expected: Option<&str>, nodes: &[NodeOf], upgrading: bool) -> Harness {
     let kube = alone().await;
     let plane = kube.plane();
     if upgrading {

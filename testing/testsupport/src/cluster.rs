@@ -17,6 +17,7 @@ use kube::core::GroupVersionKind;
 
 use crate::control_plane::{ControlPlane, Options, Pki, client_from_kubeconfig, request_token};
 use crate::kube_faults::{Fault, FaultProxy, RequestRecord};
+use crate::shared::Tenant;
 
 /// The cluster's Kubernetes version, as its `NodeVersion` names it.
 pub const KUBERNETES_VERSION: &str = "v1.31.1";
@@ -32,13 +33,21 @@ const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 /// The bootstrap token Secret type.
 const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
 
-/// A running control plane, prepared, with the fault proxy in front.
+/// A prepared control plane, its own or the test binary's shared one held alone
+/// ([`crate::shared::alone`]), with a fault proxy of its own in front.
 #[derive(Debug)]
 pub struct Kube {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
     /// Proxy first: it stops before the API server it forwards to.
-    pub proxy: FaultProxy,
-    /// The real etcd and kube-apiserver.
-    pub plane: ControlPlane,
+    Own {
+        proxy: FaultProxy,
+        plane: Box<ControlPlane>,
+    },
+    Shared(Tenant),
 }
 
 /// Applies the Constellation cluster's objects and deploy/base (with `rbac` in place of its RBAC
@@ -81,13 +90,52 @@ impl Kube {
             .context("starting the control plane")?;
         prepare(&plane, rbac).await?;
         let proxy = FaultProxy::start(plane.addr(), &pki.ca_cert, &pki.ca_key).await?;
-        Ok(Self { proxy, plane })
+        Ok(Self {
+            inner: Inner::Own {
+                proxy,
+                plane: Box::new(plane),
+            },
+        })
+    }
+
+    /// The test binary's shared control plane, alone and in its first state, for as long as
+    /// this lives: no other test changes it meanwhile. Start the system on the cluster's PKI
+    /// ([`Kube::pki`]).
+    pub async fn shared() -> Self {
+        Self {
+            inner: Inner::Shared(crate::shared::alone().await),
+        }
+    }
+
+    /// The PKI of the shared control plane ([`Kube::shared`]); `None` for a plane of its own,
+    /// started from the caller's.
+    pub fn pki(&self) -> Option<&Pki> {
+        match &self.inner {
+            Inner::Own { .. } => None,
+            Inner::Shared(tenant) => Some(tenant.pki()),
+        }
+    }
+
+    /// The real etcd and kube-apiserver.
+    pub fn plane(&self) -> &ControlPlane {
+        match &self.inner {
+            Inner::Own { plane, .. } => plane,
+            Inner::Shared(tenant) => tenant.plane(),
+        }
+    }
+
+    /// The fault proxy token-issuer reaches the API server through.
+    pub fn proxy(&self) -> &FaultProxy {
+        match &self.inner {
+            Inner::Own { proxy, .. } => proxy,
+            Inner::Shared(tenant) => &tenant.proxy,
+        }
     }
 
     /// A new token the API server issues for token-issuer's ServiceAccount, as each pod gets
     /// its own.
     pub async fn token_issuer_token(&self) -> anyhow::Result<String> {
-        self.plane
+        self.plane()
             .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
             .await
     }
@@ -95,7 +143,7 @@ impl Kube {
     /// Replaces the token in `path` with a new one every half [`TOKEN_LIFETIME`], keeping the
     /// file's owner and mode (token-issuer re-reads it, as it re-reads a projected token).
     pub fn keep_token_fresh(&self, path: &Path) -> TokenRefresher {
-        let admin = self.plane.admin();
+        let admin = self.plane().admin();
         let path = path.to_path_buf();
         TokenRefresher(tokio::spawn(async move {
             loop {
@@ -110,16 +158,22 @@ impl Kube {
         }))
     }
 
+    /// A kubeconfig for the API server itself, with the token in `token_file`.
+    pub fn kubeconfig_direct(&self, token_file: &Path) -> String {
+        self.plane().token_file_kubeconfig(token_file)
+    }
+
     /// A kubeconfig for the API server through the fault proxy, with the token in `token_file`.
     pub fn kubeconfig_via_proxy(&self, token_file: &Path) -> String {
-        self.plane
-            .token_file_kubeconfig(token_file)
-            .replace(&self.plane.url(), &format!("https://{}", self.proxy.addr()))
+        self.plane().token_file_kubeconfig(token_file).replace(
+            &self.plane().url(),
+            &format!("https://{}", self.proxy().addr()),
+        )
     }
 
     /// The bootstrap token Secrets in kube-system.
     pub async fn bootstrap_tokens(&self) -> Vec<Secret> {
-        let secrets: Api<Secret> = Api::namespaced(self.plane.admin(), "kube-system");
+        let secrets: Api<Secret> = Api::namespaced(self.plane().admin(), "kube-system");
         let params = ListParams::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}"));
         match secrets.list(&params).await {
             Ok(list) => list.items,
@@ -130,7 +184,7 @@ impl Kube {
     /// The `JoiningNode`s.
     pub async fn joining_nodes(&self) -> Vec<DynamicObject> {
         let gvk = GroupVersionKind::gvk("update.edgeless.systems", "v1alpha1", "JoiningNode");
-        let api = match self.plane.dynamic_api(&gvk, None).await {
+        let api = match self.plane().dynamic_api(&gvk, None).await {
             Ok(api) => api,
             Err(error) => panic!("{error:#}"),
         };
@@ -142,7 +196,7 @@ impl Kube {
 
     /// The Events in kube-system.
     pub async fn events(&self) -> Vec<Event> {
-        let events: Api<Event> = Api::namespaced(self.plane.admin(), "kube-system");
+        let events: Api<Event> = Api::namespaced(self.plane().admin(), "kube-system");
         match events.list(&ListParams::default()).await {
             Ok(list) => list.items,
             Err(error) => panic!("listing Events: {error}"),
@@ -166,7 +220,7 @@ impl Kube {
 
     /// Who the API server says `token` is (SelfSubjectReview), or its refusal.
     pub async fn authenticate(&self, token: &str) -> Result<UserInfo, kube::Error> {
-        let client = client_from_kubeconfig(&self.plane.token_kubeconfig(token))
+        let client = client_from_kubeconfig(&self.plane().token_kubeconfig(token))
             .await
             .map_err(|error| kube::Error::Service(error.into()))?;
         let reviews: Api<SelfSubjectReview> = Api::all(client);
@@ -181,17 +235,17 @@ impl Kube {
 
     /// Every request token-issuer made, in order.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.proxy.requests()
+        self.proxy().requests()
     }
 
     /// Queues a fault for token-issuer's next matching request.
     pub fn inject(&self, fault: Fault) {
-        self.proxy.inject(fault);
+        self.proxy().inject(fault);
     }
 
     /// Delays each of token-issuer's requests by `delay`.
     pub fn set_delay(&self, delay: Duration) {
-        self.proxy.set_delay(delay);
+        self.proxy().set_delay(delay);
     }
 }
 

@@ -134,6 +134,7 @@ pub struct ControlPlane {
     ca_pem: String,
     admin: kube::Client,
     admin_kubeconfig: String,
+    admin_kubeconfig_path: PathBuf,
     dir: PathBuf,
 }
 
@@ -431,6 +432,9 @@ impl ControlPlane {
             admin_key.display()
         );
         let admin_kubeconfig = kubeconfig(&server, &ca_pem, "kubernetes-admin", &user);
+        // Private, as the admin certificate it names (kubeadm's admin.conf).
+        let admin_kubeconfig_path = certs.join("admin.conf");
+        std::fs::write(&admin_kubeconfig_path, &admin_kubeconfig)?;
         let admin = client_from_kubeconfig(&admin_kubeconfig).await?;
         Self::wait_ready(&mut apiserver, &admin).await?;
 
@@ -479,6 +483,7 @@ impl ControlPlane {
             ca_pem,
             admin,
             admin_kubeconfig,
+            admin_kubeconfig_path,
             dir: dir.to_path_buf(),
         })
     }
@@ -527,6 +532,11 @@ impl ControlPlane {
     /// The admin kubeconfig text.
     pub fn admin_kubeconfig(&self) -> &str {
         &self.admin_kubeconfig
+    }
+
+    /// The file holding [`ControlPlane::admin_kubeconfig`], readable by this process's uid only.
+    pub fn admin_kubeconfig_path(&self) -> &Path {
+        &self.admin_kubeconfig_path
     }
 
     /// A kubeconfig authenticating with the bearer token in `token_file`, re-read as it changes

@@ -108,8 +108,13 @@ pub struct Options {
     /// a load balancer.
     pub proxy_args: Vec<String>,
     /// The RBAC manifest applied to the API server for token-issuer's ServiceAccount;
-    /// `deploy/base/rbac.yaml`, what operators deploy, if unset.
+    /// `deploy/base/rbac.yaml`, what operators deploy, if unset. Given, the system starts a
+    /// control plane of its own.
     pub rbac: Option<PathBuf>,
+    /// The local run: a control plane of its own instead of the test binary's shared one
+    /// ([`Kube::shared`]), ending with the system, and token-issuer reaching it directly, with
+    /// no fault proxy between.
+    pub own_control_plane: bool,
     /// Run every process as the caller's uid even as root: for tests whose own process talks
     /// to the services' sockets (an in-process attest-proxy), which the pod's uids would refuse.
     pub same_uid: bool,
@@ -131,8 +136,9 @@ pub struct Options {
     pub keep_evidence: bool,
     /// Serve the cluster another system started ([`System::shared_cluster`]), as the
     /// DaemonSet's instance on another control-plane node: the same API server, the same
-    /// cluster CAs, measurement salt and key service secrets. [`Options::rbac`] is then the
-    /// first system's.
+    /// cluster CAs, measurement salt and key service secrets ([`Options::rbac`] is then the
+    /// first system's); or the test binary's shared control plane taken before the system
+    /// starts ([`SharedCluster::alone`]).
     pub cluster: Option<SharedCluster>,
 }
 
@@ -153,6 +159,26 @@ struct ClusterSecrets {
     measurement_salt: [u8; 32],
     master_secret_hex: String,
     master_salt_hex: String,
+}
+
+impl SharedCluster {
+    /// The test binary's shared control plane ([`Kube::shared`]), held alone from now on, with
+    /// fresh secrets: for a test that must not wait for its turn after it has prepared what
+    /// its system uses (a TPM opened, a certifier started); it starts the system with
+    /// [`Options::cluster`].
+    pub async fn alone() -> anyhow::Result<Self> {
+        let kube = Kube::shared().await;
+        let pki_dir = kube
+            .pki()
+            .and_then(|pki| pki.ca_cert.parent())
+            .context("the shared control plane's PKI")?
+            .to_path_buf();
+        Ok(Self {
+            kube: Arc::new(kube),
+            pki_dir,
+            secrets: ClusterSecrets::generate(),
+        })
+    }
 }
 
 impl ClusterSecrets {
@@ -580,6 +606,13 @@ impl System {
     }
 
     async fn start_once(options: &Options) -> anyhow::Result<System> {
+        // The control plane first: a test waits for its turn at the shared one before it holds
+        // anything that should not wait (a TPM, ports).
+        let cluster = match &options.cluster {
+            Some(shared) => Some(shared.clone()),
+            None if options.rbac.is_some() || options.own_control_plane => None,
+            None => Some(SharedCluster::alone().await?),
+        };
         let dir = tempfile::Builder::new().prefix("joinservice-").tempdir()?;
         let paths = Paths::new(dir.path());
         std::fs::create_dir_all(&paths.logs)?;
@@ -616,13 +649,25 @@ impl System {
             None
         };
 
-        // Cluster secrets and configuration, as the deployment would mount them.
-        let (pki, secrets) = match &options.cluster {
+        // The real Kubernetes control plane, with what a Constellation cluster holds before the
+        // join service arrives (the cluster's version as its node operator records it; a fresh
+        // cluster that expects EXPECTED_CONTROL_PLANE_NODES control-plane nodes and has none
+        // yet, so token-issuer releases the control-plane files to control-plane joiners), then
+        // the deployment's ServiceAccount, RBAC and admission policy as they are: a call the
+        // manifests do not permit fails with the API server's own 403. token-issuer reaches it
+        // through the fault proxy, with a token the API server issued for its ServiceAccount.
+        // Tests share one per test binary, each holding it alone while it runs; other RBAC, or
+        // the local run, get one of their own. The cluster's CAs come with it.
+        let (kube, secrets) = match cluster {
             Some(shared) => {
                 copy_tree(&shared.pki_dir, &paths.pki_dir)?;
-                (Pki::kubeadm(&paths.pki_dir), shared.secrets.clone())
+                (shared.kube, shared.secrets)
             }
-            None => (Pki::generate(&paths.pki_dir)?, ClusterSecrets::generate()),
+            None => {
+                let pki = Pki::generate(&paths.pki_dir)?;
+                let kube = Kube::start(&pki, &paths.root, options.rbac.as_deref()).await?;
+                (Arc::new(kube), ClusterSecrets::generate())
+            }
         };
         write(&paths.kubeadm_config, cluster_configuration().as_bytes())?;
         write(&paths.measurement_salt, &secrets.measurement_salt)?;
@@ -642,26 +687,18 @@ impl System {
             )?,
         }
 
-        // The real Kubernetes control plane, with what a Constellation cluster holds before the
-        // join service arrives (the cluster's version as its node operator records it; a fresh
-        // cluster that expects EXPECTED_CONTROL_PLANE_NODES control-plane nodes and has none
-        // yet, so token-issuer releases the control-plane files to control-plane joiners), then
-        // the deployment's ServiceAccount, RBAC and admission policy as they are: a call the
-        // manifests do not permit fails with the API server's own 403. token-issuer reaches it
-        // through the fault proxy, with a token the API server issued for its ServiceAccount.
-        let kube = match &options.cluster {
-            Some(shared) => shared.kube.clone(),
-            None => Arc::new(Kube::start(&pki, &paths.root, options.rbac.as_deref()).await?),
-        };
         write(
             &paths.service_account_token,
             kube.token_issuer_token().await?.as_bytes(),
         )?;
-        write(
-            &paths.kubeconfig,
+        // The local run has no faults to inject: token-issuer talks to the API server itself, so
+        // that what a join costs is measured without the proxy's hop.
+        let kubeconfig = if options.own_control_plane {
+            kube.kubeconfig_direct(&paths.service_account_token)
+        } else {
             kube.kubeconfig_via_proxy(&paths.service_account_token)
-                .as_bytes(),
-        )?;
+        };
+        write(&paths.kubeconfig, kubeconfig.as_bytes())?;
         if uids.distinct() {
             hand_out_files(&paths, &uids)?;
         }

@@ -51,6 +51,8 @@ pub struct SharedPlane {
     /// Read by tests that keep to their own names, written by a test that runs alone. True while
     /// the cluster may differ from its first state.
     changed: RwLock<bool>,
+    /// The thread of the test holding the cluster alone, if one does.
+    holder: std::sync::Mutex<Option<std::thread::ThreadId>>,
     tenants: AtomicU32,
 }
 
@@ -64,16 +66,20 @@ impl std::fmt::Debug for SharedPlane {
     }
 }
 
+/// How long a test waits for the others before it says why it may be waiting forever.
+const WAIT_FOR_TURN: Duration = Duration::from_secs(900);
+
 /// A place in the shared cluster beside other tests.
 pub async fn tenant() -> Tenant {
     let shared = plane().await;
+    shared.refuse_reentry();
     let turn = loop {
-        let read = shared.changed.read().await;
+        let read = wait_for_turn(shared.changed.read()).await;
         if !*read {
             break Turn::Beside(read);
         }
         drop(read);
-        let mut write = shared.changed.write().await;
+        let mut write = wait_for_turn(shared.changed.write()).await;
         if *write {
             shared.reset().await;
             *write = false;
@@ -85,10 +91,23 @@ pub async fn tenant() -> Tenant {
 /// The shared cluster alone, in its first state: for a test that changes what every test sees.
 pub async fn alone() -> Tenant {
     let shared = plane().await;
-    let mut write = shared.changed.write().await;
+    shared.refuse_reentry();
+    let mut write = wait_for_turn(shared.changed.write()).await;
+    *shared.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current().id());
     shared.reset().await;
     *write = true;
     shared.tenant(Turn::Alone(write)).await
+}
+
+async fn wait_for_turn<T>(turn: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT_FOR_TURN, turn).await {
+        Ok(turn) => turn,
+        Err(_) => panic!(
+            "waited {WAIT_FOR_TURN:?} for the shared control plane: does a test hold it while it \
+             waits for it again (a second system started while the first runs, not through \
+             Options::cluster)?"
+        ),
+    }
 }
 
 async fn plane() -> &'static SharedPlane {
@@ -138,8 +157,19 @@ impl SharedPlane {
             plane,
             pki,
             changed: RwLock::new(false),
+            holder: std::sync::Mutex::new(None),
             tenants: AtomicU32::new(0),
         })
+    }
+
+    /// Panics if the calling test holds the cluster alone already: it would wait for itself.
+    fn refuse_reentry(&self) {
+        let holder = *self.holder.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            holder != Some(std::thread::current().id()),
+            "this test holds the shared control plane alone already: start a second system on \
+             the same cluster with Options::cluster"
+        );
     }
 
     async fn tenant(&'static self, turn: Turn) -> Tenant {
@@ -166,7 +196,8 @@ impl SharedPlane {
         }
     }
 
-    /// Puts back what tests running alone may change: no Nodes, no JoiningNodes, the
+    /// Puts back what tests running alone may change: no bootstrap tokens, Events, Nodes or
+    /// JoiningNodes, the
     /// `NodeVersion` (without status), its components and `join-control-plane` as first applied.
     async fn reset(&self) {
         if let Err(error) = self.try_reset().await {
@@ -177,6 +208,17 @@ impl SharedPlane {
     async fn try_reset(&self) -> anyhow::Result<()> {
         let admin = client_from_kubeconfig(self.plane.admin_kubeconfig()).await?;
         let everything = ListParams::default();
+        Api::<Secret>::namespaced(admin.clone(), "kube-system")
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().fields("type=bootstrap.kubernetes.io/token"),
+            )
+            .await
+            .context("deleting the bootstrap tokens")?;
+        Api::<Event>::namespaced(admin.clone(), "kube-system")
+            .delete_collection(&DeleteParams::default(), &everything)
+            .await
+            .context("deleting the Events")?;
         Api::<Node>::all(admin.clone())
             .delete_collection(&DeleteParams::default(), &everything)
             .await
@@ -258,6 +300,14 @@ impl std::fmt::Debug for Tenant {
     }
 }
 
+impl Drop for Tenant {
+    fn drop(&mut self) {
+        if self.alone {
+            *self.shared.holder.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+}
+
 impl Tenant {
     /// `base` under this test's prefix: what the test names its nodes (and so their tokens,
     /// JoiningNodes and Events).
@@ -290,7 +340,7 @@ impl Tenant {
         self.shared.reset().await;
     }
 
-    /// The cluster CA's certificate and key.
+    /// The cluster's PKI (`/etc/kubernetes/pki` of its control-plane nodes).
     pub fn pki(&self) -> &Pki {
         &self.shared.pki
     }

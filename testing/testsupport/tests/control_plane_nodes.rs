@@ -84,7 +84,7 @@ async fn two_control_plane_nodes_through_two_instances_take_turns() {
 
     // Constellation's node operator, once the node has registered: the Node exists with its
     // role, and the JoiningNode is removed. Then the other node joins.
-    let admin = a.kube.plane.admin();
+    let admin = a.kube.plane().admin();
     let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
         "metadata": {"name": joined, "labels": {"node-role.kubernetes.io/control-plane": ""}},
     }))
@@ -95,7 +95,7 @@ async fn two_control_plane_nodes_through_two_instances_take_turns() {
         .unwrap();
     let joining = a
         .kube
-        .plane
+        .plane()
         .dynamic_api(
             &kube::core::GroupVersionKind::gvk(
                 "update.edgeless.systems",

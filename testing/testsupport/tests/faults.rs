@@ -151,7 +151,7 @@ async fn api_server_slower_than_join_cores_deadline_leaves_nothing_behind() {
 async fn api_server_down_is_unavailable_and_joins_resume_when_it_is_back() {
     let system = System::start(Options::default()).await.unwrap();
     let client = system.client(system.issuer().unwrap()).unwrap();
-    system.kube.proxy.set_down(true);
+    system.kube.proxy().set_down(true);
     let status = refusal(client.join(join_request("worker-1", DISK).unwrap()).await);
     assert_eq!(
         status.code(),
@@ -164,7 +164,7 @@ async fn api_server_down_is_unavailable_and_joins_resume_when_it_is_back() {
         "{}",
         status.message()
     );
-    system.kube.proxy.set_down(false);
+    system.kube.proxy().set_down(false);
     assert!(system.join_objects().await.is_empty());
     client
         .join(join_request("worker-1", DISK).unwrap())

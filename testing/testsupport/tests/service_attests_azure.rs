@@ -25,7 +25,7 @@ use attestation::snp::Product;
 use clap::Parser as _;
 use common::InProcessCertifier;
 use soft_issuer::snp::{ReportFields, SimulatedAmd};
-use testsupport::harness::{BOOT_MEASUREMENTS, System, own_uid};
+use testsupport::harness::{BOOT_MEASUREMENTS, SharedCluster, System, own_uid};
 use testsupport::snp::{SnpSite, TCB, attestation_config, vcek_path};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::azure::sev_snp::AzureSnpIssuer;
@@ -58,6 +58,8 @@ fn boot_azure(site: &SnpSite, tpm: &Swtpm, chip: [u8; 64], measure: bool) {
 }
 
 async fn start(control_plane_measured: bool) -> Attested {
+    // Its turn at the shared control plane first: nothing below may wait holding a TPM.
+    let cluster = SharedCluster::alone().await.unwrap();
     let own = own_uid().unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -90,6 +92,7 @@ async fn start(control_plane_measured: bool) -> Attested {
         InProcessCertifier::start(dir.path(), Variant::AzureSevSnp, &args, issuer).await;
     let system = certifier
         .serve(
+            cluster,
             Variant::AzureSevSnp,
             site.attestation_config_path(),
             site.proxy_args(Duration::from_secs(3)),

@@ -27,7 +27,7 @@ use node_client::ServicePolicy;
 use snp_issuer::configfs::ConfigfsTsm;
 use soft_issuer::snp::{ReportFields, SimulatedAmd};
 use soft_issuer::tsm::FakeConfigfsTsm;
-use testsupport::harness::{BOOT_MEASUREMENTS, System, own_uid};
+use testsupport::harness::{BOOT_MEASUREMENTS, SharedCluster, System, own_uid};
 use testsupport::snp::{SnpSite, TCB, attestation_config};
 use testsupport::swtpm::Swtpm;
 use tpm_issuer::aws_sev_snp::AwsSnpIssuer;
@@ -54,6 +54,8 @@ fn control_plane_tpm() -> Swtpm {
 }
 
 async fn start() -> Attested {
+    // Its turn at the shared control plane first: nothing below may wait holding a TPM.
+    let cluster = SharedCluster::alone().await.unwrap();
     let own = own_uid().unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -83,6 +85,7 @@ async fn start() -> Attested {
 
     let system = certifier
         .serve(
+            cluster,
             Variant::AwsSevSnp,
             site.attestation_config_path(),
             site.proxy_args(Duration::from_secs(3)),

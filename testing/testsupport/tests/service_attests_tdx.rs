@@ -26,7 +26,7 @@ use pcs_standin::SimulatedIntel;
 use soft_issuer::tdx::TdFields;
 use soft_issuer::tsm::FakeConfigfsTsm;
 use tdx_issuer::{ConfigfsTdx, QemuTdxIssuer};
-use testsupport::harness::{System, own_uid};
+use testsupport::harness::{SharedCluster, System, own_uid};
 use testsupport::tdx::{TdxMachines, TdxSite, attestation_config};
 
 const DISK: &str = "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f";
@@ -43,6 +43,8 @@ struct Attested {
 }
 
 async fn start() -> Attested {
+    // Its turn at the shared control plane first: nothing below may wait holding a TPM.
+    let cluster = SharedCluster::alone().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let intel = Arc::new(SimulatedIntel::new().unwrap());
@@ -67,6 +69,7 @@ async fn start() -> Attested {
 
     let system = certifier
         .serve(
+            cluster,
             Variant::QemuTdx,
             site.attestation_config_path(),
             site.proxy_args(Duration::from_secs(3)),

@@ -515,7 +515,7 @@ async fn the_ticket_works_the_way_kubernetes_uses_it() {
         .join(req)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", system.logs()));
-    let plane = &system.kube.plane;
+    let plane = &system.kube.plane();
 
     // The TLS bootstrap: the bootstrap token may ask for a kubelet client certificate.
     let bootstrap = client_from_kubeconfig(&plane.token_kubeconfig(&ticket.token))

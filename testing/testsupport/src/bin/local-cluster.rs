@@ -488,6 +488,7 @@ async fn main() -> anyhow::Result<()> {
         gce: simulated.as_ref().and_then(Simulated::gce),
         ec2: nitro.as_ref().map(|site| site.endpoints(Vec::new())),
         certifier: args.attested_service,
+        own_control_plane: true,
         ..Options::default()
     };
     let system = System::start(options).await?;
@@ -495,6 +496,11 @@ async fn main() -> anyhow::Result<()> {
         "join service up: attest-proxy on {} (files and logs in {})",
         system.proxy_addr,
         system.paths.root.display()
+    );
+    // Before the admin endpoint's line, which the benchmark waits for.
+    println!(
+        "kube-apiserver admin kubeconfig in {}",
+        system.kube.plane().admin_kubeconfig_path().display()
     );
     println!("attest-proxy admin endpoint on {}", system.admin.proxy);
     let service_policy = if args.attested_service {
@@ -635,7 +641,7 @@ async fn demo(
 
     // What the API server holds after the join, as it returns it (the token's secret half
     // withheld: the ticket above carries it).
-    println!("kube-apiserver {} holds:", system.kube.plane.url());
+    println!("kube-apiserver {} holds:", system.kube.plane().url());
     for mut secret in system.kube.bootstrap_tokens().await {
         secret.metadata.managed_fields = None;
         let data: serde_json::Map<String, serde_json::Value> = secret

@@ -16,7 +16,7 @@ use attestation::audit::Decision;
 use attestation::{Issuer, Variant};
 use clap::Parser as _;
 use node_client::{Client, ClientError, ServicePolicy};
-use testsupport::harness::{Options, System, Uids, join_request, own_uid};
+use testsupport::harness::{Options, SharedCluster, System, Uids, join_request, own_uid};
 
 /// The largest handshake message Go's crypto/tls accepted before it raised the limit for
 /// certificate messages: a Constellation node (Go) reading a larger one fails the handshake.
@@ -92,10 +92,12 @@ impl InProcessCertifier {
         panic!("the certifier did not bind {}", socket.display());
     }
 
-    /// The system of `variant` with the policy at `attestation_config`, its attest-proxy taking
-    /// collateral as `site_args` say and its key certified by this certifier.
+    /// The system of `variant` on `cluster` (taken before the certifier's TPM was opened, so
+    /// that nothing waits holding it) with the policy at `attestation_config`, its attest-proxy
+    /// taking collateral as `site_args` say and its key certified by this certifier.
     pub async fn serve(
         &self,
+        cluster: SharedCluster,
         variant: Variant,
         attestation_config: PathBuf,
         mut site_args: Vec<String>,
@@ -105,6 +107,7 @@ impl InProcessCertifier {
             variant: Some(variant),
             attestation_config: Some(attestation_config),
             proxy_args: site_args,
+            cluster: Some(cluster),
             ..Options::default()
         })
         .await
