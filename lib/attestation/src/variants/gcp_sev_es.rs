@@ -130,6 +130,8 @@ pub fn check_gce_api(
 /// parse, and name an SEV machine on current GCE firmware. The log was replayed against every
 /// verified quote, so only those banks' digests are the quoted ones: the record is read with
 /// each of them, and each must pass (a log may carry digests of banks no quote vouches for).
+/// The replay compares only the PCRs a quote selects, so each quote must select PCR 0: for an
+/// unquoted PCR 0 the log's record is nobody's word.
 fn check_platform(event_log: &[u8], quotes: &[VerifiedQuote]) -> Result<(Technology, u32), Error> {
     if event_log.is_empty() {
         return Err(Error::GcePlatform(
@@ -139,6 +141,12 @@ fn check_platform(event_log: &[u8], quotes: &[VerifiedQuote]) -> Result<(Technol
     let log = crate::eventlog::EventLog::parse(event_log).map_err(Error::EventLog)?;
     let mut verdict = None;
     for quote in quotes {
+        if !quote.pcrs.contains_key(&0) {
+            return Err(Error::GcePlatform(format!(
+                "the {} quote does not cover PCR 0, so nothing vouches for the firmware's record in the event log",
+                quote.bank
+            )));
+        }
         let state = platform::platform_state(&log, quote.bank)
             .map_err(|e| Error::GcePlatform(e.to_string()))?;
         let technology = platform::check_sev(&state).map_err(Error::GcePlatform)?;
@@ -250,11 +258,31 @@ mod tests {
         out
     }
 
+    /// A quote of `bank` that covers PCR 0 (its value does not matter here: the log was
+    /// replayed against it before the record is read).
     fn verified(bank: HashAlg) -> VerifiedQuote {
         VerifiedQuote {
             bank,
-            pcrs: Default::default(),
+            pcrs: [(0, vec![0; bank.digest_len()])].into(),
         }
+    }
+
+    #[test]
+    fn the_record_is_read_only_from_a_quote_that_covers_pcr_0() {
+        // An honest log, but the quote selects PCR 4 only: the replay compared nothing the
+        // firmware record extends, so the log's claim about PCR 0 is nobody's word.
+        let honest = log(1, 1);
+        let without_pcr_0 = VerifiedQuote {
+            bank: HashAlg::Sha256,
+            pcrs: [(4, vec![0; 32])].into(),
+        };
+        let err = check_platform(&honest, std::slice::from_ref(&without_pcr_0)).unwrap_err();
+        assert!(
+            matches!(&err, Error::GcePlatform(m) if m.contains("does not cover PCR 0")),
+            "{err}"
+        );
+        // One quote that does cover it does not make up for one that does not.
+        assert!(check_platform(&honest, &[verified(HashAlg::Sha384), without_pcr_0]).is_err());
     }
 
     #[test]
