@@ -13,11 +13,12 @@
 //!
 //! The roots are [`builtin_roots`] (Azure Virtual TPM Root Certificate Authority 2023, valid to
 //! 2048, and Constellation's: Azure's AME root, which expired on 2026-05-24, so it verifies only
-//! documents dated before) and beside them the config's `azureVtpmRoots`: PEM strings, each one
-//! or more CA certificates trusted as anchors. Azure runs more than one vTPM CA hierarchy; where
-//! a VM's certificate is issued by a CA that the 2023 root certifies through an intermediate
-//! (AK ← CA ← intermediate ← root), the node's document carries only the first CA, so the
-//! operator lists that intermediate.
+//! documents dated before), or, where the config has `azureVtpmRoots`, exactly the anchors it
+//! lists instead (PEM strings, each one or more CA certificates), as `amdRootKey` replaces AMD's
+//! root: so an operator can narrow trust to one hierarchy as well as name another. Azure runs
+//! more than one vTPM CA hierarchy; where a VM's certificate is issued by a CA that the 2023 root
+//! certifies through an intermediate (AK ← CA ← intermediate ← root), the node's document carries
+//! only the first CA, so the operator lists that intermediate.
 
 pub mod ak_cert;
 
@@ -65,33 +66,47 @@ pub enum TrustedLaunchConfigError {
         #[source]
         source: AkCertError,
     },
+    /// An empty list would trust no root and refuse every node.
+    #[error(
+        "azureVtpmRoots is empty: list the roots to trust instead of the built-in ones, or leave it out to trust the built-in ones"
+    )]
+    NoRoots,
 }
 
 /// The azure-trustedlaunch attestation config: the measurements and the trusted roots.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrustedLaunchConfig {
     pub policy: Policy,
-    /// The built-in roots followed by the configured ones.
+    /// The configured roots, or the built-in ones where the config lists none.
     pub roots: Vec<Anchor>,
 }
 
 #[derive(Deserialize)]
 struct RawRoots {
     #[serde(default, rename = "azureVtpmRoots")]
-    roots: Vec<String>,
+    roots: Option<Vec<String>>,
 }
 
 impl TrustedLaunchConfig {
     /// Parses `{"measurements": {...}, "azureVtpmRoots": ["<PEM>", ...]}`; at least one
-    /// measurement must be enforced, and the roots (optional) are added to the built-in ones. A
-    /// config Constellation's CLI rewrote without them (it knows no such field) therefore trusts
-    /// the built-in roots only; where the fleet chains to a listed intermediate, attest-proxy's
+    /// measurement must be enforced, and the roots (optional, not empty) replace the built-in
+    /// ones. A config Constellation's CLI rewrote without them (it knows no such field) therefore
+    /// trusts the built-in roots; where the fleet chains to a listed anchor, attest-proxy's
     /// reload guard holds such a config back, as it would refuse the nodes accepted lately.
     pub fn from_attestation_config(json: &[u8]) -> Result<TrustedLaunchConfig, PolicyError> {
         let policy = Policy::enforcing_from_attestation_config(json)?;
         let raw: RawRoots = serde_json::from_slice(json).map_err(PolicyError::Json)?;
-        let mut roots = builtin_roots();
-        for (index, pem) in raw.roots.iter().enumerate() {
+        let Some(listed) = raw.roots else {
+            return Ok(TrustedLaunchConfig {
+                policy,
+                roots: builtin_roots(),
+            });
+        };
+        if listed.is_empty() {
+            return Err(TrustedLaunchConfigError::NoRoots.into());
+        }
+        let mut roots: Vec<Anchor> = Vec::new();
+        for (index, pem) in listed.iter().enumerate() {
             let anchors = Anchor::from_pem(pem.as_bytes())
                 .map_err(|source| TrustedLaunchConfigError::Root { index, source })?;
             for anchor in anchors {
@@ -245,39 +260,56 @@ mod tests {
         );
     }
 
+    /// Listed roots replace the built-in ones, so an operator can narrow trust to one hierarchy:
+    /// a config naming only the AME root no longer trusts the 2023 root.
     #[test]
-    fn configs_parse_roots_and_refuse_bad_ones_by_entry() {
-        for plain in [
-            format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}}}"#),
-            format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}, "azureVtpmRoots": []}}"#),
-        ] {
-            let config = TrustedLaunchConfig::from_attestation_config(plain.as_bytes()).unwrap();
-            assert_eq!(
-                config.roots,
-                builtin_roots(),
-                "without a list: the built-in roots"
-            );
-        }
-
+    fn listed_roots_replace_the_built_in_ones() {
         let ame = String::from_utf8(AME_ROOT_PEM.to_vec()).unwrap();
-        let same = serde_json::json!({
+        let narrowed = serde_json::json!({
             "measurements": {"4": {"expected": A}},
             "azureVtpmRoots": [ame],
         });
         let config =
-            TrustedLaunchConfig::from_attestation_config(same.to_string().as_bytes()).unwrap();
+            TrustedLaunchConfig::from_attestation_config(narrowed.to_string().as_bytes()).unwrap();
+        assert_eq!(config.roots, Anchor::from_pem(AME_ROOT_PEM).unwrap());
+        let root_2023 = Anchor::from_pem(AZURE_VTPM_ROOT_2023_PEM).unwrap();
+        assert!(
+            !config.roots.contains(&root_2023[0]),
+            "the 2023 root is not trusted unless listed"
+        );
+        assert_ne!(
+            config.digest(),
+            TrustedLaunchConfig::from_attestation_config(
+                format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}}}"#).as_bytes()
+            )
+            .unwrap()
+            .digest(),
+            "the policy digest names the roots in force"
+        );
+    }
+
+    #[test]
+    fn configs_parse_roots_and_refuse_bad_ones_by_entry() {
+        let plain = format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}}}"#);
+        let config = TrustedLaunchConfig::from_attestation_config(plain.as_bytes()).unwrap();
         assert_eq!(
             config.roots,
             builtin_roots(),
-            "a built-in root listed again is one root"
+            "without a list: the built-in roots"
         );
+        let empty =
+            format!(r#"{{"measurements": {{"4": {{"expected": "{A}"}}}}, "azureVtpmRoots": []}}"#);
+        let err = TrustedLaunchConfig::from_attestation_config(empty.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("azureVtpmRoots is empty"), "{err}");
+
+        let ame = String::from_utf8(AME_ROOT_PEM.to_vec()).unwrap();
         let twice = serde_json::json!({
             "measurements": {"4": {"expected": A}},
             "azureVtpmRoots": [ame, ame],
         });
         let again =
             TrustedLaunchConfig::from_attestation_config(twice.to_string().as_bytes()).unwrap();
-        assert_eq!(again.digest(), config.digest());
+        assert_eq!(again.roots.len(), 1, "a root listed twice is one root");
 
         let bad = serde_json::json!({
             "measurements": {"4": {"expected": A}},
