@@ -359,6 +359,25 @@ impl SimulatedAzureVtpmCa {
         window: Window,
         ca_urls: &[&str],
     ) -> Result<Vec<u8>, SimulationError> {
+        self.ak_cert_for(
+            ak_public,
+            vm_id,
+            window,
+            ca_urls,
+            &[TCG_KP_AIK_CERTIFICATE, MS_KP_DOCUMENT_SIGNING],
+        )
+    }
+
+    /// [`SimulatedAzureVtpmCa::ak_cert`] with `usages` as its ExtendedKeyUsage instead of
+    /// Azure's (tcg-kp-AIKCertificate and Microsoft's document signing).
+    pub fn ak_cert_for(
+        &self,
+        ak_public: &[u8],
+        vm_id: &str,
+        window: Window,
+        ca_urls: &[&str],
+        usages: &[ObjectIdentifier],
+    ) -> Result<Vec<u8>, SimulationError> {
         let ak = attestation::tpm::Public::parse(ak_public)
             .map_err(|e| SimulationError::Key(format!("the AK's TPMT_PUBLIC: {e}")))?;
         let spki_der = ak
@@ -367,10 +386,7 @@ impl SimulatedAzureVtpmCa {
         let spki = SubjectPublicKeyInfoOwned::from_der(&spki_der)?;
         let mut extensions = vec![
             pkix(&KeyUsage(KeyUsages::DigitalSignature.into()), true)?,
-            pkix(
-                &ExtendedKeyUsage(vec![TCG_KP_AIK_CERTIFICATE, MS_KP_DOCUMENT_SIGNING]),
-                false,
-            )?,
+            pkix(&ExtendedKeyUsage(usages.to_vec()), false)?,
             authority_key_id(&self.ca.key)?,
         ];
         if !ca_urls.is_empty() {

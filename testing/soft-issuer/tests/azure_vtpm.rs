@@ -176,6 +176,25 @@ fn the_validator_accepts_a_certified_ak_and_refuses_each_broken_certificate_by_n
         "{text}"
     );
 
+    // A certificate for another purpose than attestation keys (document signing only):
+    // Constellation accepts any ExtendedKeyUsage, so the refusal says it is stricter.
+    let signing_only = azure
+        .ak_cert_for(
+            ak.ak_public(),
+            "vm1",
+            Window::current(),
+            &[],
+            &[soft_issuer::azure_vtpm::MS_KP_DOCUMENT_SIGNING],
+        )
+        .unwrap();
+    let (text, check) = refusal(&validator, &document(&ak, signing_only, azure.ca_der()));
+    assert_eq!(check, "ak_cert_usage", "{text}");
+    assert!(
+        text.contains("names neither tcg-kp-AIKCertificate")
+            && text.contains("stricter than Constellation"),
+        "{text}"
+    );
+
     // A certificate for another key than the quoting one.
     let other = SoftIssuer::ecdsa_p256().unwrap();
     let rsa_other = SoftIssuer::rsa_2048_from_pkcs8(&other_rsa_pkcs8()).unwrap();

@@ -413,7 +413,7 @@ fn check_usage(leaf: &X509Certificate<'_>) -> Result<(), AkCertError> {
         }
     }
     Err(AkCertError::Usage(format!(
-        "its ExtendedKeyUsage ({}) names neither tcg-kp-AIKCertificate ({TCG_KP_AIK_CERTIFICATE}) nor anyExtendedKeyUsage ({ANY_EXTENDED_KEY_USAGE})",
+        "its ExtendedKeyUsage ({}) names neither tcg-kp-AIKCertificate ({TCG_KP_AIK_CERTIFICATE}) nor anyExtendedKeyUsage ({ANY_EXTENDED_KEY_USAGE}); a check stricter than Constellation's, which accepts any ExtendedKeyUsage",
         named.join(", ")
     )))
 }
