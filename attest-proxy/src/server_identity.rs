@@ -446,7 +446,7 @@ mod tests {
             snp: 8,
             microcode: 115,
         };
-        let vlek = amd.vlek("cc-eu-west-1.aws.example", tcb).unwrap();
+        let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", tcb).unwrap();
         let machine = SnpDocumentIssuer::aws(
             SoftIssuer::ecdsa_p256().unwrap(),
             &vlek,

@@ -51,7 +51,7 @@ struct SnpMachine {
 fn snp_machine() -> SnpMachine {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
     let vlek = amd
-        .vlek_with_serial("cc-eu-west-1.aws.example", TCB, VLEK_SERIAL)
+        .vlek_with_serial("CN=cc-eu-west-1.amazonaws.com", TCB, VLEK_SERIAL)
         .unwrap();
     let ak = SoftIssuer::ecdsa_p256()
         .unwrap()
@@ -169,7 +169,7 @@ async fn a_node_accepts_an_aws_sev_snp_service_with_the_collateral_its_certifica
         .unwrap();
     assert_eq!(verified.variant, Variant::AwsSevSnp);
     assert!(
-        verified.notes[0].contains("VLEK of cc-eu-west-1.aws.example"),
+        verified.notes[0].contains("VLEK of CN=cc-eu-west-1.amazonaws.com"),
         "{:?}",
         verified.notes
     );

@@ -39,7 +39,7 @@ fn documents_from_the_tpm_and_configfs_tsm_pass_the_aws_validator() {
     let swtpm = Swtpm::start().unwrap();
     swtpm.extend_pcr(9, &[0x99; 32]).unwrap();
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("cc-eu-central-1.aws.example", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-central-1.amazonaws.com", TCB).unwrap();
     let fake = Arc::new(FakeConfigfsTsm::aws(&amd, vlek, ReportFields::default()).unwrap());
     let source = ConfigfsTsm::with_fs(fake.clone(), fake.root());
     let issuer = AwsSnpIssuer::new(tpm(&swtpm), Box::new(source)).unwrap();
@@ -53,7 +53,7 @@ fn documents_from_the_tpm_and_configfs_tsm_pass_the_aws_validator() {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(verified.user_data, b"user data");
         assert!(
-            verified.notes[0].contains("VLEK of cc-eu-central-1.aws.example"),
+            verified.notes[0].contains("VLEK of CN=cc-eu-central-1.amazonaws.com"),
             "{:?}",
             verified.notes
         );
@@ -79,7 +79,7 @@ fn documents_from_the_tpm_and_configfs_tsm_pass_the_aws_validator() {
 fn a_guest_whose_host_gives_no_vlek_cannot_issue_and_says_why() {
     let swtpm = Swtpm::start().unwrap();
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let ask = amd.asvk_der().to_vec();
     let fake = FakeConfigfsTsm::new(Box::new(move |rd, vmpl| {
         let fields = ReportFields {
@@ -108,7 +108,7 @@ fn a_guest_whose_host_gives_no_vlek_cannot_issue_and_says_why() {
 fn a_guest_of_another_tsm_cannot_issue_and_says_why() {
     let swtpm = Swtpm::start().unwrap();
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let fake = FakeConfigfsTsm::aws(&amd, vlek, ReportFields::default())
         .unwrap()
         .with_provider("tdx_guest");

@@ -24,7 +24,7 @@ const TCB: Tcb = Tcb {
 const SPKI: &[u8] = b"a stand-in for the AK's DER SubjectPublicKeyInfo";
 
 fn aws_guest(amd: &SimulatedAmd) -> FakeConfigfsTsm {
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB).unwrap();
     FakeConfigfsTsm::aws(amd, vlek, ReportFields::default()).unwrap()
 }
 
@@ -59,7 +59,7 @@ fn an_aws_guest_gives_an_instance_info_whose_report_verifies_and_binds_the_key()
     let verified = verify_report(&parsed.report, signer, asvk, ark, &trust, now()).unwrap();
     assert_eq!(
         verified.signer.csp_id.as_deref(),
-        Some("cc-eu-west-1.aws.example")
+        Some("CN=cc-eu-west-1.amazonaws.com")
     );
 
     // The JSON is Constellation's: these keys in Go's field order, Azure and GCP null.
@@ -78,7 +78,7 @@ fn an_aws_guest_gives_an_instance_info_whose_report_verifies_and_binds_the_key()
 #[test]
 fn without_the_asvk_in_the_table_only_the_vlek_is_sent() {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let table = CertTable::encode(&[(Guid::VLEK, vlek.cert_der())]);
     let fake = FakeConfigfsTsm::new(Box::new(move |rd, vmpl| {
         let fields = ReportFields {
@@ -141,7 +141,7 @@ fn a_short_outblob_is_refused() {
 #[test]
 fn a_report_over_other_data_or_at_another_vmpl_is_refused() {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let fake = FakeConfigfsTsm::new(Box::new(move |_, _| {
         Ok((
             vlek.report(&ReportFields::default())
@@ -153,7 +153,7 @@ fn a_report_over_other_data_or_at_another_vmpl_is_refused() {
     let err = source(&fake).get_report(&[1; 64]).unwrap_err();
     assert!(matches!(err, SnpSourceError::ReportDataMismatch), "{err}");
 
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let fake = FakeConfigfsTsm::new(Box::new(move |rd, _| {
         let fields = ReportFields {
             report_data: *rd,
@@ -198,7 +198,7 @@ fn a_privlevel_below_the_floor_is_the_kernels_refusal_of_that_write() {
 #[test]
 fn tables_without_a_vlek_or_without_any_table_are_refused_for_aws() {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let (ask, ark) = (amd.ask_der().to_vec(), amd.ark_der().to_vec());
     let fake = FakeConfigfsTsm::new(Box::new(move |rd, vmpl| {
         let fields = ReportFields {
@@ -216,7 +216,7 @@ fn tables_without_a_vlek_or_without_any_table_are_refused_for_aws() {
         "{err}"
     );
 
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let fake = FakeConfigfsTsm::new(Box::new(move |rd, vmpl| {
         let fields = ReportFields {
             report_data: *rd,
@@ -229,7 +229,7 @@ fn tables_without_a_vlek_or_without_any_table_are_refused_for_aws() {
     let err = aws_instance_info(&source(&fake), SPKI).unwrap_err();
     assert!(matches!(err, InstanceInfoError::NoCertificates(_)), "{err}");
 
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let fake = FakeConfigfsTsm::new(Box::new(move |rd, vmpl| {
         let fields = ReportFields {
             report_data: *rd,
@@ -254,7 +254,7 @@ fn tables_without_a_vlek_or_without_any_table_are_refused_for_aws() {
 #[test]
 fn a_vcek_in_the_vlek_slot_is_refused() {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("aws", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
     let vcek = amd.chip([5; 64], TCB, 0).unwrap();
     let table = CertTable::encode(&[(Guid::VLEK, vcek.cert_der())]);
     let fake = FakeConfigfsTsm::new(Box::new(move |rd, vmpl| {

@@ -47,7 +47,7 @@ struct Driver {
 
 impl Driver {
     fn new(amd: &SimulatedAmd, behaviour: Behaviour) -> Driver {
-        let signer = amd.vlek("cc-us-east-1.aws.example", TCB).unwrap();
+        let signer = amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB).unwrap();
         let table =
             CertTable::encode(&[(Guid::VLEK, signer.cert_der()), (Guid::ASK, amd.asvk_der())]);
         Driver {

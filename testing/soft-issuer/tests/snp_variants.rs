@@ -82,7 +82,7 @@ struct Aws {
 
 fn aws(fields: ReportFields) -> Aws {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", MIN).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", MIN).unwrap();
     let node = SnpDocumentIssuer::aws(ak(KeyType::EcdsaP256), &vlek, &amd.vlek_chain_pem(), fields)
         .unwrap();
     Aws { amd, node }
@@ -107,7 +107,7 @@ fn an_aws_node_is_accepted_and_the_audit_names_the_hardware() {
         verified.notes
     );
     assert!(
-        verified.notes[0].contains("VLEK of cc-eu-west-1.aws.example"),
+        verified.notes[0].contains("VLEK of CN=cc-eu-west-1.amazonaws.com"),
         "{:?}",
         verified.notes
     );
@@ -215,6 +215,55 @@ fn an_untrusted_root_a_revoked_intermediate_and_missing_collateral() {
     let v = validator(Binding::Aws, snp_config(&amd), StaticCollateral::new());
     let error = validate(&v, &node).unwrap_err();
     assert!(error.is_unavailable(), "{error}");
+}
+
+/// AMD issues VLEKs to several clouds, each naming its CSP; an aws-sev-snp node's must be AWS's
+/// (`CN=cc-<region>.amazonaws.com`), or one of `vlekCspDomains` where the operator runs in
+/// another AWS partition.
+#[test]
+fn an_aws_report_signed_by_another_clouds_vlek_is_refused() {
+    let amd = SimulatedAmd::new(Product::Milan).unwrap();
+    let node = |csp: &str| {
+        let vlek = amd.vlek(csp, MIN).unwrap();
+        SnpDocumentIssuer::aws(
+            ak(KeyType::EcdsaP256),
+            &vlek,
+            &amd.vlek_chain_pem(),
+            ReportFields::default(),
+        )
+        .unwrap()
+    };
+    let v = validator(Binding::Aws, snp_config(&amd), collateral(&amd));
+    for csp in [
+        "CN=cc-eu-west-1.othercloud.example",
+        "CN=amazonaws.com",
+        "CN=cc-eu-west-1.amazonaws.com.example",
+    ] {
+        let err = validate(&v, &node(csp)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Binding(m) if m.contains(&format!("the VLEK was issued to {csp}, not to AWS"))),
+            "{csp}: {err}"
+        );
+    }
+    // Another AWS partition, named in the config.
+    let china = "CN=cc-cn-north-1.amazonaws.com.cn";
+    assert!(validate(&v, &node(china)).is_err());
+    let json = serde_json::json!({
+        "bootloaderVersion": MIN.bootloader, "teeVersion": MIN.tee,
+        "snpVersion": MIN.snp, "microcodeVersion": MIN.microcode,
+        "amdRootKey": amd.ark_pem(),
+        "vlekCspDomains": ["amazonaws.com", "amazonaws.com.cn"],
+    });
+    let mut config = SnpConfig::from_attestation_config(json.to_string().as_bytes()).unwrap();
+    config.minimum_tcb = MinimumTcbs::all(config.minimum_tcb.milan);
+    let v = validator(Binding::Aws, config, collateral(&amd));
+    validate(&v, &node(china)).unwrap();
+    validate(&v, &node("CN=cc-eu-west-1.amazonaws.com")).unwrap();
+    // An empty list would refuse every VLEK; it is refused instead.
+    let mut empty = json.clone();
+    empty["vlekCspDomains"] = serde_json::json!([]);
+    let err = SnpConfig::from_attestation_config(empty.to_string().as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("vlekCspDomains"), "{err}");
 }
 
 #[test]

@@ -84,7 +84,7 @@ fn files(amd: &SimulatedAmd) -> Files {
             d,
             "vlek.pem",
             "CERTIFICATE",
-            amd.vlek("cc-eu-west-1.aws.example", TCB)
+            amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB)
                 .unwrap()
                 .cert_der(),
         ),
@@ -185,7 +185,7 @@ fn issuers_without_ca_true_key_cert_sign_or_crl_sign_are_refused() {
         let chains = [
             (amd.chip([7; 64], TCB, 0).unwrap(), amd.ask_der()),
             (
-                amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap(),
+                amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB).unwrap(),
                 amd.asvk_der(),
             ),
         ];

@@ -340,7 +340,7 @@ impl SnpMachines {
         };
         let (signers, chain_pem, issue, shared_ak): (_, _, IssueFn, _) = match variant {
             Variant::AwsSevSnp => (
-                vec![Arc::new(amd.vlek("aws.simulated.example", TCB)?)],
+                vec![Arc::new(amd.vlek("CN=cc-us-east-1.amazonaws.com", TCB)?)],
                 amd.vlek_chain_pem(),
                 |m, ak, vlek, _| {
                     Ok(SnpDocumentIssuer::aws(

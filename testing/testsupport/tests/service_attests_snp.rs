@@ -70,7 +70,7 @@ async fn start() -> Attested {
     .unwrap();
 
     let control_plane = control_plane_tpm();
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB).unwrap();
     let guest = Arc::new(FakeConfigfsTsm::aws(&amd, vlek, ReportFields::default()).unwrap());
     let tpm = tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(control_plane.tcti()))
         .unwrap();
@@ -110,7 +110,11 @@ impl Attested {
     /// A node on the system's swtpm and a simulated AWS guest of the same AMD, as
     /// `join-client --variant aws-sev-snp` builds it.
     fn node(&self) -> (Arc<AwsSnpIssuer>, Arc<FakeConfigfsTsm>) {
-        let vlek = self.site.amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+        let vlek = self
+            .site
+            .amd
+            .vlek("CN=cc-eu-west-1.amazonaws.com", TCB)
+            .unwrap();
         let guest =
             Arc::new(FakeConfigfsTsm::aws(&self.site.amd, vlek, ReportFields::default()).unwrap());
         let tpm = tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(

@@ -47,7 +47,7 @@ fn node(amd: &SimulatedAmd, tcb: Tcb) -> Arc<dyn attestation::Issuer> {
         .unwrap()
         .with_pcrs([(4, [0x44; 32]), (9, [0x99; 32])])
         .unwrap();
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", tcb).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", tcb).unwrap();
     Arc::new(
         SnpDocumentIssuer::aws(ak, &vlek, &amd.vlek_chain_pem(), ReportFields::default()).unwrap(),
     )

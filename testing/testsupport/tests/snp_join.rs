@@ -155,7 +155,7 @@ async fn start_with_proxy_args(
 }
 
 fn aws_node(s: &Setup, fields: ReportFields) -> Arc<SnpDocumentIssuer> {
-    let vlek = s.amd.vlek("cc-eu-west-1.aws.example", MIN).unwrap();
+    let vlek = s.amd.vlek("CN=cc-eu-west-1.amazonaws.com", MIN).unwrap();
     Arc::new(
         SnpDocumentIssuer::aws(
             ak(KeyType::EcdsaP256),
@@ -252,7 +252,7 @@ fn signed_under(
     match variant {
         Variant::AwsSevSnp => {
             let vlek = amd
-                .vlek_with_serial("cc-eu-west-1.aws.example", MIN, serial)
+                .vlek_with_serial("CN=cc-eu-west-1.amazonaws.com", MIN, serial)
                 .unwrap();
             Arc::new(
                 SnpDocumentIssuer::aws(
@@ -398,7 +398,7 @@ async fn aws_nodes_join_and_rejoin_and_bad_ones_are_refused_by_name() {
         system
             .proxy
             .log()
-            .contains("VLEK of cc-eu-west-1.aws.example"),
+            .contains("VLEK of CN=cc-eu-west-1.amazonaws.com"),
         "{}",
         system.proxy.log()
     );
@@ -443,7 +443,7 @@ async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins()
     let s = setup().await;
     let system = start_with(&s, Variant::AwsSevSnp, boot_measurements().into()).await;
     let node = |fields: ReportFields| {
-        let vlek = s.amd.vlek("cc-eu-west-1.aws.example", MIN).unwrap();
+        let vlek = s.amd.vlek("CN=cc-eu-west-1.amazonaws.com", MIN).unwrap();
         let guest = Arc::new(FakeConfigfsTsm::aws(&s.amd, vlek, fields).unwrap());
         let tpm =
             tpm_issuer::TpmIssuer::open(&tpm_issuer::TpmIssuerConfig::new(system.swtpm.tcti()))
@@ -465,7 +465,7 @@ async fn an_aws_node_attesting_with_its_tpm_and_configfs_tsm_joins_and_rejoins()
     assert_eq!(guest.entries_present().unwrap(), 0);
     let audit = system.proxy.log();
     assert!(
-        audit.contains("VLEK of cc-eu-west-1.aws.example"),
+        audit.contains("VLEK of CN=cc-eu-west-1.amazonaws.com"),
         "{audit}"
     );
     // swtpm serves one client at a time.

@@ -192,11 +192,11 @@ fn sev_snp_policies_pin_the_tcb_and_firmware_and_admit_their_node_only() {
     let (root, collateral) = amd_files(dir.path(), &amd);
     let at = AT.to_string();
     let offline = ["--at", at.as_str(), "--collateral-dir", collateral.as_str()];
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB).unwrap();
     let vcek = amd.chip([3; 64], TCB, 0).unwrap();
     let newer = Tcb { snp: 9, ..TCB };
     let newer_vcek = amd.chip([3; 64], newer, 0).unwrap();
-    let newer_vlek = amd.vlek("cc-eu-west-1.aws.example", newer).unwrap();
+    let newer_vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", newer).unwrap();
     let node = |variant: Variant, signer: &_, measurement: u8| {
         let ak = soft_ak(KeyType::Rsa2048, 0x44);
         let issuer = match variant {
@@ -735,7 +735,7 @@ fn what_cannot_be_derived_is_refused_by_name() {
         fields(0x4d),
     )
     .unwrap();
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB).unwrap();
     let aws_snp = SnpDocumentIssuer::aws(
         soft_ak(KeyType::Rsa2048, 0x44),
         &vlek,
@@ -894,7 +894,7 @@ fn a_policy_from_several_nodes_admits_each_and_refuses_nodes_of_another_image() 
     );
     // Nor another variant's.
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB).unwrap();
     let aws = save(
         dir.path(),
         "aws.json",

@@ -84,7 +84,7 @@ fn verify(dir: &Path, variant: &str, at: &str, extra: &[&str]) -> Output {
 #[test]
 fn an_aws_document_is_explained_as_the_audit_line_does_and_fails_once_the_crl_is_stale() {
     let amd = SimulatedAmd::new(Product::Milan).unwrap();
-    let vlek = amd.vlek("cc-eu-west-1.aws.example", TCB).unwrap();
+    let vlek = amd.vlek("CN=cc-eu-west-1.amazonaws.com", TCB).unwrap();
     let node = SnpDocumentIssuer::aws(ak(), &vlek, &amd.vlek_chain_pem(), ReportFields::default())
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -107,7 +107,7 @@ fn an_aws_document_is_explained_as_the_audit_line_does_and_fails_once_the_crl_is
     assert_eq!(line["result"], "accepted", "{line}");
     assert_eq!(line["variant"], "aws-sev-snp");
     assert!(
-        stdout.contains("VLEK of cc-eu-west-1.aws.example"),
+        stdout.contains("VLEK of CN=cc-eu-west-1.amazonaws.com"),
         "{stdout}"
     );
 

@@ -21,7 +21,10 @@
 //! - `allowedChipIds`: [128 hex], the CHIP_IDs of the machines allowed (a report with a masked
 //!   CHIP_ID, as AWS's, then never passes);
 //! - `smtAllowed` (default true, as Constellation): whether a guest policy that allows SMT is
-//!   accepted.
+//!   accepted;
+//! - `vlekCspDomains` (aws-sev-snp): the domains the VLEK's CSP may be in
+//!   (`CN=cc-<region>.<domain>`), `["amazonaws.com"]` unless set: AMD issues VLEKs to other
+//!   clouds too.
 
 use serde::Deserialize;
 
@@ -66,6 +69,9 @@ pub enum SnpConfigError {
         field: &'static str,
         reason: &'static str,
     },
+    /// `vlekCspDomains` is empty or names something that is not a domain.
+    #[error("attestation config: vlekCspDomains: {0}")]
+    VlekCspDomains(String),
 }
 
 /// What a report's ID key digest must be (Constellation's `firmwareSignerConfig`).
@@ -146,7 +152,14 @@ pub struct SnpConfig {
     pub trust: Trust,
     /// Whether `amdRootKey` replaced the built-in ARKs.
     pub custom_root: bool,
+    /// `vlekCspDomains` (aws-sev-snp): the domains a VLEK's CSP may be in,
+    /// `CN=cc-<region>.<domain>`; [`DEFAULT_VLEK_CSP_DOMAINS`] unless set.
+    pub vlek_csp_domains: Vec<String>,
 }
+
+/// The CSP domain of AWS's VLEKs in its commercial partition (`CN=cc-eu-west-1.amazonaws.com`);
+/// other partitions list theirs in `vlekCspDomains`.
+pub const DEFAULT_VLEK_CSP_DOMAINS: [&str; 1] = ["amazonaws.com"];
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -163,6 +176,7 @@ struct Raw {
     accepted_author_key_digests: Option<Vec<String>>,
     host_data: Option<String>,
     allowed_chip_ids: Option<Vec<String>>,
+    vlek_csp_domains: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -365,6 +379,27 @@ impl SnpConfig {
                 .transpose()?,
             chip_ids: hex_list(raw.allowed_chip_ids, "allowedChipIds")?,
         };
+        let vlek_csp_domains = match raw.vlek_csp_domains {
+            None => DEFAULT_VLEK_CSP_DOMAINS.map(str::to_owned).to_vec(),
+            Some(domains) if domains.is_empty() => {
+                return Err(SnpConfigError::VlekCspDomains(
+                    "the list is empty, which would refuse every VLEK; leave it out for AWS's \
+                     amazonaws.com"
+                        .to_owned(),
+                ));
+            }
+            Some(domains) => {
+                if let Some(bad) = domains
+                    .iter()
+                    .find(|d| d.is_empty() || d.starts_with('.') || d.contains(['/', ' ', '=']))
+                {
+                    return Err(SnpConfigError::VlekCspDomains(format!(
+                        "{bad:?} is not a domain name (e.g. amazonaws.com.cn)"
+                    )));
+                }
+                domains
+            }
+        };
         Ok(SnpConfig {
             minimum_tcb: MinimumTcbs {
                 milan,
@@ -376,6 +411,7 @@ impl SnpConfig {
             pins,
             trust,
             custom_root,
+            vlek_csp_domains,
         })
     }
 
@@ -453,6 +489,11 @@ impl SnpConfig {
             .collect();
         arks.sort();
         out.push_str(&format!("snp:ark:{}\n", arks.join(",")));
+        if self.vlek_csp_domains != DEFAULT_VLEK_CSP_DOMAINS {
+            let mut domains = self.vlek_csp_domains.clone();
+            domains.sort();
+            out.push_str(&format!("snp:vlek-csp-domains:{}\n", domains.join(",")));
+        }
         out
     }
 

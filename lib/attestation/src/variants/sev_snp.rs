@@ -418,6 +418,32 @@ fn check_gce_vouches(
     }
 }
 
+/// aws-sev-snp: the VLEK must be one AMD issued to AWS. AMD issues VLEKs to several clouds, each
+/// naming its CSP in extension 1.3.6.1.4.1.3704.1.5 (AWS's: `CN=cc-<region>.amazonaws.com`); a
+/// VLEK of another cloud's would let that cloud's guests pass as AWS's (a check beyond
+/// Constellation's, which does not read the CSP).
+fn check_aws_vlek(csp_id: Option<&str>, domains: &[String]) -> Result<(), Error> {
+    let Some(csp) = csp_id else {
+        return Err(Error::Binding(
+            "the VLEK names no CSP (extension 1.3.6.1.4.1.3704.1.5), so nothing says AMD issued it to AWS; a check beyond Constellation's"
+                .to_owned(),
+        ));
+    };
+    let host = csp.strip_prefix("CN=").unwrap_or(csp);
+    let in_domain = |domain: &String| {
+        host.strip_suffix(domain.as_str())
+            .and_then(|rest| rest.strip_suffix('.'))
+            .is_some_and(|name| name.starts_with("cc-") && !name.contains('.'))
+    };
+    if domains.iter().any(in_domain) {
+        return Ok(());
+    }
+    Err(Error::Binding(format!(
+        "the VLEK was issued to {csp}, not to AWS (CN=cc-<region>.<one of vlekCspDomains: {}>); a check beyond Constellation's",
+        domains.join(", ")
+    )))
+}
+
 /// The hardware facts the decision rests on, for the audit line.
 fn facts(verified: &VerifiedReport) -> String {
     let product = verified.product();
@@ -469,6 +495,12 @@ impl Validator for SevSnpValidator {
             &self.gcp_projects,
         )?;
         let (verified, mut notes) = self.verify_hardware(&info)?;
+        if self.binding == Binding::Aws {
+            check_aws_vlek(
+                verified.signer.csp_id.as_deref(),
+                &self.snp.vlek_csp_domains,
+            )?;
+        }
         let warnings = compare_pcrs(&self.policy, &quotes)?;
         if let Some(instance) = &gce_instance {
             check_gce_vouches(instance, &ak, self.gce.as_deref())?;
