@@ -8,7 +8,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::fixtures::{components_json, constellation_version, control_plane_expectation};
+use crate::fixtures::{
+    EDGELESS_GROUP, components_json, constellation_version, control_plane_expectation,
+};
 use anyhow::Context;
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
 use k8s_openapi::api::core::v1::{Event, Secret};
@@ -28,10 +30,13 @@ pub const EXPECTED_CONTROL_PLANE_NODES: u32 = 3;
 
 /// How long token-issuer's ServiceAccount tokens live; a new one replaces each at half that, as
 /// the kubelet renews a pod's projected token before it expires.
-const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+pub(crate) const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// The bootstrap token Secret type.
-const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
+pub(crate) const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
+
+/// token-issuer's ServiceAccount (and its Role, ClusterRole and bindings) in deploy/base.
+pub(crate) const TOKEN_ISSUER: &str = "join-token-issuer";
 
 /// A prepared control plane, its own or the test binary's shared one held alone
 /// ([`crate::shared::alone`]), with a fault proxy of its own in front.
@@ -54,20 +59,81 @@ enum Inner {
 /// file when given) to `plane`, and waits until the API server enforces the admission policy for
 /// token-issuer.
 pub async fn prepare(plane: &ControlPlane, rbac: Option<&Path>) -> anyhow::Result<()> {
-    let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
-    let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
     plane
-        .prepare_constellation(version.into_iter().chain([expectation]))
+        .prepare_constellation(cluster_objects())
         .await
         .context("preparing the cluster")?;
     plane
         .apply_deploy_base(rbac)
         .await
         .context("applying deploy/base")?;
-    let token = plane
-        .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
-        .await?;
-    plane.wait_admission_enforced(&token).await
+    plane
+        .wait_admission_enforced(&token_issuer_token(plane).await?)
+        .await
+}
+
+/// What a fresh Constellation cluster holds for the join service: its `NodeVersion`, the
+/// components ConfigMap it names, and `join-control-plane` expecting
+/// [`EXPECTED_CONTROL_PLANE_NODES`] (it has none yet).
+pub(crate) fn cluster_objects() -> impl Iterator<Item = serde_json::Value> {
+    let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
+    let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
+    version.into_iter().chain([expectation])
+}
+
+/// A new token `plane` issues for token-issuer's ServiceAccount.
+pub(crate) async fn token_issuer_token(plane: &ControlPlane) -> anyhow::Result<String> {
+    plane
+        .service_account_token("kube-system", TOKEN_ISSUER, TOKEN_LIFETIME)
+        .await
+}
+
+/// A kubeconfig for `plane` through the proxy at `proxy`, with the token in `token_file`.
+pub(crate) fn kubeconfig_via(
+    plane: &ControlPlane,
+    proxy: std::net::SocketAddr,
+    token_file: &Path,
+) -> String {
+    plane
+        .token_file_kubeconfig(token_file)
+        .replace(&plane.url(), &format!("https://{proxy}"))
+}
+
+/// The bootstrap token Secrets in kube-system, as `admin` lists them.
+pub(crate) async fn bootstrap_tokens(admin: kube::Client) -> Vec<Secret> {
+    let secrets: Api<Secret> = Api::namespaced(admin, "kube-system");
+    let params = ListParams::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}"));
+    match secrets.list(&params).await {
+        Ok(list) => list.items,
+        Err(error) => panic!("listing bootstrap tokens: {error}"),
+    }
+}
+
+/// The `JoiningNode` API of `plane`.
+pub(crate) async fn joining_nodes_api(plane: &ControlPlane) -> anyhow::Result<Api<DynamicObject>> {
+    let gvk = GroupVersionKind::gvk(EDGELESS_GROUP, "v1alpha1", "JoiningNode");
+    plane.dynamic_api(&gvk, None).await
+}
+
+/// The `JoiningNode`s of `plane`.
+pub(crate) async fn joining_nodes(plane: &ControlPlane) -> Vec<DynamicObject> {
+    let api = match joining_nodes_api(plane).await {
+        Ok(api) => api,
+        Err(error) => panic!("{error:#}"),
+    };
+    match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(error) => panic!("listing JoiningNodes: {error}"),
+    }
+}
+
+/// The Events in kube-system, as `admin` lists them.
+pub(crate) async fn events(admin: kube::Client) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(admin, "kube-system");
+    match events.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(error) => panic!("listing Events: {error}"),
+    }
 }
 
 /// Renews a token file until dropped ([`Kube::keep_token_fresh`]).
@@ -135,9 +201,7 @@ impl Kube {
     /// A new token the API server issues for token-issuer's ServiceAccount, as each pod gets
     /// its own.
     pub async fn token_issuer_token(&self) -> anyhow::Result<String> {
-        self.plane()
-            .service_account_token("kube-system", "join-token-issuer", TOKEN_LIFETIME)
-            .await
+        token_issuer_token(self.plane()).await
     }
 
     /// Replaces the token in `path` with a new one every half [`TOKEN_LIFETIME`], keeping the
@@ -149,7 +213,7 @@ impl Kube {
             loop {
                 tokio::time::sleep(TOKEN_LIFETIME / 2).await;
                 let token =
-                    request_token(&admin, "kube-system", "join-token-issuer", TOKEN_LIFETIME).await;
+                    request_token(&admin, "kube-system", TOKEN_ISSUER, TOKEN_LIFETIME).await;
                 let written = token.and_then(|token| replace_keeping_owner(&path, &token));
                 if let Err(error) = written {
                     tracing::warn!("renewing token-issuer's token: {error:#}");
@@ -165,42 +229,22 @@ impl Kube {
 
     /// A kubeconfig for the API server through the fault proxy, with the token in `token_file`.
     pub fn kubeconfig_via_proxy(&self, token_file: &Path) -> String {
-        self.plane().token_file_kubeconfig(token_file).replace(
-            &self.plane().url(),
-            &format!("https://{}", self.proxy().addr()),
-        )
+        kubeconfig_via(self.plane(), self.proxy().addr(), token_file)
     }
 
     /// The bootstrap token Secrets in kube-system.
     pub async fn bootstrap_tokens(&self) -> Vec<Secret> {
-        let secrets: Api<Secret> = Api::namespaced(self.plane().admin(), "kube-system");
-        let params = ListParams::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}"));
-        match secrets.list(&params).await {
-            Ok(list) => list.items,
-            Err(error) => panic!("listing bootstrap tokens: {error}"),
-        }
+        bootstrap_tokens(self.plane().admin()).await
     }
 
     /// The `JoiningNode`s.
     pub async fn joining_nodes(&self) -> Vec<DynamicObject> {
-        let gvk = GroupVersionKind::gvk("update.edgeless.systems", "v1alpha1", "JoiningNode");
-        let api = match self.plane().dynamic_api(&gvk, None).await {
-            Ok(api) => api,
-            Err(error) => panic!("{error:#}"),
-        };
-        match api.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(error) => panic!("listing JoiningNodes: {error}"),
-        }
+        joining_nodes(self.plane()).await
     }
 
     /// The Events in kube-system.
     pub async fn events(&self) -> Vec<Event> {
-        let events: Api<Event> = Api::namespaced(self.plane().admin(), "kube-system");
-        match events.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(error) => panic!("listing Events: {error}"),
-        }
+        events(self.plane().admin()).await
     }
 
     /// What joins leave in Kubernetes: bootstrap tokens and `JoiningNode`s, by kind and name.

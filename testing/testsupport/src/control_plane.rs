@@ -132,7 +132,8 @@ pub struct ControlPlane {
     etcd: Process,
     addr: SocketAddr,
     ca_pem: String,
-    admin: kube::Client,
+    /// The admin client's configuration; each [`ControlPlane::admin`] is a client of its own.
+    admin_config: kube::Config,
     admin_kubeconfig: String,
     admin_kubeconfig_path: PathBuf,
     dir: PathBuf,
@@ -247,11 +248,15 @@ pub async fn request_token(
 
 /// A client from kubeconfig text.
 pub async fn client_from_kubeconfig(text: &str) -> anyhow::Result<kube::Client> {
+    Ok(kube::Client::try_from(config_from_kubeconfig(text).await?)?)
+}
+
+/// The client configuration kubeconfig text describes.
+async fn config_from_kubeconfig(text: &str) -> anyhow::Result<kube::Config> {
     // kube-rs builds its rustls config from the process default provider; ours is aws-lc-rs.
     let _ = rustls23::crypto::aws_lc_rs::default_provider().install_default();
     let kubeconfig = kube::config::Kubeconfig::from_yaml(text)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    Ok(kube::Client::try_from(config)?)
+    Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -435,7 +440,8 @@ impl ControlPlane {
         // Private, as the admin certificate it names (kubeadm's admin.conf).
         let admin_kubeconfig_path = certs.join("admin.conf");
         std::fs::write(&admin_kubeconfig_path, &admin_kubeconfig)?;
-        let admin = client_from_kubeconfig(&admin_kubeconfig).await?;
+        let admin_config = config_from_kubeconfig(&admin_kubeconfig).await?;
+        let admin = kube::Client::try_from(admin_config.clone())?;
         Self::wait_ready(&mut apiserver, &admin).await?;
 
         let controller_manager = if options.type_checking {
@@ -481,7 +487,7 @@ impl ControlPlane {
             apiserver,
             addr,
             ca_pem,
-            admin,
+            admin_config,
             admin_kubeconfig,
             admin_kubeconfig_path,
             dir: dir.to_path_buf(),
@@ -524,9 +530,15 @@ impl ControlPlane {
     }
 
     /// The admin client (`system:masters`): for setting up and inspecting, never for the join
-    /// path.
+    /// path. A new client each time, whose connections belong to the caller's runtime: a kube
+    /// client's requests run on the runtime that polls them, so one client shared by tests (the
+    /// shared plane's) would keep connections whose tasks died with the test that opened them.
     pub fn admin(&self) -> kube::Client {
-        self.admin.clone()
+        match kube::Client::try_from(self.admin_config.clone()) {
+            Ok(client) => client,
+            // The same configuration made the client start() waited with.
+            Err(error) => panic!("the admin client: {error}"),
+        }
     }
 
     /// The admin kubeconfig text.
@@ -570,7 +582,7 @@ impl ControlPlane {
         name: &str,
         lifetime: Duration,
     ) -> anyhow::Result<String> {
-        request_token(&self.admin, namespace, name, lifetime).await
+        request_token(&self.admin(), namespace, name, lifetime).await
     }
 
     /// Applies every object of a multi-document YAML text as the admin (server-side apply),
@@ -620,18 +632,19 @@ impl ControlPlane {
         gvk: &GroupVersionKind,
         namespace: Option<&str>,
     ) -> anyhow::Result<Api<DynamicObject>> {
-        let (resource, _) = kube::discovery::pinned_kind(&self.admin, gvk)
+        let admin = self.admin();
+        let (resource, _) = kube::discovery::pinned_kind(&admin, gvk)
             .await
             .with_context(|| format!("discovering {gvk:?}"))?;
         Ok(match namespace {
-            Some(ns) => Api::namespaced_with(self.admin.clone(), ns, &resource),
-            None => Api::all_with(self.admin.clone(), &resource),
+            Some(ns) => Api::namespaced_with(admin, ns, &resource),
+            None => Api::all_with(admin, &resource),
         })
     }
 
     async fn wait_established(&self, name: &str) -> anyhow::Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crds: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let crd = crds.get(name).await?;

@@ -9,9 +9,10 @@
 //! single `control-plane` JoiningNode) asks for the cluster [`alone`]: it waits for the others,
 //! gets the cluster in its first state, and whoever comes after it gets that state back.
 //!
-//! The processes run until the test binary ends (they are tied to it, [`crate::process`]); the
-//! clients the plane keeps live on a runtime of its own, on a thread that outlasts every test's
-//! runtime.
+//! The processes run until the test binary ends (they are tied to it, [`crate::process`]). The
+//! plane starts on a runtime of its own, on a thread that outlasts every test's runtime, and keeps
+//! no client: each caller's admin client ([`ControlPlane::admin`]) is its own, so no connection
+//! outlives the test whose runtime drives it.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -27,22 +28,13 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use tokio::sync::{OnceCell, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::cluster::{self, COMPONENTS_REF, EXPECTED_CONTROL_PLANE_NODES, KUBERNETES_VERSION};
-use crate::control_plane::{ControlPlane, Options, Pki, client_from_kubeconfig};
-use crate::fixtures::{
-    EDGELESS_GROUP, NODE_VERSION_NAME, components_json, constellation_version,
-    control_plane_expectation,
-};
+use crate::cluster::{self, BOOTSTRAP_TOKEN_TYPE, TOKEN_ISSUER, TOKEN_LIFETIME};
+use crate::control_plane::{ControlPlane, Options, Pki};
+use crate::fixtures::{EDGELESS_GROUP, NODE_VERSION_NAME};
 use crate::kube_faults::{Fault, FaultProxy, RequestRecord};
 
 /// The directories of shared control planes start with this, then the test process's pid.
 const DIR_PREFIX: &str = "joinservice-control-plane-";
-
-/// token-issuer's ServiceAccount, Roles and bindings in deploy/base.
-const TOKEN_ISSUER: &str = "join-token-issuer";
-
-/// How long the tokens the plane issues last.
-const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// The control plane the tests of this binary share.
 pub struct SharedPlane {
@@ -174,10 +166,9 @@ impl SharedPlane {
 
     async fn tenant(&'static self, turn: Turn) -> Tenant {
         let number = self.tenants.fetch_add(1, Ordering::Relaxed);
-        let admin = client_from_kubeconfig(self.plane.admin_kubeconfig()).await;
         let proxy = FaultProxy::start(self.plane.addr(), &self.pki.ca_cert, &self.pki.ca_key).await;
-        match (admin, proxy) {
-            (Ok(admin), Ok(proxy)) => {
+        match proxy {
+            Ok(proxy) => {
                 let (beside, alone) = match turn {
                     Turn::Beside(read) => (Some(read), None),
                     Turn::Alone(write) => (None, Some(write)),
@@ -185,20 +176,19 @@ impl SharedPlane {
                 Tenant {
                     shared: self,
                     proxy,
-                    admin,
                     prefix: format!("t{number}-"),
                     alone: alone.is_some(),
                     _beside: beside,
                     _alone: alone,
                 }
             }
-            (Err(error), _) | (_, Err(error)) => panic!("joining the shared cluster: {error:#}"),
+            Err(error) => panic!("joining the shared cluster: {error:#}"),
         }
     }
 
     /// Puts back what tests running alone may change: no bootstrap tokens, Events, Nodes or
-    /// JoiningNodes, the
-    /// `NodeVersion` (without status), its components and `join-control-plane` as first applied.
+    /// JoiningNodes, the `NodeVersion` (without status), its components and `join-control-plane`
+    /// as first applied.
     async fn reset(&self) {
         if let Err(error) = self.try_reset().await {
             panic!("resetting the shared cluster: {error:#}");
@@ -206,12 +196,12 @@ impl SharedPlane {
     }
 
     async fn try_reset(&self) -> anyhow::Result<()> {
-        let admin = client_from_kubeconfig(self.plane.admin_kubeconfig()).await?;
+        let admin = self.plane.admin();
         let everything = ListParams::default();
         Api::<Secret>::namespaced(admin.clone(), "kube-system")
             .delete_collection(
                 &DeleteParams::default(),
-                &ListParams::default().fields("type=bootstrap.kubernetes.io/token"),
+                &ListParams::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}")),
             )
             .await
             .context("deleting the bootstrap tokens")?;
@@ -223,14 +213,12 @@ impl SharedPlane {
             .delete_collection(&DeleteParams::default(), &everything)
             .await
             .context("deleting the Nodes")?;
-        joining_nodes_api(&self.plane)
+        cluster::joining_nodes_api(&self.plane)
             .await?
             .delete_collection(&DeleteParams::default(), &everything)
             .await
             .context("deleting the JoiningNodes")?;
-        let version = constellation_version(KUBERNETES_VERSION, COMPONENTS_REF, &components_json());
-        let expectation = control_plane_expectation(EXPECTED_CONTROL_PLANE_NODES);
-        for object in version.into_iter().chain([expectation]) {
+        for object in cluster::cluster_objects() {
             self.plane.apply(object).await?;
         }
         let gvk = GroupVersionKind::gvk(EDGELESS_GROUP, "v1alpha1", "NodeVersion");
@@ -246,11 +234,6 @@ impl SharedPlane {
             .context("clearing the NodeVersion's status")?;
         Ok(())
     }
-}
-
-async fn joining_nodes_api(plane: &ControlPlane) -> anyhow::Result<Api<DynamicObject>> {
-    let gvk = GroupVersionKind::gvk(EDGELESS_GROUP, "v1alpha1", "JoiningNode");
-    plane.dynamic_api(&gvk, None).await
 }
 
 /// Removes the directories of shared control planes whose test process has ended.
@@ -278,13 +261,11 @@ enum Turn {
     Alone(RwLockWriteGuard<'static, bool>),
 }
 
-/// One test's place in the shared cluster: its name prefix, its fault proxy, an admin client on
-/// its own runtime.
+/// One test's place in the shared cluster: its name prefix and its fault proxy.
 pub struct Tenant {
     shared: &'static SharedPlane,
     /// The test's own proxy in front of the API server: its requests, its faults.
     pub proxy: FaultProxy,
-    admin: kube::Client,
     prefix: String,
     alone: bool,
     _beside: Option<RwLockReadGuard<'static, bool>>,
@@ -347,17 +328,12 @@ impl Tenant {
 
     /// An admin client (`system:masters`) on the calling test's runtime.
     pub fn admin(&self) -> kube::Client {
-        self.admin.clone()
+        self.shared.plane.admin()
     }
 
     /// A token the API server issues for token-issuer's ServiceAccount.
     pub async fn token_issuer_token(&self) -> String {
-        match self
-            .shared
-            .plane
-            .service_account_token("kube-system", TOKEN_ISSUER, TOKEN_LIFETIME)
-            .await
-        {
+        match cluster::token_issuer_token(&self.shared.plane).await {
             Ok(token) => token,
             Err(error) => panic!("a token for token-issuer: {error:#}"),
         }
@@ -365,10 +341,7 @@ impl Tenant {
 
     /// A kubeconfig for the API server through this test's proxy, with the token in `token_file`.
     pub fn kubeconfig_via_proxy(&self, token_file: &Path) -> String {
-        let plane = &self.shared.plane;
-        plane
-            .token_file_kubeconfig(token_file)
-            .replace(&plane.url(), &format!("https://{}", self.proxy.addr()))
+        cluster::kubeconfig_via(&self.shared.plane, self.proxy.addr(), token_file)
     }
 
     /// A ServiceAccount of this test's own with deploy/base's RBAC for token-issuer, its rules
@@ -471,64 +444,35 @@ impl Tenant {
 
     /// This test's bootstrap token Secrets (those issued for its nodes).
     pub async fn bootstrap_tokens(&self) -> Vec<Secret> {
-        let secrets: Api<Secret> = Api::namespaced(self.admin(), "kube-system");
-        let params = ListParams::default().fields("type=bootstrap.kubernetes.io/token");
         let mine = format!("node {}", self.prefix);
-        match secrets.list(&params).await {
-            Ok(list) => list
-                .items
-                .into_iter()
-                .filter(|s| {
-                    s.data
-                        .as_ref()
-                        .and_then(|d| d.get("description"))
-                        .is_some_and(|d| String::from_utf8_lossy(&d.0).contains(&mine))
-                })
-                .collect(),
-            Err(error) => panic!("listing bootstrap tokens: {error}"),
-        }
+        let mut tokens = cluster::bootstrap_tokens(self.admin()).await;
+        tokens.retain(|s| {
+            s.data
+                .as_ref()
+                .and_then(|d| d.get("description"))
+                .is_some_and(|d| String::from_utf8_lossy(&d.0).contains(&mine))
+        });
+        tokens
     }
 
     /// This test's JoiningNodes: named after its nodes, or the `control-plane` record naming one.
     pub async fn joining_nodes(&self) -> Vec<DynamicObject> {
-        let listed = match joining_nodes_api(&self.shared.plane).await {
-            Ok(api) => api.list(&ListParams::default()).await,
-            Err(error) => panic!("{error:#}"),
-        };
-        match listed {
-            Ok(list) => list
-                .items
-                .into_iter()
-                .filter(|n| {
-                    n.metadata
-                        .name
-                        .as_deref()
-                        .is_some_and(|name| name.starts_with(&self.prefix))
-                        || n.data["spec"]["name"]
-                            .as_str()
-                            .is_some_and(|name| name.starts_with(&self.prefix))
-                })
-                .collect(),
-            Err(error) => panic!("listing JoiningNodes: {error}"),
-        }
+        let mine = |name: Option<&str>| name.is_some_and(|name| name.starts_with(&self.prefix));
+        let mut nodes = cluster::joining_nodes(&self.shared.plane).await;
+        nodes.retain(|n| mine(n.metadata.name.as_deref()) || mine(n.data["spec"]["name"].as_str()));
+        nodes
     }
 
     /// The Events in kube-system about this test's nodes.
     pub async fn events(&self) -> Vec<Event> {
-        let events: Api<Event> = Api::namespaced(self.admin(), "kube-system");
-        match events.list(&ListParams::default()).await {
-            Ok(list) => list
-                .items
-                .into_iter()
-                .filter(|e| {
-                    e.involved_object
-                        .name
-                        .as_deref()
-                        .is_some_and(|name| name.starts_with(&self.prefix))
-                })
-                .collect(),
-            Err(error) => panic!("listing Events: {error}"),
-        }
+        let mut events = cluster::events(self.admin()).await;
+        events.retain(|e| {
+            e.involved_object
+                .name
+                .as_deref()
+                .is_some_and(|name| name.starts_with(&self.prefix))
+        });
+        events
     }
 
     /// Every request made through this test's proxy, in order.
