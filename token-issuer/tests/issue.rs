@@ -43,17 +43,23 @@ fn own_uid() -> u32 {
     f.as_file().metadata().unwrap().uid()
 }
 
-/// A ServiceAccount with deploy/base's RBAC for token-issuer, except that on Secrets it may only
-/// `delete`.
-async fn may_not_create_secrets(kube: &Tenant) -> String {
-    kube.token_issuer_like("delete-only", |_, rules| {
-        for rule in rules.iter_mut() {
-            if rule["resources"] == json!(["secrets"]) {
-                rule["verbs"] = json!(["delete"]);
+/// token-issuer on `kube` with a ServiceAccount of deploy/base's RBAC for it, except that on
+/// Secrets it may only `delete`.
+async fn may_not_create_secrets(kube: Tenant) -> Harness {
+    let token = kube
+        .token_issuer_like("delete-only", |_, rules| {
+            for rule in rules.iter_mut() {
+                if rule["resources"] == json!(["secrets"]) {
+                    rule["verbs"] = json!(["delete"]);
+                }
             }
-        }
-    })
-    .await
+        })
+        .await;
+    let setup = Setup {
+        token: Some(token),
+        ..Setup::default()
+    };
+    Harness::on(kube, setup).await
 }
 
 /// Fills a PKI directory with the eight control-plane files, each holding its own name.
@@ -499,16 +505,7 @@ async fn bad_csrs_are_invalid_argument_and_create_nothing() {
 #[tokio::test]
 async fn forbidden_by_rbac_is_internal_and_names_the_step() {
     // The service account may delete but not create.
-    let kube = tenant().await;
-    let token = may_not_create_secrets(&kube).await;
-    let h = Harness::on(
-        kube,
-        Setup {
-            token: Some(token),
-            ..Setup::default()
-        },
-    )
-    .await;
+    let h = may_not_create_secrets(tenant().await).await;
     let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
     assert_eq!(status.code(), Code::Internal);
     assert!(
@@ -535,16 +532,7 @@ async fn forbidden_by_rbac_is_internal_and_names_the_step() {
 async fn a_rollback_that_fails_transiently_is_retried() {
     // The token is refused (403), so the JoiningNode written before it must go; the first
     // DELETE of it fails with a 500.
-    let kube = tenant().await;
-    let token = may_not_create_secrets(&kube).await;
-    let h = Harness::on(
-        kube,
-        Setup {
-            token: Some(token),
-            ..Setup::default()
-        },
-    )
-    .await;
+    let h = may_not_create_secrets(tenant().await).await;
     h.kube
         .inject(Fault::once(500).on("DELETE").at(&format!("{JOINING}/")));
     let status = h.issue(h.csr("worker-0", &[])).await.unwrap_err();
@@ -590,16 +578,7 @@ async fn admin_endpoint_reports_the_api_server_and_counts_calls() {
     }
 
     // A refusal by RBAC is counted under the step and the API server's answer.
-    let kube = h.stop().await;
-    let token = may_not_create_secrets(&kube).await;
-    let h2 = Harness::on(
-        kube,
-        Setup {
-            token: Some(token),
-            ..Setup::default()
-        },
-    )
-    .await;
+    let h2 = may_not_create_secrets(h.stop().await).await;
     h2.issue(h2.csr("worker-1", &[])).await.unwrap_err();
     let (_, metrics) = admin_get(h2.admin, "/metrics").await;
     for series in [

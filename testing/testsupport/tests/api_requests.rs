@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use soft_issuer::{KeyType, SoftIssuer};
 use testsupport::cluster::COMPONENTS_REF;
-use testsupport::harness::{self, BOOT_MEASUREMENTS, Options, System, join_request};
+use testsupport::harness::{self, Options, System, join_request};
 use testsupport::kube_faults::RequestRecord;
 
 /// The requests Constellation's join service makes per join (see the module's doc).
@@ -28,11 +28,7 @@ fn node_issuer() -> Arc<SoftIssuer> {
     Arc::new(
         SoftIssuer::new(KeyType::EcdsaP256)
             .unwrap()
-            .with_pcrs(
-                BOOT_MEASUREMENTS
-                    .iter()
-                    .map(|&(index, byte)| (index, harness::extended_once(&[byte; 32]))),
-            )
+            .with_pcrs(harness::boot_pcrs())
             .unwrap(),
     )
 }

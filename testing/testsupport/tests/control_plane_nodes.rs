@@ -16,7 +16,7 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, PostParams};
 use node_client::{Client, ClientError};
 use soft_issuer::{KeyType, SoftIssuer};
-use testsupport::harness::{self, BOOT_MEASUREMENTS, Options, System, join_request};
+use testsupport::harness::{self, Options, System, join_request};
 use tonic::Code;
 
 /// A node with a software key quoting the harness's boot measurements (the systems trust any key).
@@ -24,11 +24,7 @@ fn node_issuer() -> Arc<SoftIssuer> {
     Arc::new(
         SoftIssuer::new(KeyType::EcdsaP256)
             .unwrap()
-            .with_pcrs(
-                BOOT_MEASUREMENTS
-                    .iter()
-                    .map(|&(index, byte)| (index, harness::extended_once(&[byte; 32]))),
-            )
+            .with_pcrs(harness::boot_pcrs())
             .unwrap(),
     )
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use soft_issuer::{KeyType, SoftIssuer};
-use testsupport::harness::{self, BOOT_MEASUREMENTS, Options, System, join_request, refusal};
+use testsupport::harness::{self, Options, System, join_request, refusal};
 use tonic::Code;
 
 const DISK: &str = "3f2e1d0c-9b8a-4f6e-8d5c-4b3a2f1e0d9c";
@@ -22,11 +22,7 @@ const CONFIG_FILE: &str = "attestationConfig";
 fn forger(key_type: KeyType) -> SoftIssuer {
     SoftIssuer::new(key_type)
         .unwrap()
-        .with_pcrs(
-            BOOT_MEASUREMENTS
-                .iter()
-                .map(|&(index, byte)| (index, harness::extended_once(&[byte; 32]))),
-        )
+        .with_pcrs(harness::boot_pcrs())
         .unwrap()
 }
 
